@@ -1,0 +1,3 @@
+from ampkit.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""``ampkit``: parse arguments, call the library, render. Bad input -> one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .._version import __version__
+from ..errors import UsageError
+
+#: subcommand -> module under ampkit.cli with add_arguments(parser) and run(args) -> int
+COMMANDS = {
+    "doctor": "does this environment support mixed precision, and does it pay off here?",
+    "bench": "training steps side by side in every mode: throughput, memory, max batch, speedup",
+    "parity": "does mixed precision converge like fp32 on real data? (statistics over seeds)",
+    "audit": "per-layer numerics: overflow headroom, gradient underflow, the first inf/NaN",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as exactly one line and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ampkit", description="Mixed-precision training you can check, measure and trust.")
+    parser.add_argument("--version", action="version", version=f"ampkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, help_text in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _module(name).add_arguments(p)
+    return parser
+
+
+def _module(name: str):
+    return importlib.import_module(f"ampkit.cli.{name}")
+
+
+def error_exit(message: str) -> int:
+    print(f"ampkit: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help(sys.stderr)
+            return 2
+        return int(_module(args.command).run(args) or 0)
+    except UsageError as exc:
+        return error_exit(str(exc))
+    except KeyboardInterrupt:
+        print("ampkit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

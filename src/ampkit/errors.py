@@ -1,0 +1,18 @@
+"""Errors that the command line turns into exit codes."""
+
+from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """Bad usage or bad input: the CLI prints ``ampkit: error: <message>`` and exits 2.
+
+    It subclasses ValueError so that library callers can catch it the usual way.
+    """
+
+
+class ModeUnavailableError(RuntimeError):
+    """A precision mode that this device cannot run (tf32 on a CPU, bf16 on a pre-Ampere GPU...)."""
+
+
+class AutocastDisabledError(RuntimeError):
+    """torch.autocast switched itself off (it only warns): never let that pass silently."""

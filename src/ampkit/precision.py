@@ -1,0 +1,118 @@
+"""The one precision vocabulary of ampkit, parsed once into an immutable description.
+
+Every command and both frameworks use the same mode names (CONTRACT.md, "Precision modes").
+Nothing else in ampkit re-parses mode strings: they call :func:`parse_mode` /
+:func:`get_precision` and consume the :class:`Precision` they get back.
+This module imports no framework, so the CLI can parse arguments before paying for ``import torch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+#: Modes in the order the reports list them.
+MODES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Modes that the training engine runs (fp8 is reported by doctor only, for now).
+TRAINING_MODES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+AUTO = "auto"
+
+_ALIASES: dict[str, str] = {
+    "32": "fp32", "float32": "fp32", "32-true": "fp32", "fp32": "fp32",
+    "tf32": "tf32",
+    "16": "fp16", "16-mixed": "fp16", "mixed_float16": "fp16", "float16": "fp16", "half": "fp16",
+    "fp16": "fp16",
+    "bf16": "bf16", "bf16-mixed": "bf16", "mixed_bfloat16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8",
+    "auto": AUTO,
+}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What a mode means, framework-neutral.
+
+    Attributes:
+        mode: canonical name (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8``).
+        compute_dtype: dtype name that matmuls/convs compute in under autocast.
+        param_dtype: dtype of the master weights (always float32 here).
+        autocast: whether an autocast region is needed.
+        loss_scaling: whether dynamic loss scaling is needed (fp16 only).
+        tf32: True to turn TF32 math on, False to force it off, None to leave the flags alone.
+        keras_policy: the Keras dtype policy name for this mode.
+    """
+
+    mode: str
+    compute_dtype: str
+    param_dtype: str = "float32"
+    autocast: bool = False
+    loss_scaling: bool = False
+    tf32: bool | None = None
+    keras_policy: str | None = None
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.autocast
+
+    def torch_compute_dtype(self):
+        import torch
+
+        return getattr(torch, self.compute_dtype)
+
+
+_PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision("fp32", "float32", tf32=False, keras_policy="float32"),
+    "tf32": Precision("tf32", "float32", tf32=True, keras_policy="float32"),
+    "fp16": Precision("fp16", "float16", autocast=True, loss_scaling=True, keras_policy="mixed_float16"),
+    "bf16": Precision("bf16", "bfloat16", autocast=True, keras_policy="mixed_bfloat16"),
+    "fp8": Precision("fp8", "float8_e4m3fn"),
+}
+
+
+def valid_names() -> str:
+    return ", ".join(MODES + (AUTO,))
+
+
+def parse_mode(name: str, *, allow_auto: bool = True) -> str:
+    """Return the canonical mode for ``name`` (case-insensitive, aliases accepted).
+
+    Raises:
+        UsageError (a ValueError) naming the valid modes when ``name`` is unknown.
+    """
+    if not isinstance(name, str):
+        raise UsageError(f"precision mode must be a string, received {name!r}; valid modes: {valid_names()}")
+    key = name.strip().lower()
+    mode = _ALIASES.get(key)
+    if mode is None or (mode == AUTO and not allow_auto):
+        allowed = ", ".join(MODES + ((AUTO,) if allow_auto else ()))
+        raise UsageError(
+            f"unknown precision mode {name!r}; valid modes: {allowed} "
+            "(aliases: 32, 32-true, float32, 16, 16-mixed, half, float16, mixed_float16, "
+            "bf16-mixed, bfloat16, mixed_bfloat16)"
+        )
+    return mode
+
+
+def parse_mode_list(text: str, *, choices: tuple[str, ...] = TRAINING_MODES) -> list[str]:
+    """Parse ``fp32,bf16,fp16`` or ``all`` into canonical modes, in the given order, no duplicates."""
+    if text.strip().lower() == "all":
+        return list(choices)
+    modes: list[str] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        mode = parse_mode(part, allow_auto=False)
+        if mode not in choices:
+            raise UsageError(f"mode {mode!r} is not available here; choose from: {', '.join(choices)}")
+        if mode not in modes:
+            modes.append(mode)
+    if not modes:
+        raise UsageError(f"no modes given; choose from: {', '.join(choices)} or 'all'")
+    return modes
+
+
+def get_precision(mode: str) -> Precision:
+    """The immutable description of a mode (aliases accepted; ``auto`` must be resolved first)."""
+    canonical = parse_mode(mode, allow_auto=False)
+    return _PRECISIONS[canonical]
