@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 from .._version import __version__
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ampkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
+        if importlib.util.find_spec(f"ampkit.cli.{name}") is None:
+            continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         _module(name).add_arguments(p)
     return parser

@@ -1,0 +1,28 @@
+"""The PyTorch backend: the commands' entry points for torch."""
+
+from __future__ import annotations
+
+
+class TorchBackend:
+    name = "torch"
+
+    def doctor(self, device, *, quick: bool = False, progress=None):
+        from ..devices import resolve_device
+        from ..doctor import torch_checks
+
+        return torch_checks.run(resolve_device(device), quick=quick, progress=progress)
+
+    def bench(self, config, *, progress=None):
+        from ..bench.runner import run_bench
+
+        return run_bench(config, progress=progress)
+
+    def parity(self, config, *, progress=None):
+        from ..parity.core import run_parity
+
+        return run_parity(config, progress=progress)
+
+    def audit(self, config):
+        from ..audit.core import audit_from_config
+
+        return audit_from_config(config)

@@ -1,0 +1,26 @@
+"""Arguments shared by several subcommands."""
+
+from __future__ import annotations
+
+
+def add_device(p) -> None:
+    p.add_argument("--device", default="auto", metavar="DEV",
+                   help="auto (first CUDA device, else CPU), cpu, cuda or cuda:N (default: auto)")
+
+
+def add_json(p) -> None:
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="write the JSON document to PATH; '-' writes it alone to stdout (human output to stderr)")
+
+
+def add_framework(p, *, allow_all: bool = False) -> None:
+    choices = "torch|tensorflow" + ("|all" if allow_all else "")
+    p.add_argument("--framework", default="torch", metavar=choices.upper().replace("|", "|"),
+                   help=f"{choices} (default: torch)")
+
+
+def progress_printer(con):
+    """A progress callback that writes dim status lines to the human console."""
+    def say(msg: str) -> None:
+        con.print(f"[dim]… {msg}[/]")
+    return say

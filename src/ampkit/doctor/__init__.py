@@ -1,0 +1,14 @@
+"""``ampkit doctor``: per mode, supported? working? accelerated? and a recommendation."""
+
+from __future__ import annotations
+
+from .report import DoctorReport, ModeReport
+
+__all__ = ["DoctorReport", "ModeReport", "run_doctor"]
+
+
+def run_doctor(framework: str = "torch", device="auto", *, quick: bool = False, progress=None) -> DoctorReport:
+    """Run the doctor for one framework on one device and return its report."""
+    from ..backends import get_backend
+
+    return get_backend(framework).doctor(device, quick=quick, progress=progress)

@@ -1,0 +1,75 @@
+"""Doctor results: dataclasses that serialise to the contract's JSON and back."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+VERDICTS = ("recommended", "usable", "slower", "unsupported", "broken")
+
+
+@dataclass
+class ModeReport:
+    """One precision mode on one device. Contract keys first; details after."""
+
+    supported: bool
+    accelerated: bool | None = None
+    speedup: float | None = None
+    selftest: str = "skip"  # pass | fail | skip
+    verdict: str = "unsupported"
+    reason: str = ""
+    support_reason: str = ""
+    selftest_detail: str = ""
+    benchmark: dict = field(default_factory=dict)  # per-op timings behind `speedup`
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModeReport":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class DoctorReport:
+    framework: str
+    device: str
+    modes: dict[str, ModeReport]
+    recommended: str
+    reason: str
+    environment: dict
+    quick: bool = False
+    elapsed_s: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        """A self-test failed for a mode reported as supported (exit code 1)."""
+        return any(m.supported and m.selftest == "fail" for m in self.modes.values())
+
+    def to_dict(self) -> dict:
+        from .._version import __version__
+
+        return {
+            "ampkit_version": __version__,
+            "command": "doctor",
+            "environment": self.environment,
+            "framework": self.framework,
+            "device": self.device,
+            "modes": {k: v.to_dict() for k, v in self.modes.items()},
+            "recommended": self.recommended,
+            "reason": self.reason,
+            "quick": self.quick,
+            "elapsed_s": self.elapsed_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DoctorReport":
+        return cls(
+            framework=d["framework"],
+            device=d["device"],
+            modes={k: ModeReport.from_dict(v) for k, v in d["modes"].items()},
+            recommended=d["recommended"],
+            reason=d["reason"],
+            environment=d.get("environment", {}),
+            quick=d.get("quick", False),
+            elapsed_s=d.get("elapsed_s"),
+        )

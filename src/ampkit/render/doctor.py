@@ -1,0 +1,45 @@
+"""Rich rendering of doctor reports."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from .output import fmt
+
+_VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
+                  "unsupported": "dim", "broken": "bold red"}
+
+
+def render(report, con) -> None:
+    env = report.environment
+    cpu = env.get("cpu", {})
+    lines = [
+        f"ampkit {env.get('ampkit')}  ·  python {env.get('python')}  ·  {env.get('platform')}",
+        f"torch {env.get('framework_version')} ({env.get('torch_build')} build)"
+        + (f"  ·  CUDA {env['cuda_runtime']}" if env.get("cuda_runtime") else "")
+        + (f"  ·  cuDNN {env['cudnn']}" if env.get("cudnn") else "")
+        + (f"  ·  driver {env['driver_version']}" if env.get("driver_version") else ""),
+    ]
+    for g in env.get("gpus", []):
+        lines.append(f"GPU {g['index']}: {g['name']}  cc {g['compute_capability']}  "
+                     f"{g['memory_total_bytes'] / 2**30:.1f} GiB")
+    feats = [k for k in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile") if cpu.get(k)]
+    lines.append(f"CPU: {cpu.get('model')}  ·  {cpu.get('logical_cpus')} logical CPUs, torch threads "
+                 f"{cpu.get('threads')}  ·  ISA: {', '.join(feats) or 'none of note'}"
+                 f"  ·  torch kernels {cpu.get('torch_cpu_capability')}")
+    for line in lines:
+        con.print(line)
+    table = Table(title=f"ampkit doctor — {report.framework} on {report.device}", title_justify="left")
+    for col in ("mode", "supported", "self-test", "speedup", "accel.", "verdict"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("reason", overflow="fold", min_width=24)
+    for mode, m in report.modes.items():
+        style = _VERDICT_STYLE.get(m.verdict, "")
+        table.add_row(mode, "yes" if m.supported else "no", m.selftest,
+                      fmt(m.speedup, ".2f") + ("x" if m.speedup is not None else ""),
+                      {True: "yes", False: "no", None: "—"}[m.accelerated],
+                      f"[{style}]{m.verdict}[/]" if style else m.verdict, m.reason)
+    con.print(table)
+    con.print(f"recommended: [bold]{report.recommended}[/] — {report.reason}")
+    if report.elapsed_s is not None:
+        con.print(f"[dim]doctor took {report.elapsed_s:.1f} s[/]")
