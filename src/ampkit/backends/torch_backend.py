@@ -12,10 +12,10 @@ class TorchBackend:
 
         return torch_checks.run(resolve_device(device), quick=quick, progress=progress)
 
-    def bench(self, config, *, progress=None):
+    def bench(self, config, *, progress=None, on_row=None):
         from ..bench.runner import run_bench
 
-        return run_bench(config, progress=progress)
+        return run_bench(config, progress=progress, on_row=on_row)
 
     def parity(self, config, *, progress=None):
         from ..parity.core import run_parity

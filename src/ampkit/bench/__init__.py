@@ -1,0 +1,1 @@
+"""``ampkit bench``: training steps side by side in every mode."""

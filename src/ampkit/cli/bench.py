@@ -1,0 +1,99 @@
+"""ampkit bench: training steps side by side in every mode."""
+
+from __future__ import annotations
+
+from .common import add_device, add_framework, add_json
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", default=None, metavar="NAME",
+                   help="mlp, cnn, resnet50, vit_b_16, bert-base, gpt2 (default: mlp on a CPU, resnet50 on a GPU)")
+    p.add_argument("--model", default=None, metavar="MODULE:FACTORY",
+                   help="your own model: a zero-argument factory returning an ampkit.Workload or a torch.nn.Module")
+    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
+                   help="per-sample input shape for a bare model, without the batch dimension")
+    p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
+    p.add_argument("--modes", default="all", metavar="LIST", help="comma-separated modes or 'all' (default: all)")
+    p.add_argument("--batch-size", default=None, metavar="N|auto",
+                   help="per-step batch size, or 'auto' for the largest that fits (default: the workload's)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="with --batch-size auto: largest batch whose measured peak stays within SIZE (e.g. 8GiB)")
+    p.add_argument("--steps", type=int, default=20, metavar="N", help="timed steps per mode (default 20)")
+    p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed warm-up steps (default 5)")
+    add_framework(p)
+    add_device(p)
+    add_json(p)
+    p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
+    p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
+
+
+def _batch_size(text):
+    from ..errors import UsageError
+
+    if text is None or str(text).lower() == "auto":
+        return None if text is None else "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}")
+    if value <= 0:
+        raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}")
+    return value
+
+
+def run(args) -> int:
+    import os
+
+    from ..backends import get_backend, parse_framework
+    from ..bench.config import BenchConfig, parse_size
+    from ..precision import parse_mode_list
+    from ..render import bench as render_bench
+    from ..render.output import check_writable, console, write_json
+    from ..workloads.loader import parse_shape
+
+    framework = parse_framework(args.framework)
+    cfg = BenchConfig(
+        workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
+        num_classes=args.num_classes, modes=parse_mode_list(args.modes), batch_size=_batch_size(args.batch_size),
+        memory_budget=parse_size(args.memory_budget) if args.memory_budget is not None else None,
+        steps=args.steps, warmup=args.warmup, device=args.device,
+    ).validate()
+    for path, what in ((args.json, "JSON"), (args.csv, "CSV"), (args.plot, "plot")):
+        check_writable(path, what)
+    backend = get_backend(framework)
+    con = console(json_to_stdout=args.json == "-")
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=con, transient=True, disable=not rank0) as bar:
+        tasks = {}
+
+        def progress(msg: dict) -> None:
+            mode = msg["mode"]
+            if mode not in tasks:
+                tasks[mode] = bar.add_task(f"{mode}", total=None)
+            if msg.get("kind") == "search":
+                bar.update(tasks[mode], description=f"{mode}: trying batch {msg['done']}")
+            else:
+                bar.update(tasks[mode], description=f"{mode}: training", completed=msg["done"], total=msg["total"])
+
+        def on_row(row) -> None:
+            if row.mode in tasks:
+                bar.update(tasks[row.mode], visible=False)
+            con.print(f"[dim]{row.mode}: {row.status}[/]")
+
+        report = backend.bench(cfg, progress=progress, on_row=on_row) if framework == "torch" else backend.bench(cfg)
+    if not rank0:
+        return 0
+    render_bench.render(report, con)
+    if args.json:
+        write_json(report.to_dict(), args.json)
+    if args.csv:
+        render_bench.to_csv(report, args.csv)
+    if args.plot:
+        render_bench.plot(report, args.plot)
+    if report.interrupted:
+        return 130
+    return 0 if any(r.status == "ok" for r in report.results) else 1

@@ -1,0 +1,63 @@
+"""``--model MODULE:FACTORY``: import a user's factory and turn what it returns into a Workload."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import torch.nn as nn
+
+from ..errors import UsageError
+from .base import Workload, classification_batches
+
+
+def parse_shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"--input-shape must be comma-separated positive integers like 3,32,32; received {text!r}")
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"--input-shape must be comma-separated positive integers like 3,32,32; received {text!r}")
+    return dims
+
+
+def load_factory(spec: str):
+    """Import MODULE and return its FACTORY (the current directory is on the import path)."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise UsageError(f"--model must look like MODULE:FACTORY (e.g. mymodels:build); received {spec!r}")
+    module_name, attr = spec.split(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(f"cannot import module {module_name!r} for --model {spec}: {type(exc).__name__}: {exc}")
+    factory = module
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise UsageError(f"module {module_name!r} has no attribute {attr!r} (from --model {spec})")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise UsageError(f"{spec} is a {type(factory).__name__}, not a callable factory")
+    return factory
+
+
+def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int = 10) -> Workload:
+    factory = load_factory(spec)
+    try:
+        obj = factory()
+    except Exception as exc:
+        raise UsageError(f"calling {spec}() failed: {type(exc).__name__}: {exc}")
+    if isinstance(obj, Workload):
+        if obj.name == "custom":
+            obj.name = spec
+        return obj
+    if isinstance(obj, nn.Module):
+        if input_shape is None:
+            raise UsageError(f"{spec} returned a bare model: give --input-shape (per sample, without the "
+                             "batch dimension, e.g. 3,32,32) and optionally --num-classes")
+        return Workload(obj, classification_batches(input_shape, num_classes), name=spec)
+    raise UsageError(f"{spec}() returned a {type(obj).__name__}; expected an ampkit.Workload or a torch.nn.Module")
