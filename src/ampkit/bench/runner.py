@@ -37,7 +37,16 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
         raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE (there is no out-of-memory "
                          "error to stop at); e.g. --memory-budget 2GiB")
     workload = build_workload(cfg, torch.device("cpu"))
-    flops = workload.flops_per_sample or count_training_flops(workload)
+    if cfg.model:  # a user's model must run on its own inputs: probe a batch of 2 (meta, else CPU)
+        try:
+            counted = count_training_flops(workload, strict=True)
+        except Exception as exc:
+            shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
+            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape}: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        flops = workload.flops_per_sample or counted
+    else:
+        flops = workload.flops_per_sample or count_training_flops(workload)
     return note, flops, workload.name
 
 

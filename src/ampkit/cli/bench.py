@@ -96,4 +96,5 @@ def run(args) -> int:
         render_bench.plot(report, args.plot)
     if report.interrupted:
         return 130
-    return 0 if any(r.status == "ok" for r in report.results) else 1
+    # 1: a mode failed for real (an exception or a non-finite loss); unsupported/oom rows are findings
+    return 1 if any(r.status == "error" for r in report.results) else 0

@@ -22,16 +22,21 @@ def _count(workload: Workload, device: torch.device, batch_size: int) -> float |
     return float(total) / batch_size if total else None
 
 
-def count_training_flops(workload: Workload, batch_size: int = 2) -> float | None:
+def count_training_flops(workload: Workload, batch_size: int = 2, *, strict: bool = False) -> float | None:
     """FLOPs of forward + backward per sample (matmuls/convs/attention, as torch counts them).
 
     Counts on the meta device first (no arithmetic at all, well under a second even for GPT-2);
     falls back to a float32 CPU run for models that cannot run on meta tensors. Works on a copy,
-    so the caller's model is untouched. None when the model cannot be counted.
+    so the caller's model is untouched. None when the model cannot be counted; with ``strict``,
+    the CPU run's exception propagates (the model does not run on its own inputs).
     """
-    for device in ("meta", "cpu"):
-        try:
-            return _count(workload, torch.device(device), batch_size)
-        except Exception:
-            continue
-    return None
+    try:
+        return _count(workload, torch.device("meta"), batch_size)
+    except Exception:
+        pass
+    try:
+        return _count(workload, torch.device("cpu"), batch_size)
+    except Exception:
+        if strict:
+            raise
+        return None

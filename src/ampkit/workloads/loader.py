@@ -16,7 +16,7 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+        dims = tuple(int(p) for p in text.split(","))
     except ValueError:
         raise UsageError(f"--input-shape must be comma-separated positive integers like 3,32,32; received {text!r}")
     if not dims or any(d <= 0 for d in dims):
