@@ -30,8 +30,8 @@ _LAZY = {
     "MixedPrecision": ("ampkit.engine", "MixedPrecision"),
     "StepResult": ("ampkit.engine", "StepResult"),
     "Workload": ("ampkit.workloads.base", "Workload"),
-    "audit": ("ampkit.audit.core", "audit"),
-    "parity": ("ampkit.parity.core", "run_parity"),
+    "audit": ("ampkit.numerics.core", "audit"),
+    "parity": ("ampkit.convergence.core", "parity"),
 }
 
 

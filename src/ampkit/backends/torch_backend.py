@@ -18,11 +18,11 @@ class TorchBackend:
         return run_bench(config, progress=progress, on_row=on_row)
 
     def parity(self, config, *, progress=None):
-        from ..parity.core import run_parity
+        from ..convergence.core import run_parity
 
         return run_parity(config, progress=progress)
 
     def audit(self, config):
-        from ..audit.core import audit_from_config
+        from ..numerics.core import audit_from_config
 
         return audit_from_config(config)

@@ -12,9 +12,17 @@ from ..errors import UsageError
 
 
 def console(json_to_stdout: bool):
+    """The human console: stderr when stdout carries the JSON document.
+
+    Not a terminal (a pipe, a CI log) and no COLUMNS set: 140 columns rather than rich's 80,
+    so the tables are not folded in logs.
+    """
     from rich.console import Console
 
-    return Console(stderr=json_to_stdout, highlight=False)
+    con = Console(stderr=json_to_stdout, highlight=False)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con = Console(stderr=json_to_stdout, highlight=False, width=140)
+    return con
 
 
 def _clean(obj):

@@ -1,0 +1,60 @@
+"""ampkit parity: does mixed precision converge like fp32 on real data?"""
+
+from __future__ import annotations
+
+from .common import add_device, add_framework, add_json
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--dataset", default="digits", metavar="NAME", help="digits (default) or mnist5k")
+    p.add_argument("--modes", default=None, metavar="LIST",
+                   help="comma-separated modes; fp32 is the baseline (default: fp32 and every mode this device runs)")
+    p.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds per mode (default 3)")
+    p.add_argument("--epochs", type=int, default=None, metavar="N", help="epochs per run (default: the dataset's)")
+    p.add_argument("--tolerance", type=float, default=0.01, metavar="X",
+                   help="how much lower accuracy than fp32 still counts as parity (absolute, default 0.01)")
+    add_framework(p)
+    add_device(p)
+    add_json(p)
+    p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the loss curves")
+
+
+def run(args) -> int:
+    from ..backends import get_backend, parse_framework
+    from ..convergence.core import ParityConfig
+    from ..convergence.datasets import DATASETS
+    from ..errors import UsageError
+    from ..precision import parse_mode_list
+    from ..render import parity as render_parity
+    from ..render.output import check_writable, console, write_json
+
+    framework = parse_framework(args.framework)
+    if args.dataset.strip().lower() not in DATASETS:
+        raise UsageError(f"unknown dataset {args.dataset!r}; choose from: {', '.join(DATASETS)}")
+    modes = parse_mode_list(args.modes) if args.modes is not None else None
+    cfg = ParityConfig(dataset=args.dataset, modes=modes, seeds=args.seeds, epochs=args.epochs,
+                       tolerance=args.tolerance, device=args.device)
+    for path, what in ((args.json, "JSON"), (args.plot, "plot")):
+        check_writable(path, what)
+    backend = get_backend(framework)
+    con = console(json_to_stdout=args.json == "-")
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
+                  TimeElapsedColumn(), console=con, transient=True) as bar:
+        task = bar.add_task("parity", total=None)
+        state = {"runs": 0}
+
+        def progress(mode, seed, done, total):
+            if done == 1:
+                state["runs"] += 1
+            bar.update(task, description=f"run {state['runs']}: {mode} seed {seed}", completed=done, total=total)
+
+        report = backend.parity(cfg, progress=progress)
+    render_parity.render(report, con)
+    if args.json:
+        write_json(report.to_dict(), args.json)
+    if args.plot:
+        render_parity.plot(report, args.plot)
+    return 1 if report.failed else 0
