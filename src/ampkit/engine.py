@@ -81,12 +81,14 @@ class StepResult:
             Reading it incurs a host-device sync (it is computed on the device).
     """
 
-    __slots__ = ("skipped", "scale", "_grad_norm")
+    __slots__ = ("skipped", "scale", "_grad_norm", "overflow")
 
-    def __init__(self, skipped: bool, scale: float, grad_norm: torch.Tensor | None):
+    def __init__(self, skipped: bool, scale: float, grad_norm: torch.Tensor | None, overflow: dict | None = None):
         self.skipped = skipped
         self.scale = scale
         self._grad_norm = grad_norm
+        #: with ``locate_overflows()`` on and a skipped step: {"name", "phase"} of the first inf/NaN
+        self.overflow = overflow
 
     @property
     def grad_norm(self) -> float | None:
@@ -260,6 +262,7 @@ class MixedPrecision:
         self._hooked: dict[int, Any] = {}
         self._checked_opts: set[int] = set()
         self.model = None
+        self._locator = None
         if model is not None:
             self.prepare(model)
 
@@ -292,6 +295,21 @@ class MixedPrecision:
             self._make_scaler(sharded=True)
         self.model = model
         return model
+
+    def locate_overflows(self, model: torch.nn.Module | None = None, enabled: bool = True) -> None:
+        """Opt in: after a skipped step, ``StepResult.overflow`` names the module whose output (or
+        gradient) held the first inf/NaN. Off by default and free when off; on, it adds one small
+        reduction per module output and reads them (a sync) only after a skipped step."""
+        if self._locator is not None:
+            self._locator.remove()
+            self._locator = None
+        if enabled:
+            from .numerics.locate import OverflowLocator
+
+            target = model if model is not None else self.model
+            if target is None:
+                raise ValueError("locate_overflows() needs the model (or MixedPrecision(..., model=model))")
+            self._locator = OverflowLocator(target)
 
     def check_parameters(self, params: Iterable[torch.Tensor], where: str = "optimizer") -> None:
         """Raise when mixed precision is asked for but the master weights are not float32."""
@@ -433,7 +451,12 @@ class MixedPrecision:
         if zero_grad:
             for opt in opts:
                 opt.zero_grad(set_to_none=True)
-        return StepResult(skipped, scale, grad_norm)
+        overflow = None
+        if self._locator is not None:
+            if skipped:
+                overflow = self._locator.locate()
+            self._locator.reset()
+        return StepResult(skipped, scale, grad_norm, overflow)
 
     def _clip(self, opts, max_norm: float) -> torch.Tensor:
         model = self.model

@@ -1,0 +1,52 @@
+"""ampkit audit: per-layer numerics, the first inf/NaN, and what to do about it."""
+
+from __future__ import annotations
+
+from .common import add_device, add_framework, add_json
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", default=None, metavar="NAME",
+                   help="built-in workload (default: mlp on a CPU, resnet50 on a GPU)")
+    p.add_argument("--model", default=None, metavar="MODULE:FACTORY", help="your own Workload or model factory")
+    p.add_argument("--input-shape", default=None, metavar="D1,D2,...", help="per-sample input shape for a bare model")
+    p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
+    p.add_argument("--mode", default="fp16", metavar="fp16|bf16", help="the mode to audit (default fp16)")
+    p.add_argument("--steps", type=int, default=1, metavar="N", help="training steps to audit (default 1)")
+    p.add_argument("--loss-scale", type=float, default=None, metavar="S",
+                   help="fixed loss scale to audit at (default: the engine's initial scale, 65536 for fp16)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N", help="batch size (default: the workload's)")
+    add_framework(p)
+    add_device(p)
+    add_json(p)
+
+
+def run(args) -> int:
+    from ..backends import get_backend, parse_framework
+    from ..errors import UsageError
+    from ..numerics.core import AuditConfig
+    from ..precision import parse_mode
+    from ..render import audit as render_audit
+    from ..render.output import check_writable, console, write_json
+    from ..workloads.loader import parse_shape
+
+    framework = parse_framework(args.framework)
+    mode = parse_mode(args.mode, allow_auto=False)
+    if mode not in ("fp16", "bf16"):
+        raise UsageError(f"--mode must be fp16 or bf16 for an audit; received {args.mode!r}")
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1; received {args.steps}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be a positive integer; received {args.batch_size}")
+    if args.loss_scale is not None and not args.loss_scale > 0:
+        raise UsageError(f"--loss-scale must be a positive number; received {args.loss_scale}")
+    check_writable(args.json, "JSON")
+    cfg = AuditConfig(workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
+                      num_classes=args.num_classes, mode=mode, steps=args.steps, loss_scale=args.loss_scale,
+                      batch_size=args.batch_size, device=args.device)
+    con = console(json_to_stdout=args.json == "-")
+    report = get_backend(framework).audit(cfg)
+    render_audit.render(report, con)
+    if args.json:
+        write_json(report.to_dict(), args.json)
+    return 1 if report.failed else 0

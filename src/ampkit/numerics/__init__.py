@@ -1,0 +1,1 @@
+"""``ampkit audit``: per-layer numerics (the implementation of the command)."""

@@ -1,0 +1,429 @@
+"""``ampkit.audit``: per-module numerics of a mixed-precision step against an fp32 reference.
+
+Each step runs the model twice on the same batch and the same weights: an fp32 reference
+(TF32 off) and the audited mode through ``ampkit.MixedPrecision`` at a FIXED loss scale. Hooks
+record, per module call: forward output magnitude, the share of the reference's nonzero values
+that the mode's format flushes to zero or subnormal, non-finite values, relative error against
+the reference; and the same for gradients w.r.t. module outputs, at the given loss scale.
+After the audited step the optimizer steps (through the engine), so later steps see later weights.
+
+Memory: the reference run's outputs are kept (float32) to compare against, so an audited step
+needs about twice the activation memory of a plain one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..devices import resolve_device
+from ..engine import MixedPrecision
+from ..errors import UsageError
+from ..formats import BF16, FP16, FloatFormat
+from ..precision import parse_mode
+from ..workloads.base import Workload, cross_entropy
+from .hooks import Recorder
+
+#: a finding is raised when more than this share of nonzero values under/overflows
+UNDERFLOW_THRESHOLD = 0.05
+#: relative error against fp32 above which a leaf module counts as precision-sensitive
+PRECISION_THRESHOLD = 0.1
+SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "precision": 3}
+
+
+@dataclass
+class LayerStats:
+    name: str
+    type: str
+    fwd_amax: float = 0.0
+    fwd_headroom_log2: float = math.inf
+    fwd_underflow_frac: float = 0.0
+    fwd_nonfinite: int = 0
+    grad_amax: float = 0.0
+    grad_underflow_frac: float = 0.0
+    grad_nonfinite: int = 0
+    grad_headroom_log2: float = math.inf   # at the loss scale
+    rel_error: float | None = None         # audited output vs the fp32 reference (max over calls)
+    calls: int = 0
+    leaf: bool = True
+    # accumulators (not serialised)
+    _fwd_nz: float = field(default=0.0, repr=False)
+    _fwd_under: float = field(default=0.0, repr=False)
+    _grad_nz: float = field(default=0.0, repr=False)
+    _grad_under: float = field(default=0.0, repr=False)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+
+@dataclass
+class Finding:
+    layer: str
+    kind: str
+    advice: str
+    severity: int = 0
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "kind": self.kind, "advice": self.advice}
+
+
+@dataclass
+class AuditReport:
+    mode: str
+    loss_scale: float
+    layers: list[LayerStats]
+    first_nonfinite: dict | None
+    findings: list[Finding]
+    device: str
+    steps: int
+    environment: dict = field(default_factory=dict)
+    workload: str | None = None
+    reference_nonfinite: bool = False
+    suggested_loss_scale: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.first_nonfinite is not None
+
+    def to_dict(self) -> dict:
+        from .._version import __version__
+
+        return {"ampkit_version": __version__, "command": "audit", "environment": self.environment,
+                "framework": "torch", "workload": self.workload, "device": self.device, "mode": self.mode,
+                "loss_scale": self.loss_scale, "steps": self.steps,
+                "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
+                "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
+                "suggested_loss_scale": self.suggested_loss_scale}
+
+
+def _fmt_of(mode: str) -> FloatFormat:
+    return FP16 if mode == "fp16" else BF16
+
+
+class _StepProbe:
+    """Device-side statistics for one run (reference or audited) of one step."""
+
+    def __init__(self, fmt: FloatFormat, scale: float, reference: dict | None):
+        self.fmt, self.scale, self.reference = fmt, scale, reference
+        self.fwd: dict = {}
+        self.grad: dict = {}
+        self.outputs: dict = {}
+        self.events: list = []  # (key, kind, tensor id, nonfinite flag tensor)
+
+    def on_forward(self, key, tensors) -> None:
+        if not tensors:
+            return
+        stats = []
+        for i, t in enumerate(tensors):
+            x = t.detach().float()
+            finite = torch.isfinite(x)
+            absx = torch.where(finite, x.abs(), torch.zeros_like(x))
+            nz = (absx > 0)
+            stats.append(torch.stack([
+                absx.max() if absx.numel() else x.new_zeros(()),
+                nz.sum().float(),
+                (nz & (absx < self.fmt.smallest_normal)).sum().float(),
+                (~finite).sum().float(),
+            ]))
+            if self.reference is None:  # a copy: a later in-place op (ReLU(inplace=True)) must not change it
+                self.outputs.setdefault(key, []).append(x.clone() if x is t else x)
+            else:
+                ref = self.reference.get(key)
+                if ref is not None and i < len(ref) and ref[i].shape == x.shape:
+                    err = (x - ref[i]).norm() / ref[i].norm().clamp_min(1e-30)
+                    stats[-1] = torch.cat([stats[-1], err.reshape(1)])
+        self.fwd.setdefault(key, []).extend(stats)
+
+    def on_grad(self, key, kind, grad, tid) -> None:
+        g = grad.detach().float()
+        finite = torch.isfinite(g)
+        flag = (~finite).any()
+        self.events.append((key, kind, tid, flag))
+        if kind != "output":
+            return
+        absg = torch.where(finite, g.abs(), torch.zeros_like(g))
+        nz = absg > 0
+        # reference grads are unscaled: judge them at the loss scale the mode would use
+        scaled = absg * (self.scale if self.reference is None else 1.0)
+        self.grad.setdefault(key, []).append(torch.stack([
+            absg.max() if absg.numel() else g.new_zeros(()),
+            nz.sum().float(),
+            (nz & (scaled < self.fmt.smallest_normal)).sum().float(),
+            (~finite).sum().float(),
+        ]))
+
+    def host(self) -> tuple[dict, dict, list]:
+        """One transfer to the host per run (a host-device sync, once per audited step)."""
+        def pull(d):
+            return {k: [t.tolist() for t in v] for k, v in d.items()}
+        flags = torch.stack([e[3] for e in self.events]).tolist() if self.events else []
+        return pull(self.fwd), pull(self.grad), [(k, kind, tid, f) for (k, kind, tid, _), f in zip(self.events, flags)]
+
+
+def _run(model, workload, batch, mp: MixedPrecision, probe: _StepProbe) -> tuple[list, dict]:
+    with Recorder(model, probe.on_forward, probe.on_grad) as rec:
+        with mp.autocast():
+            loss = workload.loss(batch)
+        mp.backward(loss)
+    return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types}
+
+
+def _origin_backward(events: list, depth: dict, order_index: dict) -> dict | None:
+    """The module whose backward first produced a non-finite gradient."""
+    first = next((e for e in events if e[3]), None)
+    if first is None:
+        return None
+    tid = first[2]
+    consumers = [k for k, kind, t, _ in events if t == tid and kind == "input"]
+    producers = [k for k, kind, t, _ in events if t == tid and kind == "output"]
+    pool = consumers or producers or [first[0]]
+    key = max(pool, key=lambda k: (depth.get(k[0], 0), order_index.get(k, 0)))
+    return {"name": key[0], "phase": "backward"}
+
+
+def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
+          loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None) -> AuditReport:
+    """Audit the numerics of ``mode`` layer by layer against an fp32 reference.
+
+    Args:
+        model_or_workload: an ``ampkit.Workload`` (its model, batch maker and loss are used), or
+            a model together with ``batch=(inputs, targets)`` and ``loss_fn(output, targets)``.
+        mode: ``fp16`` or ``bf16`` (aliases accepted).
+        loss_scale: the fixed loss scale to audit at (default: the engine's initial scale,
+            2**16 for fp16; 1 for bf16, which uses no scaling).
+        steps: training steps to audit; the optimizer (AdamW) steps after each audited step.
+    """
+    from ..environment import torch_environment
+
+    mode = parse_mode(mode, allow_auto=False)
+    if mode not in ("fp16", "bf16"):
+        raise UsageError(f"audit is for the low-precision modes fp16 and bf16; received {mode!r}")
+    if steps < 1:
+        raise UsageError(f"steps must be >= 1; received {steps}")
+    device = resolve_device(device)
+    if isinstance(model_or_workload, Workload):
+        workload = model_or_workload
+        workload.model.to(device)
+        batch = workload.make_batch(workload.batch_size, device, torch.Generator().manual_seed(0)) if batch is None else batch
+    else:
+        if batch is None:
+            raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
+        workload = Workload(model_or_workload.to(device), lambda *a: batch, loss_fn=loss_fn)
+    if loss_scale is None:
+        loss_scale = 2.0**16 if mode == "fp16" else 1.0
+    if loss_scale <= 0 or not math.isfinite(loss_scale):
+        raise UsageError(f"loss scale must be a positive number; received {loss_scale}")
+    if mode == "bf16" and loss_scale != 1.0:
+        raise UsageError("bf16 trains without loss scaling; --loss-scale applies to fp16 only")
+    model = workload.model
+    fmt = _fmt_of(mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
+    layers: dict[str, LayerStats] = {}
+    names_in_order: list[str] = []
+    first_nonfinite = None
+    reference_nonfinite = False
+    for step in range(steps):
+        # reference: fp32, same weights, no optimizer step
+        ref_probe = _StepProbe(fmt, loss_scale, None)
+        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
+        opt.zero_grad(set_to_none=True)
+        ref_fwd, ref_grad, ref_events = ref_probe.host()
+        # audited mode at a fixed scale: a fresh engine each step keeps the scale where it was asked
+        mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
+        probe = _StepProbe(fmt, loss_scale, ref_probe.outputs)
+        order2, _ = _run(model, workload, batch, mp, probe)
+        fwd, grad, events = probe.host()
+        mp.step(opt, zero_grad=True)
+        del ref_probe
+        if step == 0:
+            for name, _ in order:
+                if name not in names_in_order:
+                    names_in_order.append(name)
+        order_index = {k: i for i, k in enumerate(order2)}
+        _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad)
+        reference_nonfinite = reference_nonfinite or any(s[3] > 0 for v in ref_fwd.values() for s in v) or any(
+            e[3] for e in ref_events)
+        if first_nonfinite is None:
+            fwd_bad = next((k for k in order2 if any(s[3] > 0 for s in fwd.get(k, []))), None)
+            if fwd_bad is not None:
+                first_nonfinite = {"name": fwd_bad[0], "phase": "forward"}
+            else:
+                first_nonfinite = _origin_backward(events, meta["depth"], order_index)
+            if first_nonfinite is not None:
+                first_nonfinite["step"] = step
+    ordered = [layers[n] for n in names_in_order if n in layers]
+    findings, suggested = _findings(ordered, meta["depth"], fmt, mode, loss_scale, first_nonfinite,
+                                    reference_nonfinite, device)
+    return AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
+                       torch_environment(device), workload.name, reference_nonfinite, suggested)
+
+
+def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
+    for key, stats in ref_fwd.items():
+        name = key[0]
+        lay = layers.setdefault(name, LayerStats(name, meta["types"].get(name, "?"), leaf=meta["leaf"].get(name, True)))
+        lay.calls += 1
+        for amax, nz, under, _ in stats:
+            lay.fwd_amax = max(lay.fwd_amax, amax)
+            lay._fwd_nz += nz
+            lay._fwd_under += under
+    for key, stats in fwd.items():
+        lay = layers.get(key[0])
+        if lay is None:
+            continue
+        for s in stats:
+            lay.fwd_nonfinite += int(s[3])
+            if len(s) > 4 and math.isfinite(s[4]) and s[3] == 0:
+                lay.rel_error = max(lay.rel_error or 0.0, s[4])
+    for key, stats in ref_grad.items():
+        lay = layers.get(key[0])
+        if lay is None:
+            continue
+        for amax, nz, under, _ in stats:
+            lay.grad_amax = max(lay.grad_amax, amax)
+            lay._grad_nz += nz
+            lay._grad_under += under
+    for key, stats in grad.items():
+        lay = layers.get(key[0])
+        if lay is not None:
+            lay.grad_nonfinite += int(sum(s[3] for s in stats))
+    for lay in layers.values():
+        lay.fwd_headroom_log2 = fmt.headroom_log2(lay.fwd_amax)
+        lay.fwd_underflow_frac = lay._fwd_under / lay._fwd_nz if lay._fwd_nz else 0.0
+        lay.grad_underflow_frac = lay._grad_under / lay._grad_nz if lay._grad_nz else 0.0
+
+
+def _findings(layers: list[LayerStats], depth: dict, fmt: FloatFormat, mode: str, scale: float,
+              first_nonfinite, reference_nonfinite: bool, device) -> tuple[list[Finding], float | None]:
+    dev = device.type
+    by_name = {lay.name: lay for lay in layers}
+    out: list[Finding] = []
+    for lay in layers:
+        lay.grad_headroom_log2 = fmt.headroom_log2(lay.grad_amax * scale) if lay.grad_amax else math.inf
+    if first_nonfinite is not None:
+        name, phase = first_nonfinite["name"], first_nonfinite["phase"]
+        lay = by_name.get(name)
+        if reference_nonfinite:
+            advice = (f"the first inf/NaN appears in the {phase} of {name or '(model)'}, and the fp32 reference is "
+                      "non-finite too: this is not a precision problem — look for log/sqrt/division at 0 or an "
+                      "exploding input in that module")
+        elif phase == "forward":
+            advice = (f"the first inf/NaN of the {mode} run appears in the forward output of {name or '(model)'}"
+                      + (f" (its fp32 outputs reach {lay.fwd_amax:.3g}, {fmt.name}'s max is {fmt.max_finite:g})" if lay else "")
+                      + f": run it in float32 (`with torch.autocast('{dev}', enabled=False): y = self.{name}(x.float())`)"
+                      + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
+        else:
+            advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
+                      + ("GradScaler skips such a step and halves the scale; if it happens every step, lower "
+                         "init_scale or train in bf16" if mode == "fp16" else
+                         "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
+        out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"]))
+    # overflow: the innermost modules whose fp32 outputs exceed the format's range
+    over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite]
+    for lay in over:
+        inner = any(o is not lay and o.name.startswith(lay.name + ".") if lay.name else o is not lay for o in over)
+        if inner:
+            continue
+        out.append(Finding(lay.name, "overflow",
+                           f"outputs reach {lay.fwd_amax:.3g}, beyond {fmt.name}'s max {fmt.max_finite:g} "
+                           f"(headroom {lay.fwd_headroom_log2:.1f} bits): keep {lay.name or 'the model'} in float32 "
+                           f"(`with torch.autocast('{dev}', enabled=False): y = self.{lay.name}(x.float())`)"
+                           + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"]))
+    # gradient overflow at this loss scale (leaf modules: where the scaled gradient is produced)
+    for lay in layers:
+        if mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0:
+            fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if lay.grad_amax else None
+            out.append(Finding(lay.name, "overflow",
+                               f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
+                               f"beyond fp16's max {fmt.max_finite:g}: GradScaler skips such steps and halves the "
+                               f"scale" + (f"; init_scale={fit:g} or lower avoids it" if fit and fit >= 1 else
+                                           "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"]))
+    # gradient underflow at this loss scale
+    under = [lay for lay in layers if lay.grad_underflow_frac > UNDERFLOW_THRESHOLD]
+    suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
+    for lay in under:
+        if mode == "fp16":
+            fix = (f"the loss scale {scale:g} is too small for this model; init_scale={suggested:g} would fit "
+                   "(or train in bf16)" if suggested else
+                   "no single loss scale fits both its smallest and largest gradients: train in bf16")
+        else:
+            fix = "keep this module in float32"
+        out.append(Finding(lay.name, "underflow",
+                           f"{lay.grad_underflow_frac:.0%} of its nonzero gradients fall below {fmt.name}'s smallest "
+                           f"normal ({fmt.smallest_normal:.2g}) at loss scale {scale:g}: {fix}", SEVERITY["underflow"]))
+    for lay in layers:
+        if lay.fwd_underflow_frac > UNDERFLOW_THRESHOLD and lay.leaf:
+            out.append(Finding(lay.name, "underflow",
+                               f"{lay.fwd_underflow_frac:.0%} of its nonzero outputs are below {fmt.name}'s smallest "
+                               f"normal ({fmt.smallest_normal:.2g}) and are flushed or denormal: keep it in float32"
+                               + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"]))
+    # precision: leaf modules whose output differs from the fp32 reference by more than the threshold
+    for lay in layers:
+        if lay.leaf and lay.rel_error is not None and lay.rel_error > PRECISION_THRESHOLD and lay.fwd_nonfinite == 0:
+            out.append(Finding(lay.name, "precision",
+                               f"its output differs from float32 by {lay.rel_error:.1%} (relative) under {mode}, "
+                               f"whose {fmt.mantissa_bits}-bit mantissa loses what this module needs: keep it in float32"
+                               f" (`with torch.autocast('{dev}', enabled=False)`)", SEVERITY["precision"]))
+    out.sort(key=lambda f: f.severity)
+    return out, suggested
+
+
+def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
+    """A power-of-two scale lifting the gradients above the smallest normal without overflow.
+
+    Judged from magnitudes only: the smallest gradient amax must land above the smallest normal
+    with 2**10 to spare, the largest must stay 2 bits below the max. None when no scale fits.
+    """
+    amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0]
+    if not amaxes:
+        return None
+    lo = fmt.smallest_normal * 2**10 / min(amaxes)
+    hi = fmt.max_finite / 4 / max(amaxes)
+    if lo > hi:
+        return None
+    return float(2 ** math.ceil(math.log2(lo)))
+
+
+@dataclass
+class AuditConfig:
+    workload: str | None = None
+    model: str | None = None
+    input_shape: tuple[int, ...] | None = None
+    num_classes: int = 10
+    mode: str = "fp16"
+    steps: int = 1
+    loss_scale: float | None = None
+    batch_size: int | None = None
+    device: str = "auto"
+    seed: int = 0
+
+
+def audit_from_config(cfg: AuditConfig) -> AuditReport:
+    """The CLI's entry: a built-in workload or MODULE:FACTORY, as bench builds them."""
+    from ..bench.config import BenchConfig
+    from ..bench.worker import build_workload
+    from ..workloads.builtin import check_builtin, default_workload
+
+    device = resolve_device(cfg.device)
+    if cfg.workload and cfg.model:
+        raise UsageError("give either --workload or --model, not both")
+    workload_name = cfg.workload
+    if not cfg.model:
+        workload_name = check_builtin(cfg.workload or default_workload(device))
+    bcfg = BenchConfig(workload=workload_name, model=cfg.model, input_shape=cfg.input_shape,
+                       num_classes=cfg.num_classes, device=cfg.device, seed=cfg.seed)
+    workload = build_workload(bcfg, device)
+    bs = cfg.batch_size or workload.batch_size
+    batch = workload.make_batch(bs, device, torch.Generator().manual_seed(cfg.seed))
+    try:
+        return audit(workload, batch, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps, device=device)
+    except UsageError:
+        raise
+    except Exception as exc:
+        if cfg.model:
+            raise UsageError(f"{cfg.model} failed under audit: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        raise

@@ -1,0 +1,54 @@
+"""Rendering of audit reports: a rich table sorted by severity, then the findings."""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from ..numerics.core import SEVERITY
+from .output import fmt
+
+_KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "precision": "magenta"}
+
+
+def _hr(x) -> str:
+    if x is None or (isinstance(x, float) and math.isinf(x)):
+        return "—"
+    return f"{x:.1f}"
+
+
+def render(report, con) -> None:
+    worst: dict[str, int] = {}
+    for f in report.findings:
+        worst[f.layer] = min(worst.get(f.layer, 9), SEVERITY[f.kind])
+    layers = sorted(report.layers, key=lambda lay: (worst.get(lay.name, 9), lay.fwd_headroom_log2))
+    origin = report.first_nonfinite
+    # headroom: log2(max finite / amax) in bits; underflow: share of the fp32 reference's nonzero values
+    # that the format flushes to zero or subnormal (gradients at the loss scale)
+    title = (f"ampkit audit — {report.workload or 'model'} in {report.mode} on {report.device}  ·  loss scale "
+             f"{report.loss_scale:g}  ·  {report.steps} step(s)  ·  {len(report.layers)} modules")
+    table = Table(title=title, title_justify="left")
+    table.add_column("module", overflow="fold", min_width=12)
+    for c in ("type", "amax", "headroom", "underflow", "inf/nan", "grad amax", "grad headroom", "grad underflow",
+              "grad inf/nan", "rel err", "finding"):
+        table.add_column(c, no_wrap=True, justify="left" if c in ("type", "finding") else "right")
+    kinds: dict[str, list[str]] = {}
+    for f in report.findings:
+        kinds.setdefault(f.layer, []).append(f.kind)
+    for lay in layers:
+        mark = ""
+        if origin and origin["name"] == lay.name:
+            mark = f" ← first inf/NaN ({origin['phase']})"
+        found = ", ".join(f"[{_KIND_STYLE[k]}]{k}[/]" for k in dict.fromkeys(kinds.get(lay.name, [])))
+        table.add_row((lay.name or "(model)") + mark, lay.type, fmt(lay.fwd_amax, ".3g"), _hr(lay.fwd_headroom_log2),
+                      f"{lay.fwd_underflow_frac:.1%}", str(lay.fwd_nonfinite), fmt(lay.grad_amax, ".3g"),
+                      _hr(lay.grad_headroom_log2), f"{lay.grad_underflow_frac:.1%}", str(lay.grad_nonfinite),
+                      fmt(lay.rel_error, ".2g"), found or "—")
+    con.print(table)
+    if not report.findings:
+        con.print(f"[green]no findings: {report.mode} is numerically healthy for this model at loss scale "
+                  f"{report.loss_scale:g}[/]")
+    for f in report.findings:
+        con.print(f"[{_KIND_STYLE[f.kind]}]{f.kind}[/] {f.layer or '(model)'}: ", end="")
+        con.print(f.advice, markup=False, highlight=False)
