@@ -105,67 +105,85 @@ def _fmt_of(mode: str) -> FloatFormat:
 
 
 class _StepProbe:
-    """Device-side statistics for one run (reference or audited) of one step."""
+    """Device-side statistics for one run of one step; few kernels per tensor.
 
-    def __init__(self, fmt: FloatFormat, scale: float, reference: dict | None):
-        self.fmt, self.scale, self.reference = fmt, scale, reference
+    Reference run (fp32): per output and per output-gradient ``[amax, nonzero, underflow]``,
+    underflow judged at the loss scale (|g| * scale < smallest normal, i.e. |g| < normal / scale).
+    Audited run: per output ``[nonfinite, relative error vs the reference]``, per gradient
+    ``[nonfinite]``, plus the backward events for locating the first inf/NaN.
+    """
+
+    def __init__(self, fmt: FloatFormat, scale: float, reference: dict | None, exact: bool = False):
+        self.fmt, self.scale, self.reference, self.exact = fmt, scale, reference, exact
         self.fwd: dict = {}
         self.grad: dict = {}
         self.outputs: dict = {}
-        self.events: list = []  # (key, kind, tensor id, nonfinite flag tensor)
+        self.events: list = []  # (key, kind, tensor id, nonfinite count tensor)
+
+    def _magnitudes(self, x: torch.Tensor, threshold: float) -> torch.Tensor:
+        a = x.abs()
+        nz = (a > 0).sum()
+        below = (a < threshold).sum()  # zeros included; NaN compares false everywhere
+        zeros = a.numel() - nz
+        return torch.stack([a.max() if a.numel() else a.new_zeros(()), nz.float(), (below - zeros).float()])
+
+    def _nonfinite(self, x: torch.Tensor) -> torch.Tensor:
+        """Exact count of inf/NaN; or, in the fast pass, a float32 sum that is non-finite exactly
+        when some element is (isfinite is several times slower than a sum on CPUs)."""
+        if self.exact:
+            return x.numel() - torch.isfinite(x).sum()
+        total = x.sum(dtype=torch.float32)
+        return torch.where(torch.isfinite(total), 0.0, 1.0)
+
+    @property
+    def saw_nonfinite(self) -> bool:
+        """After host(): whether the fast pass saw an inf/NaN (then the step is re-run exactly)."""
+        return self._saw
 
     def on_forward(self, key, tensors) -> None:
         if not tensors:
             return
-        stats = []
-        for i, t in enumerate(tensors):
-            x = t.detach().float()
-            finite = torch.isfinite(x)
-            absx = torch.where(finite, x.abs(), torch.zeros_like(x))
-            nz = (absx > 0)
-            stats.append(torch.stack([
-                absx.max() if absx.numel() else x.new_zeros(()),
-                nz.sum().float(),
-                (nz & (absx < self.fmt.smallest_normal)).sum().float(),
-                (~finite).sum().float(),
-            ]))
-            if self.reference is None:  # a copy: a later in-place op (ReLU(inplace=True)) must not change it
+        out = self.fwd.setdefault(key, [])
+        if self.reference is None:
+            for t in tensors:
+                x = t.detach().float()
+                out.append(self._magnitudes(x, self.fmt.smallest_normal))
+                # keep a copy: a later in-place op (ReLU(inplace=True)) must not change it
                 self.outputs.setdefault(key, []).append(x.clone() if x is t else x)
+            return
+        ref = self.reference.get(key, [])
+        for i, t in enumerate(tensors):
+            x = t.detach()
+            nonfinite = self._nonfinite(x)
+            if i < len(ref) and ref[i].shape == x.shape:
+                err = torch.dist(x.float(), ref[i]) / ref[i].norm().clamp_min(1e-30)
+                out.append(torch.stack([nonfinite.float(), err]))
             else:
-                ref = self.reference.get(key)
-                if ref is not None and i < len(ref) and ref[i].shape == x.shape:
-                    err = (x - ref[i]).norm() / ref[i].norm().clamp_min(1e-30)
-                    stats[-1] = torch.cat([stats[-1], err.reshape(1)])
-        self.fwd.setdefault(key, []).extend(stats)
+                out.append(nonfinite.float().reshape(1))
 
     def on_grad(self, key, kind, grad, tid) -> None:
-        g = grad.detach().float()
-        finite = torch.isfinite(g)
-        flag = (~finite).any()
-        self.events.append((key, kind, tid, flag))
-        if kind != "output":
+        g = grad.detach()
+        if self.reference is None:  # reference: magnitudes of output gradients only
+            if kind == "output":
+                self.grad.setdefault(key, []).append(self._magnitudes(g.float(), self.fmt.smallest_normal / self.scale))
             return
-        absg = torch.where(finite, g.abs(), torch.zeros_like(g))
-        nz = absg > 0
-        # reference grads are unscaled: judge them at the loss scale the mode would use
-        scaled = absg * (self.scale if self.reference is None else 1.0)
-        self.grad.setdefault(key, []).append(torch.stack([
-            absg.max() if absg.numel() else g.new_zeros(()),
-            nz.sum().float(),
-            (nz & (scaled < self.fmt.smallest_normal)).sum().float(),
-            (~finite).sum().float(),
-        ]))
+        nonfinite = self._nonfinite(g)
+        self.events.append((key, kind, tid, nonfinite))
+        if kind == "output":
+            self.grad.setdefault(key, []).append(nonfinite.float().reshape(1))
 
     def host(self) -> tuple[dict, dict, list]:
         """One transfer to the host per run (a host-device sync, once per audited step)."""
         def pull(d):
             return {k: [t.tolist() for t in v] for k, v in d.items()}
-        flags = torch.stack([e[3] for e in self.events]).tolist() if self.events else []
-        return pull(self.fwd), pull(self.grad), [(k, kind, tid, f) for (k, kind, tid, _), f in zip(self.events, flags)]
+        counts = torch.stack([e[3] for e in self.events]).tolist() if self.events else []
+        fwd, grad = pull(self.fwd), pull(self.grad)
+        self._saw = any(c > 0 for c in counts) or any(st[0] > 0 for v in fwd.values() for st in v)
+        return fwd, grad, [(k, kind, tid, c > 0) for (k, kind, tid, _), c in zip(self.events, counts)]
 
 
 def _run(model, workload, batch, mp: MixedPrecision, probe: _StepProbe) -> tuple[list, dict]:
-    with Recorder(model, probe.on_forward, probe.on_grad) as rec:
+    with Recorder(model, probe.on_forward, probe.on_grad, grad_inputs=probe.reference is not None) as rec:
         with mp.autocast():
             loss = workload.loss(batch)
         mp.backward(loss)
@@ -231,12 +249,18 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
         ref_probe = _StepProbe(fmt, loss_scale, None)
         order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
         opt.zero_grad(set_to_none=True)
-        ref_fwd, ref_grad, ref_events = ref_probe.host()
+        ref_fwd, ref_grad, _ = ref_probe.host()
         # audited mode at a fixed scale: a fresh engine each step keeps the scale where it was asked
         mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
         probe = _StepProbe(fmt, loss_scale, ref_probe.outputs)
         order2, _ = _run(model, workload, batch, mp, probe)
         fwd, grad, events = probe.host()
+        if probe.saw_nonfinite:  # the same step again (same weights), counting inf/NaN exactly
+            opt.zero_grad(set_to_none=True)
+            mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
+            probe = _StepProbe(fmt, loss_scale, ref_probe.outputs, exact=True)
+            order2, _ = _run(model, workload, batch, mp, probe)
+            fwd, grad, events = probe.host()
         mp.step(opt, zero_grad=True)
         del ref_probe
         if step == 0:
@@ -245,10 +269,10 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
                     names_in_order.append(name)
         order_index = {k: i for i, k in enumerate(order2)}
         _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad)
-        reference_nonfinite = reference_nonfinite or any(s[3] > 0 for v in ref_fwd.values() for s in v) or any(
-            e[3] for e in ref_events)
+        reference_nonfinite = reference_nonfinite or any(
+            not math.isfinite(st[0]) for d in (ref_fwd, ref_grad) for v in d.values() for st in v)
         if first_nonfinite is None:
-            fwd_bad = next((k for k in order2 if any(s[3] > 0 for s in fwd.get(k, []))), None)
+            fwd_bad = next((k for k in order2 if any(s[0] > 0 for s in fwd.get(k, []))), None)
             if fwd_bad is not None:
                 first_nonfinite = {"name": fwd_bad[0], "phase": "forward"}
             else:
@@ -267,7 +291,7 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         name = key[0]
         lay = layers.setdefault(name, LayerStats(name, meta["types"].get(name, "?"), leaf=meta["leaf"].get(name, True)))
         lay.calls += 1
-        for amax, nz, under, _ in stats:
+        for amax, nz, under in stats:
             lay.fwd_amax = max(lay.fwd_amax, amax)
             lay._fwd_nz += nz
             lay._fwd_under += under
@@ -276,21 +300,21 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         if lay is None:
             continue
         for s in stats:
-            lay.fwd_nonfinite += int(s[3])
-            if len(s) > 4 and math.isfinite(s[4]) and s[3] == 0:
-                lay.rel_error = max(lay.rel_error or 0.0, s[4])
+            lay.fwd_nonfinite += int(s[0])
+            if len(s) > 1 and s[0] == 0 and math.isfinite(s[1]):
+                lay.rel_error = max(lay.rel_error or 0.0, s[1])
     for key, stats in ref_grad.items():
         lay = layers.get(key[0])
         if lay is None:
             continue
-        for amax, nz, under, _ in stats:
+        for amax, nz, under in stats:
             lay.grad_amax = max(lay.grad_amax, amax)
             lay._grad_nz += nz
             lay._grad_under += under
     for key, stats in grad.items():
         lay = layers.get(key[0])
         if lay is not None:
-            lay.grad_nonfinite += int(sum(s[3] for s in stats))
+            lay.grad_nonfinite += int(sum(s[0] for s in stats))
     for lay in layers.values():
         lay.fwd_headroom_log2 = fmt.headroom_log2(lay.fwd_amax)
         lay.fwd_underflow_frac = lay._fwd_under / lay._fwd_nz if lay._fwd_nz else 0.0

@@ -40,11 +40,13 @@ class Recorder:
     module's output and the next module's input).
     """
 
-    def __init__(self, model: nn.Module, on_forward: Callable, on_grad: Callable, *, grads: bool = True):
+    def __init__(self, model: nn.Module, on_forward: Callable, on_grad: Callable, *, grads: bool = True,
+                 grad_inputs: bool = True):
         self.model = model
         self.on_forward = on_forward
         self.on_grad = on_grad
         self.grads = grads
+        self.grad_inputs = grad_inputs
         self.order: list[tuple[str, int]] = []
         self.calls: dict[str, int] = {}
         self.depth = {name: (name.count(".") + 1 if name else 0) for name, _ in model.named_modules()}
@@ -71,7 +73,7 @@ class Recorder:
             self.calls[name] = idx + 1
             key = (name, idx)
             self._stack.append(key)
-            if self.grads and torch.is_grad_enabled():
+            if self.grads and self.grad_inputs and torch.is_grad_enabled():
                 for t in float_tensors(args):
                     if t.requires_grad:
                         t.register_hook(self._grad_hook(key, "input", id(t)))
