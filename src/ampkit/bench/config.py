@@ -51,6 +51,8 @@ class BenchConfig:
             raise UsageError(f"--steps must be >= 1; received {self.steps}")
         if self.warmup < 0:
             raise UsageError(f"--warmup must be >= 0; received {self.warmup}")
+        if self.search_cap < 1:
+            raise UsageError(f"--max-batch-size must be >= 1; received {self.search_cap}")
         if self.num_classes < 1:
             raise UsageError(f"--num-classes must be >= 1; received {self.num_classes}")
         return self

@@ -18,6 +18,8 @@ def add_arguments(p) -> None:
                    help="per-step batch size, or 'auto' for the largest that fits (default: the workload's)")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="with --batch-size auto: largest batch whose measured peak stays within SIZE (e.g. 8GiB)")
+    p.add_argument("--max-batch-size", type=int, default=1 << 16, metavar="N",
+                   help="the largest batch --batch-size auto tries (default 65536)")
     p.add_argument("--steps", type=int, default=20, metavar="N", help="timed steps per mode (default 20)")
     p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed warm-up steps (default 5)")
     add_framework(p)
@@ -56,7 +58,7 @@ def run(args) -> int:
         workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
         num_classes=args.num_classes, modes=parse_mode_list(args.modes), batch_size=_batch_size(args.batch_size),
         memory_budget=parse_size(args.memory_budget) if args.memory_budget is not None else None,
-        steps=args.steps, warmup=args.warmup, device=args.device,
+        steps=args.steps, warmup=args.warmup, device=args.device, search_cap=args.max_batch_size,
     ).validate()
     for path, what in ((args.json, "JSON"), (args.csv, "CSV"), (args.plot, "plot")):
         check_writable(path, what)

@@ -1,0 +1,73 @@
+"""Does ampkit bench measure the model, not itself? fp32 samples/s from bench's measurement vs a
+minimal hand-written training loop on the same model and batch, paired rounds in one process.
+
+Bench's figure comes from ``ampkit.bench.measure.measure`` (what every bench child runs: the
+engine, the timing, the memory poller); the hand loop is plain PyTorch timed end to end.
+Target: within 5%.
+
+    python benchmarks/harness_overhead.py [--workload mlp] [--device auto] [--rounds 7] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from ampkit.bench.measure import measure
+from ampkit.devices import resolve_device
+from ampkit.timing import synchronize
+from ampkit.workloads.builtin import build_builtin
+
+
+def hand_loop(model, batch, loss_of, opt, steps, device) -> float:
+    synchronize(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        loss = loss_of(batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    synchronize(device)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="mlp")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=None)
+    args = p.parse_args()
+    device = resolve_device(args.device)
+    torch.manual_seed(0)
+    wl = build_builtin(args.workload)
+    wl.model.to(device)
+    bs = args.batch_size or wl.batch_size
+    batch = wl.make_batch(bs, device, torch.Generator().manual_seed(1))
+    opt = torch.optim.AdamW(wl.model.parameters(), lr=wl.lr)
+    hand_loop(wl.model, batch, wl.loss, opt, 3, device)  # warm-up
+    ratios, bench_sps, hand_sps = [], [], []
+    for r in range(args.rounds):
+        order = ("bench", "hand") if r % 2 == 0 else ("hand", "bench")
+        for which in order:
+            if which == "bench":
+                m = measure(wl, "fp32", device, bs, steps=args.steps, warmup=2)
+                b = m.samples_per_s
+            else:
+                h = bs * args.steps / hand_loop(wl.model, batch, wl.loss, opt, args.steps, device)
+        bench_sps.append(b)
+        hand_sps.append(h)
+        ratios.append(b / h)
+    print(f"workload {args.workload}, device {device}, fp32, batch {bs}, {args.rounds} paired rounds x {args.steps} steps")
+    print(f"hand-written loop: {statistics.median(hand_sps):,.1f} samples/s (median)")
+    print(f"ampkit bench:      {statistics.median(bench_sps):,.1f} samples/s (median)")
+    print(f"bench / hand: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+          "target within 5%")
+
+
+if __name__ == "__main__":
+    main()
