@@ -38,8 +38,11 @@ say "gpu-marked tests"
 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests > "$OUTDIR/gpu-tests.log" 2>&1
 echo "pytest -m gpu exit $?: $(tail -n 1 "$OUTDIR/gpu-tests.log")" | tee -a "$LOG"
 
-say "doctor"
-"$PY" -m ampkit doctor --device "$DEVICE" --json "$OUTDIR/doctor.json" >> "$LOG" 2>&1; echo "doctor exit $?" | tee -a "$LOG"
+FRAMEWORKS=torch
+"$PY" -c 'import tensorflow, keras' 2>/dev/null && FRAMEWORKS=all
+say "doctor --framework $FRAMEWORKS"
+"$PY" -m ampkit doctor --framework "$FRAMEWORKS" --device "$DEVICE" --json "$OUTDIR/doctor.json" >> "$LOG" 2>&1
+echo "doctor exit $?" | tee -a "$LOG"
 
 say "bench ${BENCH1[*]}"
 "$PY" -m ampkit bench --device "$DEVICE" --modes all "${BENCH1[@]}" "${STEPS[@]}" \

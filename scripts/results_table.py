@@ -29,8 +29,16 @@ def main(folder: str) -> None:
     print(f"# ampkit gpu-check results\n\n- device: {gpus}")
     print(f"- torch {env.get('framework_version')} · CUDA {env.get('cuda_runtime')} · cuDNN {env.get('cudnn')} · "
           f"driver {env.get('driver_version')} · python {env.get('python')}\n")
-    for name, d in docs.items():
+    expanded = []
+    for name, d in docs.items():  # doctor --framework all: one document per framework
+        if d.get("command") == "doctor" and "frameworks" in d:
+            expanded += [(f"{name}: {fw}", sub) for fw, sub in d["frameworks"].items()]
+        else:
+            expanded.append((name, d))
+    for name, d in expanded:
         cmd = d.get("command")
+        if cmd is None and "modes" in d:
+            cmd = "doctor"
         if cmd == "doctor":
             print(f"## doctor ({name})\n\n| mode | supported | self-test | speedup | verdict | reason |\n|---|---|---|---|---|---|")
             for mode, m in d["modes"].items():

@@ -119,9 +119,14 @@ def test_cuda_without_cuda_is_exit_2():
     assert r.returncode == 2 and "CUDA is not available" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_tensorflow_framework_exit_2_with_install_line():
-    r = _cli("doctor", "--framework", "tensorflow")
-    assert r.returncode == 2 and "ampkit[tensorflow]" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+def test_tensorflow_framework_without_tensorflow_exit_2_with_install_line(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("tensorflow", "keras") else real(name, *a))
+    rc = main(["doctor", "--framework", "tensorflow"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "pip install 'ampkit[tensorflow]'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_json_stdout_is_exactly_one_document_with_contract_keys():

@@ -31,9 +31,8 @@ def get_backend(framework: str):
         from .torch_backend import TorchBackend
 
         return TorchBackend()
-    if importlib.util.find_spec("tensorflow") is None:
-        raise UsageError(f"--framework tensorflow needs TensorFlow: {TF_INSTALL}")
-    raise UsageError(
-        "the TensorFlow/Keras backend is not part of this ampkit release yet; use --framework torch "
-        f"(TensorFlow itself is installed; the extra is {TF_INSTALL})"
-    )
+    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
+        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {TF_INSTALL}")
+    from .tensorflow_backend import TensorFlowBackend
+
+    return TensorFlowBackend()

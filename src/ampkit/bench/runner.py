@@ -62,7 +62,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
     interrupted = False
     try:
         for mode in cfg.modes:
-            row = _run_child(cfg, mode, device, flops, progress)
+            row = run_child(cfg, mode, device, flops, progress)
             rows.append(row)
             if on_row:
                 on_row(row)
@@ -73,10 +73,12 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
                        flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
 
 
-def _run_child(cfg: BenchConfig, mode: str, device: torch.device, flops, progress) -> BenchRow:
+def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target=child_entry) -> BenchRow:
+    """Run one mode in a fresh spawned process; ``target(conn, cfg_dict, mode, device, flops)`` sends
+    JSON messages (progress, then the row). A worker that dies yields an error/oom row."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=child_entry, args=(send, cfg.to_dict(), mode, str(device), flops), daemon=True)
+    proc = ctx.Process(target=target, args=(send, cfg.to_dict(), mode, str(device), flops), daemon=True)
     saved = {k: os.environ.get(k) for k in _CHILD_ENV}
     os.environ.update(_CHILD_ENV)
     try:

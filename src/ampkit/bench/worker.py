@@ -148,17 +148,14 @@ def _search(cfg, workload, mode, device, baseline, row, say) -> int | None:
     return best
 
 
-def child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float | None) -> None:
-    """Entry of the per-mode child process; talks to the parent in JSON (no pickled results)."""
+def serve_row(conn, mode: str, make_row) -> None:
+    """In a bench child: ``make_row(progress)`` -> BenchRow, sent to the parent as JSON (no pickled
+    results), with progress messages on the way. Any failure still sends a row."""
     def send(msg: dict) -> None:
         conn.send_bytes(json.dumps(msg).encode())
 
     try:
-        cfg = BenchConfig.from_dict(cfg_dict)
-        device = torch.device(device_str)
-        row = run_mode(cfg, mode, device, flops=flops,
-                       progress=lambda kind, done, total: send({"type": "progress", "kind": kind,
-                                                                "done": done, "total": total}))
+        row = make_row(lambda kind, done, total: send({"type": "progress", "kind": kind, "done": done, "total": total}))
         send({"type": "result", "row": row.to_dict()})
     except KeyboardInterrupt:
         pass
@@ -168,3 +165,9 @@ def child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float |
     finally:
         conn.close()
         os._exit(0)  # skip interpreter teardown (CUDA contexts, threads): the row is sent
+
+
+def child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float | None) -> None:
+    """Entry of the per-mode PyTorch child process."""
+    serve_row(conn, mode, lambda progress: run_mode(BenchConfig.from_dict(cfg_dict), mode, torch.device(device_str),
+                                                    flops=flops, progress=progress))

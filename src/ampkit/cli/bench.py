@@ -86,7 +86,7 @@ def run(args) -> int:
                 bar.update(tasks[row.mode], visible=False)
             con.print(f"[dim]{row.mode}: {row.status}[/]")
 
-        report = backend.bench(cfg, progress=progress, on_row=on_row) if framework == "torch" else backend.bench(cfg)
+        report = backend.bench(cfg, progress=progress, on_row=on_row)
     if not rank0:
         return 0
     render_bench.render(report, con)

@@ -280,8 +280,8 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
             if first_nonfinite is not None:
                 first_nonfinite["step"] = step
     ordered = [layers[n] for n in names_in_order if n in layers]
-    findings, suggested = _findings(ordered, meta["depth"], fmt, mode, loss_scale, first_nonfinite,
-                                    reference_nonfinite, device)
+    findings, suggested = findings_for(ordered, fmt, mode, loss_scale, first_nonfinite, reference_nonfinite,
+                                       torch_fp32_hint(device.type))
     return AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
                        torch_environment(device), workload.name, reference_nonfinite, suggested)
 
@@ -321,9 +321,19 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         lay.grad_underflow_frac = lay._grad_under / lay._grad_nz if lay._grad_nz else 0.0
 
 
-def _findings(layers: list[LayerStats], depth: dict, fmt: FloatFormat, mode: str, scale: float,
-              first_nonfinite, reference_nonfinite: bool, device) -> tuple[list[Finding], float | None]:
-    dev = device.type
+def torch_fp32_hint(device_type: str):
+    """How to keep one module in float32 under torch.autocast."""
+    return lambda name: (f"`with torch.autocast('{device_type}', enabled=False): y = self.{name}(x.float())`")
+
+
+def keras_fp32_hint(name: str) -> str:
+    return f"build layer {name!r} with dtype='float32'"
+
+
+def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,
+                 reference_nonfinite: bool, fp32_hint) -> tuple[list[Finding], float | None]:
+    """Findings with advice from per-layer statistics (framework-neutral; ``fp32_hint(name)`` says
+    how to keep a layer in float32 in the user's framework)."""
     by_name = {lay.name: lay for lay in layers}
     out: list[Finding] = []
     for lay in layers:
@@ -338,7 +348,7 @@ def _findings(layers: list[LayerStats], depth: dict, fmt: FloatFormat, mode: str
         elif phase == "forward":
             advice = (f"the first inf/NaN of the {mode} run appears in the forward output of {name or '(model)'}"
                       + (f" (its fp32 outputs reach {lay.fwd_amax:.3g}, {fmt.name}'s max is {fmt.max_finite:g})" if lay else "")
-                      + f": run it in float32 (`with torch.autocast('{dev}', enabled=False): y = self.{name}(x.float())`)"
+                      + f": run it in float32 ({fp32_hint(name)})"
                       + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
         else:
             advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
@@ -355,7 +365,7 @@ def _findings(layers: list[LayerStats], depth: dict, fmt: FloatFormat, mode: str
         out.append(Finding(lay.name, "overflow",
                            f"outputs reach {lay.fwd_amax:.3g}, beyond {fmt.name}'s max {fmt.max_finite:g} "
                            f"(headroom {lay.fwd_headroom_log2:.1f} bits): keep {lay.name or 'the model'} in float32 "
-                           f"(`with torch.autocast('{dev}', enabled=False): y = self.{lay.name}(x.float())`)"
+                           f"({fp32_hint(lay.name)})"
                            + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"]))
     # gradient overflow at this loss scale (leaf modules: where the scaled gradient is produced)
     for lay in layers:
@@ -391,7 +401,7 @@ def _findings(layers: list[LayerStats], depth: dict, fmt: FloatFormat, mode: str
             out.append(Finding(lay.name, "precision",
                                f"its output differs from float32 by {lay.rel_error:.1%} (relative) under {mode}, "
                                f"whose {fmt.mantissa_bits}-bit mantissa loses what this module needs: keep it in float32"
-                               f" (`with torch.autocast('{dev}', enabled=False)`)", SEVERITY["precision"]))
+                               f" ({fp32_hint(lay.name)})", SEVERITY["precision"]))
     out.sort(key=lambda f: f.severity)
     return out, suggested
 

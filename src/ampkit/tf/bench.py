@@ -1,0 +1,180 @@
+"""ampkit bench for Keras: the same rows as PyTorch, each mode in a fresh child process."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ..bench.config import BenchConfig
+from ..bench.measure import PeakMemory, is_oom, rss_bytes
+from ..bench.report import BenchReport, BenchRow, derive_relative
+from ..bench.runner import run_child
+from ..bench.worker import serve_row
+from ..errors import UsageError
+from ..timing import percentile
+from .common import import_tf, tf_device_name, tf_environment
+from .workloads import build_tf_workload, check_tf_workload, count_flops
+
+
+class _Cpu:
+    type = "cpu"
+
+
+def _peak_context(gpu: bool, baseline: int):
+    if not gpu:
+        return PeakMemory(_Cpu(), baseline=baseline)
+    tf = import_tf()
+
+    class _GpuPeak:
+        source = "tf.config.experimental.get_memory_info peak"
+        peak = 0
+
+        def __enter__(self):
+            tf.config.experimental.reset_memory_stats("GPU:0")
+            return self
+
+        def __exit__(self, *exc):
+            self.peak = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+            return False
+
+    return _GpuPeak()
+
+
+def _train(workload, mp, batch_size: int, steps: int, warmup: int, seed: int, gpu: bool, baseline: int, say):
+    import keras
+
+    from ..keras.engine import loss_scale_of
+
+    x, y = workload.make_batch(batch_size, seed + 1)
+    model = workload.model
+    times, skipped, loss = [], 0, float("nan")
+    with _peak_context(gpu, baseline) as mem:
+        for i in range(warmup + steps):
+            before = loss_scale_of(model.optimizer)
+            t = time.perf_counter()
+            loss = model.train_on_batch(x, y)  # returns a host value: the step is complete
+            dt = time.perf_counter() - t
+            after = loss_scale_of(model.optimizer)
+            if i >= warmup:
+                times.append(dt)
+                skipped += int(before is not None and after < before)
+            say("step", i + 1, warmup + steps)
+    loss = float(loss[0] if isinstance(loss, (list, tuple)) else loss)
+    del keras
+    return times, skipped, loss, mem.peak, mem.source
+
+
+def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
+    import keras
+
+    from ..bench.batch_search import largest_fitting
+    from ..keras.engine import MixedPrecision, mode_support_tf
+
+    tf = import_tf()
+    row = BenchRow(mode, steps=cfg.steps)
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    row.device_name = tf_environment()["device_name"]
+    ok, why = mode_support_tf(mode)
+    if not ok:
+        row.status, row.error = "unsupported", why
+        return row
+    try:
+        mp = MixedPrecision(mode)
+        baseline = rss_bytes()
+
+        def build():
+            keras.utils.set_random_seed(cfg.seed)
+            with mp.scope():
+                wl = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
+                wl.model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(wl.lr)), loss=wl.keras_loss())
+            mp.check_model(wl.model)
+            return wl
+
+        workload = build()
+        batch_size = cfg.batch_size or workload.batch_size
+        if batch_size == "auto":
+            def fits(b):
+                peak, fit = None, False
+                try:
+                    _, _, _, peak, _ = _train(build(), mp, b, 2, 1, cfg.seed, gpu, baseline, lambda *a: None)
+                    fit = cfg.memory_budget is None or peak <= cfg.memory_budget
+                except Exception as exc:
+                    if not (is_oom(exc) or isinstance(exc, tf.errors.ResourceExhaustedError)):
+                        raise
+                row.search.append([b, fit, peak])
+                say("search", b, None)
+                return fit
+
+            batch_size = largest_fitting(fits, workload.batch_size, cfg.search_cap)
+            if batch_size is None:
+                row.status, row.error = "oom", "even batch size 1 does not fit"
+                return row
+            row.max_batch_size = batch_size
+            workload = build()
+        times, skipped, loss, peak, source = _train(workload, mp, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu,
+                                                    baseline, say)
+        ms = [t * 1e3 for t in times]
+        row.batch_size = batch_size
+        row.samples_per_s = batch_size * len(times) / sum(times)
+        row.step_ms = {"p50": percentile(ms, 50), "p90": percentile(ms, 90), "mean": sum(ms) / len(ms),
+                       "min": min(ms), "max": max(ms)}
+        row.peak_memory_bytes, row.memory_source = peak, source
+        row.skipped_steps, row.final_loss = skipped, loss
+        if flops:
+            from ..bench.peaks import peak_tflops
+
+            row.tflops = flops * row.samples_per_s / 1e12
+            peak_t = peak_tflops(row.device_name, mode) if gpu else None
+            row.mfu = row.tflops / peak_t if peak_t else None
+        if not math.isfinite(loss):
+            row.status, row.error = "error", f"loss is {loss} after {cfg.warmup + cfg.steps} steps"
+    except UsageError:
+        raise
+    except Exception as exc:
+        oom = is_oom(exc) or type(exc).__name__ == "ResourceExhaustedError"
+        row.status = "oom" if oom else "error"
+        row.error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    return row
+
+
+def tf_child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float | None) -> None:
+    def make(progress):
+        if device_str == "cpu":
+            import_tf().config.set_visible_devices([], "GPU")
+        return run_mode_tf(BenchConfig.from_dict(cfg_dict), mode, flops, progress)
+
+    serve_row(conn, mode, make)
+
+
+def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
+    import keras
+
+    cfg.validate()
+    tf = import_tf()
+    gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"
+    note = None
+    if not cfg.model and not cfg.workload:
+        cfg.workload = "resnet50" if gpu else "mlp"
+        note = f"no --workload given: ran the default for a {'GPU' if gpu else 'CPU'} device, {cfg.workload!r}"
+    if cfg.workload:
+        cfg.workload = check_tf_workload(cfg.workload)
+    if cfg.batch_size == "auto" and not gpu and cfg.memory_budget is None:
+        raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE; e.g. --memory-budget 2GiB")
+    keras.utils.set_random_seed(cfg.seed)
+    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)  # validate in the parent
+    flops = count_flops(workload.model)
+    name = workload.name
+    del workload
+    rows, interrupted = [], False
+    try:
+        for mode in cfg.modes:
+            row = run_child(cfg, mode, "cuda" if gpu else "cpu", flops, progress, target=tf_child_entry)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    except KeyboardInterrupt:
+        interrupted = True
+    derive_relative(rows)
+    return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
+                       environment=tf_environment(), framework="tensorflow", flops_per_sample=flops,
+                       config=cfg.to_dict(), note=note, interrupted=interrupted)
