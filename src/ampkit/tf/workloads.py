@@ -130,13 +130,29 @@ def build_tf_workload(workload: str | None, model_spec: str | None, input_shape,
     return _BUILTIN[check_tf_workload(workload)]()
 
 
+def _mha_flops(layer) -> float:
+    """Forward FLOPs per sample of MultiHeadAttention: four projections, QK^T and AV."""
+    inputs = layer.input if isinstance(layer.input, (list, tuple)) else [layer.input]
+    q_shape = inputs[0].shape
+    v_shape = inputs[1].shape if len(inputs) > 1 else q_shape
+    tq, d = float(q_shape[1]), float(q_shape[-1])
+    tv, dv_in = float(v_shape[1]), float(v_shape[-1])
+    h, dk = float(layer.num_heads), float(layer.key_dim)
+    dv = float(layer.value_dim or layer.key_dim)
+    projections = tq * d * h * dk + tv * dv_in * h * dk + tv * dv_in * h * dv + tq * h * dv * d
+    attention = h * tq * tv * dk + h * tq * tv * dv
+    return 2.0 * (projections + attention)
+
+
 def count_flops(model, batch_shape_hint=None) -> float | None:
-    """Training FLOPs per sample (3x forward) of Dense, EinsumDense and Conv2D layers."""
+    """Training FLOPs per sample (3x forward) of Dense, EinsumDense, Conv2D and attention layers."""
     total = 0.0
     try:
         for layer in _all_layers(model):
             kind = type(layer).__name__
-            if kind == "Dense" and layer.built:
+            if kind == "MultiHeadAttention" and layer.built:
+                total += _mha_flops(layer)
+            elif kind == "Dense" and layer.built:
                 positions = float(np.prod(layer.output.shape[1:-1])) if hasattr(layer, "output") and len(layer.output.shape) > 2 else 1.0
                 total += 2.0 * float(np.prod(layer.kernel.shape)) * positions
             elif kind == "EinsumDense" and layer.built:
@@ -152,10 +168,9 @@ def count_flops(model, batch_shape_hint=None) -> float | None:
 
 
 def _all_layers(model):
+    """Layers of a model, nested models flattened (attention layers are counted whole)."""
     for layer in model.layers:
         if hasattr(layer, "layers") and layer.layers:
             yield from _all_layers(layer)
         else:
             yield layer
-            for sub in getattr(layer, "_layers", []) or []:
-                yield sub
