@@ -70,3 +70,31 @@ def test_bf16_raises_on_gpu_without_it():
 
     with pytest.raises(ModeUnavailableError, match="8.0"):
         MixedPrecision("bf16", "cuda")
+
+
+def _ampkit_json(*args):
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ampkit", *args, "--json", "-"], capture_output=True, text=True,
+                       timeout=900)
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None, r.stderr
+
+
+def test_bench_on_cuda_with_auto_batch_and_mfu():
+    rc, doc, err = _ampkit_json("bench", "--device", "cuda", "--workload", "mlp", "--modes", "fp32,fp16",
+                                "--batch-size", "auto", "--max-batch-size", "4096", "--steps", "5", "--warmup", "2")
+    assert rc == 0, err
+    for row in doc["results"]:
+        assert row["status"] == "ok" and row["max_batch_size"] and row["batch_size"] == row["max_batch_size"]
+        assert row["peak_memory_bytes"] > 0 and row["step_ms"]["p50"] > 0
+        assert row["memory_source"] == "torch.cuda.max_memory_allocated"
+
+
+def test_parity_and_audit_on_cuda():
+    rc, doc, err = _ampkit_json("parity", "--device", "cuda", "--seeds", "2", "--epochs", "5")
+    assert rc in (0, 1) and doc["device"].startswith("cuda"), err
+    assert all(p["metric"]["mean"] > 0.85 for p in doc["results"])
+    rc, doc, err = _ampkit_json("audit", "--device", "cuda", "--workload", "mlp", "--mode", "fp16")
+    assert rc == 0 and doc["findings"] == [] and doc["device"].startswith("cuda"), err

@@ -69,7 +69,7 @@ def run(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=con, transient=True, disable=not rank0) as bar:
+                  TimeElapsedColumn(), console=console(json_to_stdout=True), transient=True, disable=not rank0) as bar:
         tasks = {}
 
         def progress(msg: dict) -> None:

@@ -42,7 +42,7 @@ def run(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
-                  TimeElapsedColumn(), console=con, transient=True) as bar:
+                  TimeElapsedColumn(), console=console(json_to_stdout=True), transient=True) as bar:
         task = bar.add_task("parity", total=None)
         state = {"runs": 0}
 
