@@ -13,7 +13,6 @@ import torch.nn as nn
 
 import ampkit
 from ampkit.engine import MixedPrecision
-from ampkit.workloads.base import Workload, classification_batches
 
 
 class Scale(nn.Module):

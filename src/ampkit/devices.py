@@ -175,18 +175,27 @@ def mode_support(mode: str, device) -> tuple[bool, str]:
     raise UsageError(f"unknown mode {mode!r}")
 
 
+def auto_for_gpu(major: int, minor: int, name: str, bf16_native: bool = True) -> tuple[str, str]:
+    """The training mode ``auto`` picks for a GPU of this compute capability, with the reason."""
+    if (major, minor) >= (8, 0) and bf16_native:
+        return "bf16", f"{name} has compute capability {major}.{minor} >= 8.0: bf16 tensor cores, no loss scaling needed"
+    if major >= 7:
+        return "fp16", f"{name} has compute capability {major}.{minor}: fp16 tensor cores but no bf16, so fp16 with loss scaling"
+    return "fp32", f"{name} has compute capability {major}.{minor} < 7.0: no tensor cores, low precision gains nothing"
+
+
+def auto_for_cpu() -> tuple[str, str]:
+    if cpu_has_fast_bf16():
+        return "bf16", "this CPU has AVX512-BF16/AMX: bf16 runs natively"
+    return "fp32", "bf16 on this CPU is emulated (no AVX512-BF16 or AMX), so fp32 is faster"
+
+
 def resolve_auto(device) -> tuple[str, str]:
     """Pick the training mode for ``device`` by capability, with the reason in words."""
     import torch
 
     if device.type == "cuda":
         major, minor = cuda_capability(device)
-        name = torch.cuda.get_device_name(device)
-        if (major, minor) >= (8, 0) and _cuda_bf16_native(device):
-            return "bf16", f"{name} has compute capability {major}.{minor} >= 8.0: bf16 tensor cores, no loss scaling needed"
-        if major >= 7:
-            return "fp16", f"{name} has compute capability {major}.{minor}: fp16 tensor cores but no bf16, so fp16 with loss scaling"
-        return "fp32", f"{name} has compute capability {major}.{minor} < 7.0: no tensor cores, low precision gains nothing"
-    if cpu_has_fast_bf16():
-        return "bf16", "this CPU has AVX512-BF16/AMX: bf16 runs natively"
-    return "fp32", "bf16 on this CPU is emulated (no AVX512-BF16 or AMX), so fp32 is faster"
+        native = (major, minor) >= (8, 0) and _cuda_bf16_native(device)  # only ask a GPU that may have it
+        return auto_for_gpu(major, minor, torch.cuda.get_device_name(device), native)
+    return auto_for_cpu()

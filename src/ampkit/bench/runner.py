@@ -58,19 +58,25 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
         return _run_distributed(cfg, progress, on_row)
     device = resolve_device(cfg.device)
     note, flops, name = _prepare(cfg, device)
+    rows, interrupted = run_modes(cfg, str(device), flops, progress, on_row)
+    return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
+                       flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
+
+
+def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target=child_entry) -> tuple[list, bool]:
+    """Every requested mode in turn, each in a fresh child; Ctrl-C keeps the rows that finished."""
     rows: list[BenchRow] = []
     interrupted = False
     try:
         for mode in cfg.modes:
-            row = run_child(cfg, mode, device, flops, progress)
+            row = run_child(cfg, mode, device, flops, progress, target)
             rows.append(row)
             if on_row:
                 on_row(row)
     except KeyboardInterrupt:
         interrupted = True
     derive_relative(rows)
-    return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
-                       flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
+    return rows, interrupted
 
 
 def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target=child_entry) -> BenchRow:

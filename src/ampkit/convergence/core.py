@@ -273,17 +273,21 @@ class ParityConfig:
     tolerance: float = 0.01
     device: str = "auto"
 
+    def validate(self) -> "ParityConfig":
+        if self.seeds < 1:
+            raise UsageError(f"--seeds must be >= 1; received {self.seeds}")
+        if self.epochs is not None and self.epochs < 1:
+            raise UsageError(f"--epochs must be >= 1; received {self.epochs}")
+        if not (0 <= self.tolerance < 1):
+            raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {self.tolerance}")
+        return self
+
 
 def run_parity(cfg: ParityConfig, progress=None) -> ParityReport:
     """The CLI's entry: a built-in dataset with its model."""
     from .datasets import load
 
-    if cfg.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1; received {cfg.seeds}")
-    if cfg.epochs is not None and cfg.epochs < 1:
-        raise UsageError(f"--epochs must be >= 1; received {cfg.epochs}")
-    if not (0 <= cfg.tolerance < 1):
-        raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {cfg.tolerance}")
+    cfg.validate()
     device = resolve_device(cfg.device)
     ds = load(cfg.dataset)
     return parity(ds.make_model, (ds.x_train, ds.y_train), (ds.x_test, ds.y_test), modes=cfg.modes,

@@ -10,16 +10,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..devices import cpu_has_fast_bf16, cpu_has_fast_fp16, mode_support
+from ..devices import mode_support
 from ..engine import MixedPrecision
 from ..environment import torch_environment
 from ..precision import MODES, get_precision
 from ..timing import median, time_calls
 from . import tf32_probe
-from .report import DoctorReport, ModeReport
+from .report import DoctorReport
+from .verdicts import ACCEL_THRESHOLD, cpu_emulation_note, evaluate
 
-#: speedup above which a mode counts as accelerated; below 1/this it is "slower"
-ACCEL_THRESHOLD = 1.10
+__all__ = ["ACCEL_THRESHOLD", "run", "selftest", "microbench"]
 
 
 # ---------------------------------------------------------------- self-tests
@@ -155,93 +155,12 @@ def microbench(mode: str, device: torch.device) -> dict:
     return out
 
 
-def _speedup(base: dict, other: dict) -> float:
-    common = [op for op in other if op in base]
-    ratios = [base[op]["seconds"] / other[op]["seconds"] for op in common]
-    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-
-
 # ---------------------------------------------------------------- the report
-def _emulation_note(mode: str, device: torch.device) -> str:
-    if device.type != "cpu":
-        return ""
-    if mode == "bf16" and not cpu_has_fast_bf16():
-        return ": this CPU has no AVX512-BF16 or AMX, so bf16 is emulated"
-    if mode == "fp16" and not cpu_has_fast_fp16():
-        return ": this CPU has no AVX512-FP16 or AMX-FP16, so fp16 is emulated"
-    return ""
-
-
-def _ratio_words(s: float) -> str:
-    return f"{s:.2f}x as fast as fp32" if s >= 1 else f"{1 / s:.1f}x slower than fp32"
-
-
 def run(device: torch.device, *, quick: bool = False, modes: tuple[str, ...] = MODES,
         progress: Callable[[str], None] | None = None) -> DoctorReport:
     t_start = time.perf_counter()
-    say = progress or (lambda msg: None)
-    reports: dict[str, ModeReport] = {}
-    for mode in modes:
-        ok, why = mode_support(mode, device)
-        rep = ModeReport(supported=ok, support_reason=why)
-        if not ok:
-            rep.verdict, rep.reason, rep.selftest = "unsupported", why, "skip"
-        else:
-            say(f"self-test {mode}")
-            rep.selftest, rep.selftest_detail = selftest(mode, device)
-        reports[mode] = rep
-
-    if not quick and reports["fp32"].supported:
-        say("micro-benchmark fp32")
-        base = microbench("fp32", device)
-        reports["fp32"].benchmark = base
-        reports["fp32"].speedup, reports["fp32"].accelerated = 1.0, False
-        for mode, rep in reports.items():
-            if mode == "fp32" or not rep.supported or rep.selftest == "fail":
-                continue
-            say(f"micro-benchmark {mode}")
-            try:
-                rep.benchmark = microbench(mode, device)
-                rep.speedup = round(_speedup(base, rep.benchmark), 4)
-                rep.accelerated = rep.speedup >= ACCEL_THRESHOLD
-            except Exception as exc:  # a mode that cannot be measured is reported, not fatal
-                rep.benchmark = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-
-    for mode, rep in reports.items():
-        if not rep.supported:
-            continue
-        if rep.selftest == "fail":
-            rep.verdict, rep.reason = "broken", f"self-test failed: {rep.selftest_detail}"
-        elif rep.speedup is None or mode == "fp32":
-            rep.verdict = "usable"
-            rep.reason = ("baseline" if mode == "fp32" else "self-test passed") + (
-                "; speed not measured (--quick)" if quick else "")
-            if "error" in rep.benchmark:
-                rep.reason = f"self-test passed; micro-benchmark failed: {rep.benchmark['error']}"
-        elif rep.speedup < 1 / ACCEL_THRESHOLD:
-            rep.verdict = "slower"
-            rep.reason = f"{mode} runs {_ratio_words(rep.speedup)} here{_emulation_note(mode, device)}"
-        else:
-            rep.verdict = "usable"
-            rep.reason = f"self-test passed; matmul/conv {_ratio_words(rep.speedup)}"
-
-    recommended, reason = _recommend(reports, quick)
-    reports[recommended].verdict = "recommended"
-    env = torch_environment(device)
-    return DoctorReport("torch", str(device), reports, recommended, reason, env, quick,
+    reports, recommended, reason = evaluate(
+        modes, lambda m: mode_support(m, device), lambda m: selftest(m, device), lambda m: microbench(m, device),
+        quick=quick, emulation_note=lambda m: cpu_emulation_note(m) if device.type == "cpu" else "", say=progress)
+    return DoctorReport("torch", str(device), reports, recommended, reason, torch_environment(device), quick,
                         round(time.perf_counter() - t_start, 3))
-
-
-def _recommend(reports: dict[str, ModeReport], quick: bool) -> tuple[str, str]:
-    """The fastest mode that passed its self-test and is accelerated, else fp32."""
-    candidates = [(m, r) for m, r in reports.items()
-                  if m != "fp32" and r.selftest == "pass" and r.accelerated and m != "fp8"]
-    if candidates:
-        mode, rep = max(candidates, key=lambda mr: mr[1].speedup)
-        return mode, f"{mode} passed its self-test and measured {rep.speedup:.2f}x the fp32 matmul/conv speed, the fastest here"
-    if quick:
-        return "fp32", "speed not measured (--quick): fp32 until a measurement shows a faster mode"
-    measured = [f"{m} {r.speedup:.2f}x" for m, r in reports.items() if m != "fp32" and r.speedup is not None]
-    if measured:
-        return "fp32", f"no low-precision mode measured faster than fp32 here ({', '.join(measured)})"
-    return "fp32", "no low-precision mode is supported and working here"

@@ -59,19 +59,12 @@ def mode_support_tf(mode: str) -> tuple[bool, str]:
 
 
 def resolve_auto_tf() -> tuple[str, str]:
-    from ..devices import cpu_has_fast_bf16
+    from ..devices import auto_for_cpu, auto_for_gpu
 
     caps = gpu_capabilities()
     if caps:
-        major, minor = caps[0]
-        if (major, minor) >= (8, 0):
-            return "bf16", f"GPU compute capability {major}.{minor} >= 8.0: bf16, no loss scaling"
-        if major >= 7:
-            return "fp16", f"GPU compute capability {major}.{minor}: fp16 tensor cores, with loss scaling"
-        return "fp32", f"GPU compute capability {major}.{minor} < 7.0: no tensor cores"
-    if cpu_has_fast_bf16():
-        return "bf16", "this CPU has AVX512-BF16/AMX: bf16 runs natively"
-    return "fp32", "bf16 on this CPU is emulated (no AVX512-BF16 or AMX), so fp32 is faster"
+        return auto_for_gpu(*caps[0], "the first GPU")
+    return auto_for_cpu()
 
 
 class MixedPrecision:

@@ -7,8 +7,8 @@ import time
 
 from ..bench.config import BenchConfig
 from ..bench.measure import PeakMemory, is_oom, rss_bytes
-from ..bench.report import BenchReport, BenchRow, derive_relative
-from ..bench.runner import run_child
+from ..bench.report import BenchReport, BenchRow
+from ..bench.runner import run_modes
 from ..bench.worker import serve_row
 from ..errors import UsageError
 from ..timing import percentile
@@ -165,16 +165,7 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     flops = count_flops(workload.model)
     name = workload.name
     del workload
-    rows, interrupted = [], False
-    try:
-        for mode in cfg.modes:
-            row = run_child(cfg, mode, "cuda" if gpu else "cpu", flops, progress, target=tf_child_entry)
-            rows.append(row)
-            if on_row:
-                on_row(row)
-    except KeyboardInterrupt:
-        interrupted = True
-    derive_relative(rows)
+    rows, interrupted = run_modes(cfg, "cuda" if gpu else "cpu", flops, progress, on_row, target=tf_child_entry)
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
                        environment=tf_environment(), framework="tensorflow", flops_per_sample=flops,
                        config=cfg.to_dict(), note=note, interrupted=interrupted)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from ..doctor.report import DoctorReport, ModeReport
-from ..doctor.torch_checks import ACCEL_THRESHOLD, _ratio_words, _recommend
+from ..doctor.report import DoctorReport
+from ..doctor.verdicts import cpu_emulation_note, evaluate
 from ..precision import MODES, get_precision
 from ..timing import median
 from .common import import_tf, tf_device_name, tf_environment
@@ -101,54 +101,13 @@ def microbench(mode: str) -> dict:
 
 
 def run(*, quick: bool = False, progress=None) -> DoctorReport:
-    from ..doctor.torch_checks import _emulation_note, _speedup
     from ..keras.engine import mode_support_tf
 
-    import torch
-
     t0 = time.perf_counter()
-    say = progress or (lambda msg: None)
-    reports: dict[str, ModeReport] = {}
-    for mode in MODES:
-        ok, why = mode_support_tf(mode)
-        rep = ModeReport(supported=ok, support_reason=why)
-        if not ok:
-            rep.verdict, rep.reason = "unsupported", why
-        else:
-            say(f"tensorflow self-test {mode}")
-            rep.selftest, rep.selftest_detail = selftest(mode)
-        reports[mode] = rep
-    if not quick:
-        say("tensorflow micro-benchmark fp32")
-        base = microbench("fp32")
-        reports["fp32"].benchmark, reports["fp32"].speedup, reports["fp32"].accelerated = base, 1.0, False
-        for mode, rep in reports.items():
-            if mode == "fp32" or not rep.supported or rep.selftest == "fail":
-                continue
-            say(f"tensorflow micro-benchmark {mode}")
-            try:
-                rep.benchmark = microbench(mode)
-                rep.speedup = round(_speedup(base, rep.benchmark), 4)
-                rep.accelerated = rep.speedup >= ACCEL_THRESHOLD
-            except Exception as exc:
-                rep.benchmark = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
     device = tf_device_name()
-    cpu_like = torch.device("cpu") if device.startswith("CPU") else torch.device("cuda")
-    for mode, rep in reports.items():
-        if not rep.supported:
-            continue
-        if rep.selftest == "fail":
-            rep.verdict, rep.reason = "broken", f"self-test failed: {rep.selftest_detail}"
-        elif rep.speedup is None or mode == "fp32":
-            rep.verdict = "usable"
-            rep.reason = ("baseline" if mode == "fp32" else "self-test passed") + ("; speed not measured (--quick)" if quick else "")
-        elif rep.speedup < 1 / ACCEL_THRESHOLD:
-            rep.verdict = "slower"
-            note = _emulation_note(mode, cpu_like) if cpu_like.type == "cpu" else ""
-            rep.reason = f"{mode} runs {_ratio_words(rep.speedup)} here{note}"
-        else:
-            rep.verdict, rep.reason = "usable", f"self-test passed; matmul/conv {_ratio_words(rep.speedup)}"
-    recommended, reason = _recommend(reports, quick)
-    reports[recommended].verdict = "recommended"
+
+    reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, microbench, quick=quick,
+                                            emulation_note=lambda m: cpu_emulation_note(m) if device.startswith("CPU") else "",
+                                            say=(lambda msg: progress(f"tensorflow {msg}")) if progress else None)
     return DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick,
                         round(time.perf_counter() - t0, 3))

@@ -65,12 +65,7 @@ def run_parity_tf(cfg: ParityConfig, progress=None) -> ParityReport:
     from ..convergence.datasets import load
     from ..keras.engine import mode_support_tf
 
-    if cfg.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1; received {cfg.seeds}")
-    if cfg.epochs is not None and cfg.epochs < 1:
-        raise UsageError(f"--epochs must be >= 1; received {cfg.epochs}")
-    if not (0 <= cfg.tolerance < 1):
-        raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {cfg.tolerance}")
+    cfg.validate()
     import_tf()
     ds = load(cfg.dataset)
     if cfg.modes is None:

@@ -113,13 +113,9 @@ def build_tf_workload(workload: str | None, model_spec: str | None, input_shape,
     if model_spec:
         import keras
 
-        from ..workloads.loader import load_factory
+        from ..workloads.loader import call_factory
 
-        factory = load_factory(model_spec)
-        try:
-            obj = factory()
-        except Exception as exc:
-            raise UsageError(f"calling {model_spec}() failed: {type(exc).__name__}: {exc}")
+        obj = call_factory(model_spec)
         if isinstance(obj, KerasWorkload):
             return obj
         if not isinstance(obj, keras.Model):

@@ -45,12 +45,17 @@ def load_factory(spec: str):
     return factory
 
 
-def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int = 10) -> Workload:
+def call_factory(spec: str):
+    """Import MODULE:FACTORY and call it; any failure is a usage error naming the spec."""
     factory = load_factory(spec)
     try:
-        obj = factory()
+        return factory()
     except Exception as exc:
         raise UsageError(f"calling {spec}() failed: {type(exc).__name__}: {exc}")
+
+
+def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int = 10) -> Workload:
+    obj = call_factory(spec)
     if isinstance(obj, Workload):
         if obj.name == "custom":
             obj.name = spec
