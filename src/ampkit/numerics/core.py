@@ -105,88 +105,123 @@ def _fmt_of(mode: str) -> FloatFormat:
 
 
 class _StepProbe:
-    """Device-side statistics for one run of one step; few kernels per tensor.
+    """Device-side statistics for one run of one step: few kernels per tensor, one transfer.
 
-    Reference run (fp32): per output and per output-gradient ``[amax, nonzero, underflow]``,
-    underflow judged at the loss scale (|g| * scale < smallest normal, i.e. |g| < normal / scale).
-    Audited run: per output ``[nonfinite, relative error vs the reference]``, per gradient
-    ``[nonfinite]``, plus the backward events for locating the first inf/NaN.
+    Every statistic is a 0-d tensor appended to one flat list; :meth:`host` stacks it and pulls
+    it in a single transfer (one host-device sync per run), then derives the rest on the host.
+
+    Reference run (fp32): per output and per output-gradient amax, nonzero count and the count
+    below the smallest normal (gradients judged at the loss scale: |g| < normal / scale), plus
+    each output's norm. Audited run: per output a probe (a float32 sum, non-finite exactly when
+    some element is; isfinite is several times slower on CPUs) and its distance to the
+    reference; per gradient tensor one probe, shared by every module the tensor belongs to.
+    With ``exact`` the probes are inf/NaN counts (the re-run after a non-finite fast pass).
     """
 
-    def __init__(self, fmt: FloatFormat, scale: float, reference: dict | None, exact: bool = False):
+    def __init__(self, fmt: FloatFormat, scale: float, reference: "_StepProbe | None", exact: bool = False):
         self.fmt, self.scale, self.reference, self.exact = fmt, scale, reference, exact
-        self.fwd: dict = {}
-        self.grad: dict = {}
-        self.outputs: dict = {}
-        self.events: list = []  # (key, kind, tensor id, nonfinite count tensor)
+        self._vals: list[torch.Tensor] = []
+        self._fwd: dict = {}      # key -> [(kind-specific record)]
+        self._grad: dict = {}
+        self._events: list = []   # (key, kind, tensor id, index of the probe)
+        self._by_tid: dict = {}   # tensor id -> index of its gradient probe
+        self.outputs: dict = {}   # reference outputs kept for the distance
+        self.norms: dict = {}     # key -> [norm of each reference output] (host floats after host())
+        self._saw = False
 
-    def _magnitudes(self, x: torch.Tensor, threshold: float) -> torch.Tensor:
+    def _put(self, *tensors: torch.Tensor) -> int:
+        self._vals.extend(tensors)
+        return len(self._vals) - len(tensors)
+
+    def _magnitudes(self, x: torch.Tensor, threshold: float) -> tuple[int, int]:
         a = x.abs()
-        nz = (a > 0).sum()
-        below = (a < threshold).sum()  # zeros included; NaN compares false everywhere
-        zeros = a.numel() - nz
-        return torch.stack([a.max() if a.numel() else a.new_zeros(()), nz.float(), (below - zeros).float()])
+        amax = a.max() if a.numel() else a.new_zeros(())
+        return self._put(amax.float(), torch.count_nonzero(a).float(), torch.count_nonzero(a < threshold).float()), a.numel()
 
-    def _nonfinite(self, x: torch.Tensor) -> torch.Tensor:
-        """Exact count of inf/NaN; or, in the fast pass, a float32 sum that is non-finite exactly
-        when some element is (isfinite is several times slower than a sum on CPUs)."""
+    def _probe(self, x: torch.Tensor) -> torch.Tensor:
         if self.exact:
-            return x.numel() - torch.isfinite(x).sum()
-        total = x.sum(dtype=torch.float32)
-        return torch.where(torch.isfinite(total), 0.0, 1.0)
+            return (x.numel() - torch.isfinite(x).sum()).float()
+        return x.sum(dtype=torch.float32)
+
+    def on_forward(self, key, tensors) -> None:
+        if not tensors:
+            return
+        if self.reference is None:
+            for t in tensors:
+                x = t.detach().float()
+                self._fwd.setdefault(key, []).append(self._magnitudes(x, self.fmt.smallest_normal))
+                # keep a copy: a later in-place op (ReLU(inplace=True)) must not change it
+                kept = x.clone() if x is t else x
+                self.outputs.setdefault(key, []).append(kept)
+                self.norms.setdefault(key, []).append(self._put(kept.norm()))
+            return
+        ref = self.reference.outputs.get(key, [])
+        for i, t in enumerate(tensors):
+            x = t.detach()
+            same = i < len(ref) and ref[i].shape == x.shape
+            dist = torch.dist(x.float(), ref[i]) if same else None
+            idx = self._put(self._probe(x), dist) if same else self._put(self._probe(x))
+            self._fwd.setdefault(key, []).append((idx, i if same else None))
+
+    def on_grad(self, key, kind, grad, tid) -> None:
+        g = grad.detach()
+        if self.reference is None:  # reference: magnitudes of output gradients only
+            if kind == "output":
+                self._grad.setdefault(key, []).append(self._magnitudes(g.float(), self.fmt.smallest_normal / self.scale))
+            return
+        idx = self._by_tid.get(tid)
+        if idx is None:  # one probe per gradient tensor, however many modules it belongs to
+            idx = self._by_tid[tid] = self._put(self._probe(g))
+        self._events.append((key, kind, tid, idx))
+        if kind == "output":
+            self._grad.setdefault(key, []).append(idx)
 
     @property
     def saw_nonfinite(self) -> bool:
         """After host(): whether the fast pass saw an inf/NaN (then the step is re-run exactly)."""
         return self._saw
 
-    def on_forward(self, key, tensors) -> None:
-        if not tensors:
-            return
-        out = self.fwd.setdefault(key, [])
-        if self.reference is None:
-            for t in tensors:
-                x = t.detach().float()
-                out.append(self._magnitudes(x, self.fmt.smallest_normal))
-                # keep a copy: a later in-place op (ReLU(inplace=True)) must not change it
-                self.outputs.setdefault(key, []).append(x.clone() if x is t else x)
-            return
-        ref = self.reference.get(key, [])
-        for i, t in enumerate(tensors):
-            x = t.detach()
-            nonfinite = self._nonfinite(x)
-            if i < len(ref) and ref[i].shape == x.shape:
-                err = torch.dist(x.float(), ref[i]) / ref[i].norm().clamp_min(1e-30)
-                out.append(torch.stack([nonfinite.float(), err]))
-            else:
-                out.append(nonfinite.float().reshape(1))
-
-    def on_grad(self, key, kind, grad, tid) -> None:
-        g = grad.detach()
-        if self.reference is None:  # reference: magnitudes of output gradients only
-            if kind == "output":
-                self.grad.setdefault(key, []).append(self._magnitudes(g.float(), self.fmt.smallest_normal / self.scale))
-            return
-        nonfinite = self._nonfinite(g)
-        self.events.append((key, kind, tid, nonfinite))
-        if kind == "output":
-            self.grad.setdefault(key, []).append(nonfinite.float().reshape(1))
+    def _bad(self, v: float) -> float:
+        return v if self.exact else (0.0 if math.isfinite(v) else 1.0)
 
     def host(self) -> tuple[dict, dict, list]:
-        """One transfer to the host per run (a host-device sync, once per audited step)."""
-        def pull(d):
-            return {k: [t.tolist() for t in v] for k, v in d.items()}
-        counts = torch.stack([e[3] for e in self.events]).tolist() if self.events else []
-        fwd, grad = pull(self.fwd), pull(self.grad)
-        self._saw = any(c > 0 for c in counts) or any(st[0] > 0 for v in fwd.values() for st in v)
-        return fwd, grad, [(k, kind, tid, c > 0) for (k, kind, tid, _), c in zip(self.events, counts)]
+        """One transfer to the host per run (a host-device sync, once per run of an audited step)."""
+        flat = torch.stack(self._vals).tolist() if self._vals else []
+        if self.reference is None:
+            def mags(recs):
+                return [[flat[i], flat[i + 1], flat[i + 2] - (n - flat[i + 1])] for i, n in recs]
+            self.norms = {k: [flat[i] for i in v] for k, v in self.norms.items()}
+            return ({k: mags(v) for k, v in self._fwd.items()}, {k: mags(v) for k, v in self._grad.items()}, [])
+        norms = self.reference.norms
+        fwd = {}
+        for key, recs in self._fwd.items():
+            rows = []
+            for idx, ref_i in recs:
+                bad = self._bad(flat[idx])
+                if ref_i is None:
+                    rows.append([bad])
+                else:
+                    rows.append([bad, flat[idx + 1] / max(norms[key][ref_i], 1e-30)])
+            fwd[key] = rows
+        grad = {k: [[self._bad(flat[i])] for i in v] for k, v in self._grad.items()}
+        events = [(k, kind, tid, self._bad(flat[i]) > 0) for k, kind, tid, i in self._events]
+        self._saw = any(e[3] for e in events) or any(r[0] > 0 for v in fwd.values() for r in v)
+        return fwd, grad, events
 
 
 def _run(model, workload, batch, mp: MixedPrecision, probe: _StepProbe) -> tuple[list, dict]:
-    with Recorder(model, probe.on_forward, probe.on_grad, grad_inputs=probe.reference is not None) as rec:
+    reference = probe.reference is None
+    with Recorder(model, probe.on_forward, probe.on_grad, grad_inputs=not reference) as rec:
         with mp.autocast():
             loss = workload.loss(batch)
-        mp.backward(loss)
+        if reference:
+            # the reference needs gradients w.r.t. module outputs only: no weight gradients,
+            # which saves the weight-gradient matmuls of a full backward
+            targets = rec.grad_targets
+            if targets and loss.requires_grad:
+                torch.autograd.grad(loss, targets, allow_unused=True)
+        else:
+            mp.backward(loss)
     return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types}
 
 
@@ -252,13 +287,13 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
         ref_fwd, ref_grad, _ = ref_probe.host()
         # audited mode at a fixed scale: a fresh engine each step keeps the scale where it was asked
         mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
-        probe = _StepProbe(fmt, loss_scale, ref_probe.outputs)
+        probe = _StepProbe(fmt, loss_scale, ref_probe)
         order2, _ = _run(model, workload, batch, mp, probe)
         fwd, grad, events = probe.host()
         if probe.saw_nonfinite:  # the same step again (same weights), counting inf/NaN exactly
             opt.zero_grad(set_to_none=True)
             mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
-            probe = _StepProbe(fmt, loss_scale, ref_probe.outputs, exact=True)
+            probe = _StepProbe(fmt, loss_scale, ref_probe, exact=True)
             order2, _ = _run(model, workload, batch, mp, probe)
             fwd, grad, events = probe.host()
         mp.step(opt, zero_grad=True)

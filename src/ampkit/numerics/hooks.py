@@ -7,6 +7,7 @@ inputs and outputs (not ``register_full_backward_hook``, which breaks on in-plac
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -54,6 +55,21 @@ class Recorder:
         self.leaf = {name: not any(True for _ in m.children()) for name, m in model.named_modules()}
         self._handles: list = []
         self._stack: list[tuple[str, int]] = []
+        self._tids: dict = {}
+        self._next_tid = 0
+        #: floating outputs that require grad, in forward order (for autograd.grad on them alone)
+        self.grad_targets: list[torch.Tensor] = []
+
+    def _tid(self, t: torch.Tensor) -> int:
+        """A token for a forward tensor: the same for the same live tensor (one module's output is
+        the next one's input), never shared by two tensors — unlike id(), which Python reuses
+        once a module output is freed."""
+        seen = self._tids.get(id(t))
+        if seen is not None and seen[0]() is t:
+            return seen[1]
+        self._next_tid += 1
+        self._tids[id(t)] = (weakref.ref(t), self._next_tid)
+        return self._next_tid
 
     def __enter__(self) -> "Recorder":
         for name, module in self.model.named_modules():
@@ -76,7 +92,7 @@ class Recorder:
             if self.grads and self.grad_inputs and torch.is_grad_enabled():
                 for t in float_tensors(args):
                     if t.requires_grad:
-                        t.register_hook(self._grad_hook(key, "input", id(t)))
+                        t.register_hook(self._grad_hook(key, "input", self._tid(t)))
         return hook
 
     def _post(self, name: str):
@@ -88,7 +104,8 @@ class Recorder:
             if self.grads and torch.is_grad_enabled():
                 for t in tensors:
                     if t.requires_grad:
-                        t.register_hook(self._grad_hook(key, "output", id(t)))
+                        t.register_hook(self._grad_hook(key, "output", self._tid(t)))
+                        self.grad_targets.append(t)
         return hook
 
     def _grad_hook(self, key, kind, tid):

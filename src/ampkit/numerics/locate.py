@@ -48,6 +48,7 @@ class OverflowLocator:
         self._bwd.clear()
         self._rec.calls.clear()
         self._rec.order.clear()
+        self._rec._tids.clear()  # tensor tokens of this step (weak references; dead ones too)
 
     def remove(self) -> None:
         self._rec.__exit__(None, None, None)
