@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn as nn
+from helpers import assert_usage_error
 
 import ampkit
 from ampkit.engine import MixedPrecision
@@ -200,7 +201,4 @@ def test_cli_default_workload_is_clean():
     (["--device", "gpu"], "unknown device 'gpu'"),
 ])
 def test_bad_input_exit_2_one_line(args, needle):
-    r = _cli(*args, timeout=120)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ampkit: error: ") and needle in lines[0], r.stderr
+    assert_usage_error(_cli(*args, timeout=120), needle)

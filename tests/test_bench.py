@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from helpers import assert_usage_error
 
 from ampkit.bench.batch_search import largest_fitting
 from ampkit.bench.config import parse_size
@@ -201,11 +202,7 @@ def test_json_csv_png_written(user_dir, tmp_path):
     (["--json", "/no/such/dir/b.json"], "does not exist"),
 ])
 def test_bad_input_exit_2_one_line(user_dir, args, needle):
-    r = bench(*args, timeout=120)
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ampkit: error: ") and needle in lines[0], r.stderr
-    assert "Traceback" not in r.stderr
+    assert_usage_error(bench(*args, timeout=120), needle)
 
 
 def test_parse_size_and_peaks():

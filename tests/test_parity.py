@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from helpers import assert_usage_error
 
 import ampkit
 from ampkit.cli.main import main
@@ -138,7 +139,4 @@ def test_mnist5k_loads_and_trains():
     (["--tolerance", "5"], "--tolerance"),
 ])
 def test_bad_input_exit_2_one_line(args, needle):
-    r = _cli(*args, timeout=120)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ampkit: error: ") and needle in lines[0], r.stderr
+    assert_usage_error(_cli(*args, timeout=120), needle)
