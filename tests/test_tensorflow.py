@@ -123,3 +123,18 @@ def test_mirrored_strategy_two_logical_cpus_bf16_and_fp16(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "bf16 ok" in r.stdout and "fp16 ok" in r.stdout
+
+
+def test_bench_auto_batch_with_memory_budget_measures_each_trial_fresh():
+    r = _cli("bench", "--framework", "tensorflow", "--workload", "mlp", "--modes", "fp32", "--batch-size", "auto",
+             "--memory-budget", "100MiB", "--max-batch-size", "256", "--steps", "2", "--warmup", "1", "--json", "-")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = json.loads(r.stdout)["results"]
+    assert row["status"] == "ok" and row["batch_size"] == row["max_batch_size"], row
+    budget = 100 * 2**20
+    for b, ok, peak in row["search"]:
+        assert ok == (peak is not None and peak <= budget)
+    fitting = sorted((b, peak) for b, ok, peak in row["search"] if ok)
+    assert fitting and fitting[-1][0] == row["max_batch_size"]
+    # trials in fresh processes: a larger batch never measures less than a much smaller one did
+    assert fitting[-1][1] >= fitting[0][1] * 0.9

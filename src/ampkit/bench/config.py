@@ -37,6 +37,7 @@ class BenchConfig:
     device: str = "auto"
     seed: int = 0
     search_cap: int = 1 << 16            # the largest batch size --batch-size auto tries
+    batch_size_hint: int | None = None   # where --batch-size auto starts (default: the workload's)
 
     def validate(self) -> "BenchConfig":
         if self.workload and self.model:

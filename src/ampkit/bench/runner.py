@@ -63,13 +63,15 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
                        flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
 
 
-def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target=child_entry) -> tuple[list, bool]:
-    """Every requested mode in turn, each in a fresh child; Ctrl-C keeps the rows that finished."""
+def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target=child_entry,
+              run_one=None) -> tuple[list, bool]:
+    """Every requested mode in turn, each in a fresh child (or ``run_one(mode)``, which may use
+    several); Ctrl-C keeps the rows that finished."""
     rows: list[BenchRow] = []
     interrupted = False
     try:
         for mode in cfg.modes:
-            row = run_child(cfg, mode, device, flops, progress, target)
+            row = run_one(mode) if run_one else run_child(cfg, mode, device, flops, progress, target)
             rows.append(row)
             if on_row:
                 on_row(row)

@@ -143,14 +143,12 @@ class MixedPrecision:
         float32 (``dtype="float32"``, or :func:`float32_output`).
         """
         problems = []
-        layers = [lay for lay in model.layers if lay.weights or lay is model.layers[-1]]
         last = model.layers[-1] if model.layers else None
         if last is not None and getattr(last, "compute_dtype", "float32") in ("float16", "bfloat16"):
             problems.append(f"the last layer {last.name!r} computes in {last.compute_dtype}; give it dtype='float32' "
                             "(or end the model with ampkit.keras.float32_output) so logits/softmax stay in float32")
         for msg in problems:
             warnings.warn(f"ampkit: {msg}", stacklevel=2)
-        del layers
         return problems
 
     def train_step(self, model, optimizer, x, y, loss_fn):

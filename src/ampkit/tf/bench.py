@@ -8,7 +8,7 @@ import time
 from ..bench.config import BenchConfig
 from ..bench.measure import PeakMemory, is_oom, rss_bytes
 from ..bench.report import BenchReport, BenchRow
-from ..bench.runner import run_modes
+from ..bench.runner import run_child, run_modes
 from ..bench.worker import serve_row
 from ..errors import UsageError
 from ..timing import percentile
@@ -40,9 +40,7 @@ def _peak_context(gpu: bool, baseline: int):
     return _GpuPeak()
 
 
-def _train(workload, mp, batch_size: int, steps: int, warmup: int, seed: int, gpu: bool, baseline: int, say):
-    import keras
-
+def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: bool, baseline: int, say):
     from ..keras.engine import loss_scale_of
 
     x, y = workload.make_batch(batch_size, seed + 1)
@@ -60,14 +58,12 @@ def _train(workload, mp, batch_size: int, steps: int, warmup: int, seed: int, gp
                 skipped += int(before is not None and after < before)
             say("step", i + 1, warmup + steps)
     loss = float(loss[0] if isinstance(loss, (list, tuple)) else loss)
-    del keras
     return times, skipped, loss, mem.peak, mem.source
 
 
 def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
     import keras
 
-    from ..bench.batch_search import largest_fitting
     from ..keras.engine import MixedPrecision, mode_support_tf
 
     tf = import_tf()
@@ -91,27 +87,8 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
             return wl
 
         workload = build()
-        batch_size = cfg.batch_size or workload.batch_size
-        if batch_size == "auto":
-            def fits(b):
-                peak, fit = None, False
-                try:
-                    _, _, _, peak, _ = _train(build(), mp, b, 2, 1, cfg.seed, gpu, baseline, lambda *a: None)
-                    fit = cfg.memory_budget is None or peak <= cfg.memory_budget
-                except Exception as exc:
-                    if not (is_oom(exc) or isinstance(exc, tf.errors.ResourceExhaustedError)):
-                        raise
-                row.search.append([b, fit, peak])
-                say("search", b, None)
-                return fit
-
-            batch_size = largest_fitting(fits, workload.batch_size, cfg.search_cap)
-            if batch_size is None:
-                row.status, row.error = "oom", "even batch size 1 does not fit"
-                return row
-            row.max_batch_size = batch_size
-            workload = build()
-        times, skipped, loss, peak, source = _train(workload, mp, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu,
+        batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
+        times, skipped, loss, peak, source = _train(workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu,
                                                     baseline, say)
         ms = [t * 1e3 for t in times]
         row.batch_size = batch_size
@@ -146,6 +123,48 @@ def tf_child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: floa
     serve_row(conn, mode, make)
 
 
+def _search_mode(cfg: BenchConfig, mode: str, device: str, flops, progress) -> BenchRow:
+    """--batch-size auto for Keras: every trial in a fresh child process.
+
+    TensorFlow keeps the memory of a finished trial (clear_session does not return it on a CPU),
+    so trials in one process would inflate each other's peaks; a fresh process per trial cannot.
+    """
+    from ..bench.batch_search import largest_fitting
+
+    trials: list = []
+    failed: list[BenchRow] = []
+
+    def fits(b: int) -> bool:
+        trial = BenchConfig.from_dict({**cfg.to_dict(), "batch_size": b, "memory_budget": None,
+                                       "steps": 2, "warmup": 1})
+        row = run_child(trial, mode, device, flops, None, target=tf_child_entry)
+        if row.status not in ("ok", "oom"):
+            failed.append(row)
+            raise _TrialFailed
+        ok = row.status == "ok" and (cfg.memory_budget is None or (row.peak_memory_bytes or 0) <= cfg.memory_budget)
+        trials.append([b, ok, row.peak_memory_bytes])
+        if progress:
+            progress({"mode": mode, "kind": "search", "done": b, "total": None})
+        return ok
+
+    try:
+        best = largest_fitting(fits, cfg.batch_size_hint or 32, cfg.search_cap)
+    except _TrialFailed:
+        return failed[0]  # unsupported or error: the trial's own row says why
+    if best is None:
+        return BenchRow(mode, status="oom", error="even batch size 1 does not fit" +
+                        (f" in the memory budget of {cfg.memory_budget} bytes" if cfg.memory_budget else ""),
+                        search=trials, steps=cfg.steps)
+    final = BenchConfig.from_dict({**cfg.to_dict(), "batch_size": best, "memory_budget": None})
+    row = run_child(final, mode, device, flops, progress, target=tf_child_entry)
+    row.max_batch_size, row.search = best, trials
+    return row
+
+
+class _TrialFailed(Exception):
+    pass
+
+
 def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     import keras
 
@@ -164,8 +183,11 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)  # validate in the parent
     flops = count_flops(workload.model)
     name = workload.name
+    cfg.batch_size_hint = workload.batch_size  # where --batch-size auto starts
     del workload
-    rows, interrupted = run_modes(cfg, "cuda" if gpu else "cpu", flops, progress, on_row, target=tf_child_entry)
+    device = "cuda" if gpu else "cpu"
+    run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
+    rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
                        environment=tf_environment(), framework="tensorflow", flops_per_sample=flops,
                        config=cfg.to_dict(), note=note, interrupted=interrupted)
