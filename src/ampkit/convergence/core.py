@@ -214,17 +214,22 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
 
 
 # ---------------------------------------------------------------- entry points
-def _check_modes(modes, device) -> list[str]:
-    modes = parse_mode_list(modes) if isinstance(modes, str) else list(modes)
-    for m in modes:
-        ok, why = mode_support(m, device)
-        if not ok:
-            raise UsageError(f"mode {m!r} cannot run on {device}: {why}")
-    return modes
+def resolve_modes(modes, support, where: str) -> list[str]:
+    """The modes to compare, fp32 (the baseline) first: the given ones, each of which must run
+    here (else a usage error saying why), or, when none are given, every mode that runs here.
 
-
-def default_modes(device) -> list[str]:
-    return [m for m in ("fp32", "tf32", "bf16", "fp16") if mode_support(m, device)[0]]
+    ``support(mode) -> (ok, why)`` is the framework's capability check; ``where`` ends the error
+    ("on cpu", "in TensorFlow here").
+    """
+    if modes is None:
+        chosen = [m for m in ("fp32", "tf32", "bf16", "fp16") if support(m)[0]]
+    else:
+        chosen = parse_mode_list(modes) if isinstance(modes, str) else list(modes)
+        for m in chosen:
+            ok, why = support(m)
+            if not ok:
+                raise UsageError(f"mode {m!r} cannot run {where}: {why}")
+    return chosen if "fp32" in chosen else ["fp32"] + chosen
 
 
 def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, modes=None, seeds: int | list[int] = 3,
@@ -244,9 +249,7 @@ def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, mo
     from ..environment import torch_environment
 
     device = resolve_device(device)
-    modes = default_modes(device) if modes is None else _check_modes(modes, device)
-    if "fp32" not in modes:
-        modes = ["fp32"] + modes
+    modes = resolve_modes(modes, lambda m: mode_support(m, device), f"on {device}")
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise UsageError("parity needs at least one seed")

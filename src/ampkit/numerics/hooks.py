@@ -41,12 +41,10 @@ class Recorder:
     module's output and the next module's input).
     """
 
-    def __init__(self, model: nn.Module, on_forward: Callable, on_grad: Callable, *, grads: bool = True,
-                 grad_inputs: bool = True):
+    def __init__(self, model: nn.Module, on_forward: Callable, on_grad: Callable, *, grad_inputs: bool = True):
         self.model = model
         self.on_forward = on_forward
         self.on_grad = on_grad
-        self.grads = grads
         self.grad_inputs = grad_inputs
         self.order: list[tuple[str, int]] = []
         self.calls: dict[str, int] = {}
@@ -89,7 +87,7 @@ class Recorder:
             self.calls[name] = idx + 1
             key = (name, idx)
             self._stack.append(key)
-            if self.grads and self.grad_inputs and torch.is_grad_enabled():
+            if self.grad_inputs and torch.is_grad_enabled():
                 for t in float_tensors(args):
                     if t.requires_grad:
                         t.register_hook(self._grad_hook(key, "input", self._tid(t)))
@@ -101,7 +99,7 @@ class Recorder:
             self.order.append(key)
             tensors = float_tensors(output)
             self.on_forward(key, tensors)
-            if self.grads and torch.is_grad_enabled():
+            if torch.is_grad_enabled():
                 for t in tensors:
                     if t.requires_grad:
                         t.register_hook(self._grad_hook(key, "output", self._tid(t)))

@@ -11,18 +11,14 @@ from ..bench.report import BenchReport, BenchRow
 from ..bench.runner import run_child, run_modes
 from ..bench.worker import serve_row
 from ..errors import UsageError
-from ..timing import percentile
+from ..timing import HOST, percentile
 from .common import import_tf, tf_device_name, tf_environment
 from .workloads import build_tf_workload, check_tf_workload, count_flops
 
 
-class _Cpu:
-    type = "cpu"
-
-
 def _peak_context(gpu: bool, baseline: int):
     if not gpu:
-        return PeakMemory(_Cpu(), baseline=baseline)
+        return PeakMemory(HOST, baseline=baseline)
     tf = import_tf()
 
     class _GpuPeak:

@@ -8,7 +8,7 @@ import time
 from ..doctor.report import DoctorReport
 from ..doctor.verdicts import cpu_emulation_note, evaluate
 from ..precision import MODES, get_precision
-from ..timing import median
+from ..timing import HOST, median, time_calls
 from .common import import_tf, tf_device_name, tf_environment
 
 
@@ -83,17 +83,8 @@ def microbench(mode: str) -> dict:
         out = {}
         for name, fn, flops in (("matmul", lambda: tf.linalg.matmul(a, b), 2.0 * n**3),
                                 ("conv", lambda: tf.nn.conv2d(x, k, 1, "SAME"), 2.0 * bs * h * w * cin * cout * 9)):
-            fn().numpy()  # warm-up; .numpy() waits for the result (a host-device sync)
-            t = time.perf_counter()
-            fn().numpy()
-            first = time.perf_counter() - t
-            reps = max(2, min(30, int(budget / max(first, 1e-6))))
-            times = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                fn().numpy()
-                times.append(time.perf_counter() - t)
-            secs = median(times)
+            # .numpy() waits for the result (a host-device sync), so host timing is right
+            secs = median(time_calls(lambda: fn().numpy(), HOST, budget_s=budget, max_reps=30))
             out[name] = {"seconds": secs, "tflops": flops / secs / 1e12}
         return out
     finally:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..convergence.core import ParityConfig, ParityReport, RunRecord, _loader_order, summarize
-from ..errors import UsageError
-from ..precision import parse_mode_list
+from ..convergence.core import ParityConfig, ParityReport, RunRecord, _loader_order, resolve_modes, summarize
 from .common import import_tf, tf_device_name, tf_environment
 
 
@@ -68,16 +66,7 @@ def run_parity_tf(cfg: ParityConfig, progress=None) -> ParityReport:
     cfg.validate()
     import_tf()
     ds = load(cfg.dataset)
-    if cfg.modes is None:
-        modes = [m for m in ("fp32", "tf32", "bf16", "fp16") if mode_support_tf(m)[0]]
-    else:
-        modes = parse_mode_list(",".join(cfg.modes)) if cfg.modes else []
-        for m in modes:
-            ok, why = mode_support_tf(m)
-            if not ok:
-                raise UsageError(f"mode {m!r} cannot run in TensorFlow here: {why}")
-        if "fp32" not in modes:
-            modes = ["fp32"] + modes
+    modes = resolve_modes(cfg.modes, mode_support_tf, "in TensorFlow here")
     epochs = cfg.epochs or ds.epochs
     t0 = time.perf_counter()
     records = []

@@ -140,7 +140,7 @@ def _mha_flops(layer) -> float:
     return 2.0 * (projections + attention)
 
 
-def count_flops(model, batch_shape_hint=None) -> float | None:
+def count_flops(model) -> float | None:
     """Training FLOPs per sample (3x forward) of Dense, EinsumDense, Conv2D and attention layers."""
     total = 0.0
     try:
