@@ -19,9 +19,9 @@ import torch
 import torch.nn as nn
 
 import ampkit
-from ampkit.devices import resolve_device
-from ampkit.engine import MixedPrecision
-from ampkit.timing import synchronize
+from ampkit.backends.torch.devices import resolve_device
+from ampkit.backends.torch.engine import MixedPrecision
+from ampkit.backends.torch.timing import synchronize
 
 
 def build(device):

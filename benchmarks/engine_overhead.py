@@ -17,8 +17,8 @@ import time
 import torch
 import torch.nn as nn
 
-from ampkit.devices import resolve_device
-from ampkit.engine import MixedPrecision
+from ampkit.backends.torch.devices import resolve_device
+from ampkit.backends.torch.engine import MixedPrecision
 
 
 def make(device, width):

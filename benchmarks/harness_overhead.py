@@ -1,7 +1,7 @@
 """Does ampkit bench measure the model, not itself? fp32 samples/s from bench's measurement vs a
 minimal hand-written training loop on the same model and batch, paired rounds in one process.
 
-Bench's figure comes from ``ampkit.bench.measure.measure`` (what every bench child runs: the
+Bench's figure comes from ``ampkit.backends.torch.measure.measure`` (what every bench child runs: the
 engine, the timing, the memory poller); the hand loop is plain PyTorch timed end to end.
 Target: within 5%.
 
@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from ampkit.bench.measure import measure
-from ampkit.devices import resolve_device
-from ampkit.timing import synchronize
-from ampkit.workloads.builtin import build_builtin
+from ampkit.backends.torch.devices import resolve_device
+from ampkit.backends.torch.measure import measure
+from ampkit.backends.torch.timing import synchronize
+from ampkit.backends.torch.workloads import build_builtin
 
 
 def hand_loop(model, batch, loss_of, opt, steps, device) -> float:

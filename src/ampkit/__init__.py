@@ -1,6 +1,7 @@
 """ampkit: mixed-precision training you can check, measure and trust.
 
-``import ampkit`` stays cheap: torch and the command modules load on first use.
+``import ampkit`` stays cheap and needs no framework: torch and the command modules load on first
+use (``ampkit.MixedPrecision`` imports torch; ``ampkit.keras`` imports Keras).
 """
 
 from __future__ import annotations
@@ -27,18 +28,20 @@ __all__ = [
 ]
 
 _LAZY = {
-    "MixedPrecision": ("ampkit.engine", "MixedPrecision"),
-    "StepResult": ("ampkit.engine", "StepResult"),
-    "Workload": ("ampkit.workloads.base", "Workload"),
-    "audit": ("ampkit.numerics.core", "audit"),
-    "parity": ("ampkit.convergence.core", "parity"),
+    "MixedPrecision": ("ampkit.backends.torch.engine", "MixedPrecision"),
+    "StepResult": ("ampkit.backends.torch.engine", "StepResult"),
+    "Workload": ("ampkit.backends.torch.workloads", "Workload"),
 }
+#: command packages that are callable: ampkit.audit(...) and ampkit.parity(...) run the PyTorch entry points
+_CALLABLE_PACKAGES = ("audit", "parity")
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _CALLABLE_PACKAGES:
+        return importlib.import_module(f"ampkit.{name}")  # importing sets the attribute on this package
+    if name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value

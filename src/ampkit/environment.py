@@ -1,4 +1,8 @@
-"""The environment section of every report: what a user pastes into a bug report."""
+"""The environment section every report starts with: what a user pastes into a bug report.
+
+The framework-neutral part (ampkit, Python, platform, CPU, NVML's view of the GPUs); each backend
+adds its framework's versions, build and device on top of :func:`base_environment`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import platform
 import sys
 
 from ._version import __version__
-from .devices import cpu_info
+from .cpu import cpu_info
 
 
-def _nvml_gpus() -> list[dict] | None:
+def nvml_gpus() -> list[dict] | None:
     """GPUs as NVML (nvidia-ml-py) sees them, or None when NVML is absent or has no driver."""
     try:
         import pynvml
@@ -43,51 +47,20 @@ def _nvml_gpus() -> list[dict] | None:
             pass
 
 
-def torch_environment(device=None) -> dict:
-    import torch
-
-    build = "rocm" if getattr(torch.version, "hip", None) else ("cuda" if torch.version.cuda else "cpu")
-    env = {
+def base_environment(framework: str, framework_version: str) -> dict:
+    """The keys every environment section has, whichever framework ran."""
+    return {
         "ampkit": __version__,
-        "framework": "torch",
-        "framework_version": torch.__version__,
-        "torch_build": build,
+        "framework": framework,
+        "framework_version": framework_version,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cuda_runtime": torch.version.cuda,
+        "cuda_runtime": None,
         "cudnn": None,
-        "cuda_available": torch.cuda.is_available(),
-        "device": str(device) if device is not None else None,
+        "device": None,
         "device_name": None,
         "compute_capability": None,
         "gpus": [],
         "nvml": None,
-        "cpu": cpu_info(),
+        "cpu": dict(cpu_info()),
     }
-    try:
-        if torch.backends.cudnn.is_available():
-            env["cudnn"] = torch.backends.cudnn.version()
-    except Exception:
-        pass
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            env["gpus"].append({
-                "index": i,
-                "name": props.name,
-                "compute_capability": f"{props.major}.{props.minor}",
-                "memory_total_bytes": int(props.total_memory),
-                "multiprocessors": props.multi_processor_count,
-            })
-        env["nvml"] = _nvml_gpus()
-        if env["nvml"]:
-            env["driver_version"] = env["nvml"][0].get("driver_version")
-    if device is not None:
-        if device.type == "cuda":
-            idx = device.index or 0
-            env["device_name"] = torch.cuda.get_device_name(idx)
-            major, minor = torch.cuda.get_device_capability(idx)
-            env["compute_capability"] = f"{major}.{minor}"
-        else:
-            env["device_name"] = env["cpu"]["model"]
-    return env

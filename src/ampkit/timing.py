@@ -1,56 +1,55 @@
-"""Timing that is right on both devices.
+"""Timing that is right on every device, and the summaries every command reports.
 
-CUDA: events around each call and ONE synchronize at the end (a host-device sync, deliberate,
-outside the timed region). CPU: perf_counter around each call. Warm-up calls are excluded.
+A *clock* times calls: :data:`HOST` with perf_counter, for work that has finished when the call
+returns (CPU work, TensorFlow's ``.numpy()``); a backend supplies one for its accelerator (PyTorch's
+CUDA clock records events and synchronises once, outside the timed region). Warm-up calls are
+excluded everywhere.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from types import SimpleNamespace
-from typing import Callable
+from collections.abc import Callable
+from typing import Protocol
 
 
-#: a stand-in device for code whose calls have finished when they return (TensorFlow's
-#: ``.numpy()``, CPU work): timed with perf_counter, never synchronised
-HOST = SimpleNamespace(type="cpu")
+class Clock(Protocol):
+    def sync(self) -> None: ...
+
+    def time(self, fn: Callable[[], object], reps: int) -> list[float]: ...
 
 
-def synchronize(device) -> None:
-    if device.type == "cuda":
-        import torch
+class HostClock:
+    """perf_counter around each call; nothing to synchronise."""
 
-        torch.cuda.synchronize(device)  # host-device sync: only at measurement boundaries
+    def sync(self) -> None:
+        pass
+
+    def time(self, fn: Callable[[], object], reps: int) -> list[float]:
+        out = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+        return out
 
 
-def time_calls(fn: Callable[[], object], device, *, warmup: int = 1, min_reps: int = 2,
+HOST = HostClock()
+
+
+def time_calls(fn: Callable[[], object], clock: Clock = HOST, *, warmup: int = 1, min_reps: int = 2,
                max_reps: int = 50, budget_s: float = 0.5) -> list[float]:
     """Seconds per call of ``fn`` for a number of reps chosen to fit ``budget_s``."""
     for _ in range(warmup):
         fn()
-    synchronize(device)
+    clock.sync()
     t0 = time.perf_counter()  # calibration call, also timed
     fn()
-    synchronize(device)
+    clock.sync()
     first = time.perf_counter() - t0
     reps = max(min_reps, min(max_reps, int(budget_s / max(first, 1e-6))))
-    if device.type == "cuda":
-        import torch
-
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for start, end in events:
-            start.record()
-            fn()
-            end.record()
-        synchronize(device)
-        return [start.elapsed_time(end) / 1e3 for start, end in events]
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+    return clock.time(fn, reps)
 
 
 def median(xs: list[float]) -> float:
@@ -68,3 +67,10 @@ def percentile(xs: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def step_ms_summary(step_s: list[float]) -> dict:
+    """Step times (seconds) as the bench row reports them: milliseconds, p50/p90/mean/min/max."""
+    ms = [s * 1e3 for s in step_s]
+    return {"p50": percentile(ms, 50), "p90": percentile(ms, 90), "mean": sum(ms) / len(ms),
+            "min": min(ms), "max": max(ms)}

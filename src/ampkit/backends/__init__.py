@@ -1,38 +1,71 @@
-"""Framework backends behind one small interface, chosen in one place.
+"""Framework backends behind one small interface (:class:`~ampkit.backends.base.Backend`), chosen here.
 
-Each backend exposes the same methods (doctor, bench, parity, audit); TensorFlow is imported
-only when its backend is asked for, so ``import ampkit`` and ``ampkit --help`` work without it.
+Each backend is a folder (``torch/``, ``tensorflow/``) holding everything that imports its
+framework; nothing outside these folders imports torch or TensorFlow. A backend's framework is
+imported only when it is asked for, so ``import ampkit`` and ``ampkit --help`` need neither.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 from ..errors import UsageError
+from .base import Backend
 
 FRAMEWORKS = ("torch", "tensorflow")
-TF_INSTALL = "pip install 'ampkit[tensorflow]'"
+AUTO = "auto"
+INSTALL = {"torch": "pip install 'ampkit[torch]'", "tensorflow": "pip install 'ampkit[tensorflow]'"}
+_CLASSES = {"torch": ("ampkit.backends.torch", "TorchBackend"),
+            "tensorflow": ("ampkit.backends.tensorflow", "TensorFlowBackend")}
+_ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow",
+            "keras": "tensorflow", AUTO: AUTO}
+
+__all__ = ["Backend", "FRAMEWORKS", "get_backend", "parse_framework", "resolve_framework"]
 
 
-def parse_framework(name: str, *, allow_all: bool = False) -> str:
-    key = (name or "").strip().lower()
-    aliases = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow", "keras": "tensorflow"}
+def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
+    """The canonical framework name (``torch``, ``tensorflow``, ``auto``, and ``all`` where allowed)."""
+    key = (name or AUTO).strip().lower()
     if allow_all and key == "all":
         return "all"
-    if key not in aliases:
-        allowed = ", ".join(FRAMEWORKS + (("all",) if allow_all else ()))
+    if key not in _ALIASES:
+        allowed = ", ".join(FRAMEWORKS + (AUTO,) + (("all",) if allow_all else ()))
         raise UsageError(f"unknown framework {name!r}; choose from: {allowed}")
-    return aliases[key]
+    return _ALIASES[key]
 
 
-def get_backend(framework: str):
-    framework = parse_framework(framework)
-    if framework == "torch":
-        from .torch_backend import TorchBackend
+def _torch_importable() -> bool:
+    # a real import, not find_spec: a broken or stubbed torch must count as absent
+    try:
+        import torch  # noqa: F401
+    except Exception:
+        return False
+    return True
 
-        return TorchBackend()
-    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
-        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {TF_INSTALL}")
-    from .tensorflow_backend import TensorFlowBackend
 
-    return TensorFlowBackend()
+def _tensorflow_present() -> bool:
+    return importlib.util.find_spec("tensorflow") is not None and importlib.util.find_spec("keras") is not None
+
+
+def resolve_framework(name: str | None) -> str:
+    """``auto`` -> torch when torch can be imported, else tensorflow when it is installed."""
+    framework = parse_framework(name)
+    if framework != AUTO:
+        return framework
+    if _torch_importable():
+        return "torch"
+    if _tensorflow_present():
+        return "tensorflow"
+    raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+
+
+def get_backend(framework: str | None = AUTO) -> Backend:
+    """The backend for ``framework`` (``auto`` resolved); a missing framework is a usage error."""
+    framework = resolve_framework(framework)
+    if framework == "torch" and not _torch_importable():
+        raise UsageError(f"--framework torch needs PyTorch: {INSTALL['torch']}")
+    if framework == "tensorflow" and not _tensorflow_present():
+        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {INSTALL['tensorflow']}")
+    module, cls = _CLASSES[framework]
+    return getattr(importlib.import_module(module), cls)()

@@ -6,7 +6,7 @@ memory budget is given, its measured peak stays within the budget.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def largest_fitting(fits: Callable[[int], bool], start: int, cap: int = 1 << 16) -> int | None:

@@ -39,7 +39,7 @@ class BenchConfig:
     search_cap: int = 1 << 16            # the largest batch size --batch-size auto tries
     batch_size_hint: int | None = None   # where --batch-size auto starts (default: the workload's)
 
-    def validate(self) -> "BenchConfig":
+    def validate(self) -> BenchConfig:
         if self.workload and self.model:
             raise UsageError("give either --workload or --model, not both")
         if isinstance(self.batch_size, int) and self.batch_size <= 0:
@@ -64,7 +64,7 @@ class BenchConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BenchConfig":
+    def from_dict(cls, d: dict) -> BenchConfig:
         d = dict(d)
         if d.get("input_shape") is not None:
             d["input_shape"] = tuple(d["input_shape"])

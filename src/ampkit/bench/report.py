@@ -35,7 +35,7 @@ class BenchRow:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BenchRow":
+    def from_dict(cls, d: dict) -> BenchRow:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def csv_row(self) -> dict:
@@ -51,12 +51,16 @@ class BenchReport:
     device: str
     results: list[BenchRow]
     environment: dict
-    framework: str = "torch"
     world_size: int = 1
     flops_per_sample: float | None = None
     config: dict = field(default_factory=dict)
     note: str | None = None
     interrupted: bool = False
+
+    @property
+    def framework(self) -> str | None:
+        """Which framework ran: read from the environment section, the one place a backend sets it."""
+        return self.environment.get("framework")
 
     def to_dict(self) -> dict:
         from .._version import __version__
@@ -77,9 +81,9 @@ class BenchReport:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BenchReport":
+    def from_dict(cls, d: dict) -> BenchReport:
         return cls(workload=d["workload"], device=d["device"], results=[BenchRow.from_dict(r) for r in d["results"]],
-                   environment=d.get("environment", {}), framework=d.get("framework", "torch"),
+                   environment=d.get("environment", {}),
                    world_size=d.get("world_size", 1), flops_per_sample=d.get("flops_per_sample"),
                    config=d.get("config", {}), note=d.get("note"), interrupted=d.get("interrupted", False))
 

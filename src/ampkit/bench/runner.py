@@ -1,23 +1,24 @@
-"""Run every requested mode on the same workload and batch, one fresh child process per mode."""
+"""What a bench run does the same way for every framework.
+
+Every requested mode runs in a fresh spawned child (so memory peaks never leak between modes);
+the child sends its row back as JSON (no pickled results). The relative figures (speedup, memory
+saving), TFLOP/s and MFU, the step-time summary and the ``--batch-size auto`` search around the
+backend's trial are computed here, once.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
-from typing import Callable
+from collections.abc import Callable
 
-import torch
-
-from ..devices import resolve_device
-from ..environment import torch_environment
-from ..errors import UsageError
-from ..workloads.builtin import check_builtin, default_workload
-from ..workloads.flops import count_training_flops
+from ..timing import step_ms_summary
+from .batch_search import largest_fitting
 from .config import BenchConfig
 from .peaks import peak_tflops
-from .report import BenchReport, BenchRow, derive_relative
-from .worker import build_workload, child_entry, run_mode
+from .report import BenchRow, derive_relative
 
 # Large allocations are mmapped and returned on free, so a child's RSS falls after each trial
 # of --batch-size auto and peaks measured by RSS do not carry over (glibc's dynamic threshold
@@ -25,48 +26,76 @@ from .worker import build_workload, child_entry, run_mode
 _CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
-def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float | None, str]:
-    """Validate the workload in the parent (bad input -> exit 2 before any child) and count FLOPs."""
-    note = None
-    if not cfg.model and not cfg.workload:
-        cfg.workload = default_workload(device)
-        note = f"no --workload given: ran the default for a {device.type.upper()} device, {cfg.workload!r}"
-    if cfg.workload:
-        cfg.workload = check_builtin(cfg.workload)
-    if cfg.batch_size == "auto" and device.type != "cuda" and cfg.memory_budget is None:
-        raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE (there is no out-of-memory "
-                         "error to stop at); e.g. --memory-budget 2GiB")
-    workload = build_workload(cfg, torch.device("cpu"))
-    if cfg.model:  # a user's model must run on its own inputs: probe a batch of 2 (meta, else CPU)
-        try:
-            counted = count_training_flops(workload, strict=True)
-        except Exception as exc:
-            shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
-            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape}: "
-                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-        flops = workload.flops_per_sample or counted
-    else:
-        flops = workload.flops_per_sample or count_training_flops(workload)
-    return note, flops, workload.name
+def fill_timing(row: BenchRow, batch_size: int, step_s: list[float], flops: float | None, gpu: bool,
+                world_size: int = 1) -> None:
+    """samples/s, the step-time summary, TFLOP/s and (on a known GPU) MFU of one measured run.
+
+    ``world_size`` processes each ran ``batch_size`` samples per step (global throughput).
+    """
+    row.batch_size = batch_size
+    row.samples_per_s = batch_size * world_size * len(step_s) / sum(step_s)
+    row.step_ms = step_ms_summary(step_s)
+    fill_flops(row, flops, gpu, world_size)
 
 
-def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
-              on_row: Callable[[BenchRow], None] | None = None) -> BenchReport:
-    """Run the bench; Ctrl-C stops it and returns the rows that finished (``interrupted`` set)."""
-    cfg.validate()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return _run_distributed(cfg, progress, on_row)
-    device = resolve_device(cfg.device)
-    note, flops, name = _prepare(cfg, device)
-    rows, interrupted = run_modes(cfg, str(device), flops, progress, on_row)
-    return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
-                       flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
+def fill_flops(row: BenchRow, flops: float | None, gpu: bool, world_size: int = 1) -> None:
+    if not flops or not row.samples_per_s:
+        return
+    row.tflops = flops * row.samples_per_s / 1e12
+    peak = peak_tflops(row.device_name, row.mode) if gpu else None
+    row.mfu = row.tflops / (peak * world_size) if peak else None
 
 
-def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target=child_entry,
-              run_one=None) -> tuple[list, bool]:
-    """Every requested mode in turn, each in a fresh child (or ``run_one(mode)``, which may use
-    several); Ctrl-C keeps the rows that finished."""
+def check_final_loss(row: BenchRow, loss: float, cfg: BenchConfig) -> None:
+    """A run whose loss is inf/NaN did not train: the row is an error, saying how far it got."""
+    row.final_loss = loss
+    if not math.isfinite(loss):
+        row.status = "error"
+        row.error = (f"loss is {loss} after {cfg.warmup + cfg.steps} steps"
+                     + (f" ({row.skipped_steps} of {cfg.steps} timed steps skipped by the loss scaler)"
+                        if row.skipped_steps else ""))
+
+
+def describe_failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+
+
+class TrialFailed(Exception):
+    """A --batch-size auto trial failed for a reason other than memory: its row says why."""
+
+    def __init__(self, row: BenchRow):
+        super().__init__(row.error)
+        self.row = row
+
+
+def search_batch(row: BenchRow, trial: Callable[[int], tuple[bool, int | None]], start: int, cap: int,
+                 budget: int | None, say=None) -> int | None:
+    """``--batch-size auto`` around a backend's ``trial(b) -> (ran without OOM, peak bytes)``.
+
+    A batch fits when it ran and, with a ``budget``, its measured peak stays within it. Records
+    every trial in ``row.search``; sets ``max_batch_size``, or the oom status when nothing fits.
+    """
+    def fits(b: int) -> bool:
+        ran, peak = trial(b)
+        ok = ran and (budget is None or (peak or 0) <= budget)
+        row.search.append([b, ok, peak])
+        if say:
+            say("search", b, None)
+        return ok
+
+    best = largest_fitting(fits, start, cap)
+    if best is None:
+        row.status = "oom"
+        row.error = ("even batch size 1 does not fit" +
+                     (f" in the memory budget of {budget} bytes" if budget else " in device memory"))
+        return None
+    row.max_batch_size = best
+    return best
+
+
+def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target, run_one=None) -> tuple[list, bool]:
+    """Every requested mode in turn, each in a fresh child running ``target`` (or ``run_one(mode)``,
+    which may use several); Ctrl-C keeps the rows that finished."""
     rows: list[BenchRow] = []
     interrupted = False
     try:
@@ -81,9 +110,10 @@ def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target=chi
     return rows, interrupted
 
 
-def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target=child_entry) -> BenchRow:
+def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target) -> BenchRow:
     """Run one mode in a fresh spawned process; ``target(conn, cfg_dict, mode, device, flops)`` sends
-    JSON messages (progress, then the row). A worker that dies yields an error/oom row."""
+    JSON messages (progress, then the row) through :func:`serve_row`. A worker that dies yields an
+    error row (an oom row when it was SIGKILLed, the out-of-memory killer's signal)."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=target, args=(send, cfg.to_dict(), mode, str(device), flops), daemon=True)
@@ -126,44 +156,19 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target=
     return row
 
 
-def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
-    """Under torchrun: DDP in this process, every mode in turn; rank 0 reports global figures."""
-    import torch.distributed as dist
+def serve_row(conn, mode: str, make_row) -> None:
+    """In a bench child: ``make_row(progress)`` -> BenchRow, sent to the parent as JSON, with
+    progress messages on the way. Any failure still sends a row."""
+    def send(msg: dict) -> None:
+        conn.send_bytes(json.dumps(msg).encode())
 
-    if cfg.batch_size == "auto":
-        raise UsageError("--batch-size auto is not supported under torchrun; give a per-process --batch-size")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    want_cuda = cfg.device in ("auto", "cuda") or cfg.device.startswith("cuda")
-    if want_cuda and torch.cuda.is_available():
-        device = torch.device(f"cuda:{local_rank}")
-        torch.cuda.set_device(device)
-    else:
-        device = resolve_device("cpu" if cfg.device == "auto" else cfg.device)
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    world = dist.get_world_size()
-    note, flops, name = _prepare(cfg, device)
-    rows = []
-    for mode in cfg.modes:
-        row = run_mode(cfg, mode, device, flops=flops, ddp=True,
-                       progress=(lambda kind, done, total, _m=mode: progress({"mode": _m, "kind": kind, "done": done,
-                                                                           "total": total})) if progress else None)
-        # global figures: the slowest rank sets the pace; memory is the largest rank's
-        t = torch.tensor([(row.batch_size or 0) / row.samples_per_s if row.samples_per_s else float("inf"),
-                          float(row.peak_memory_bytes or 0), 1.0 if row.status == "ok" else 0.0], dtype=torch.float64)
-        flags = t.clone()
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-        if row.status == "ok" and flags[2] > 0:
-            row.samples_per_s = (row.batch_size * world) / float(t[0])
-            row.peak_memory_bytes = int(t[1])
-            if flops:
-                row.tflops = flops * row.samples_per_s / 1e12
-                peak = peak_tflops(row.device_name, mode) if device.type == "cuda" else None
-                row.mfu = row.tflops / (peak * world) if peak else None
-        rows.append(row)
-        if on_row and dist.get_rank() == 0:
-            on_row(row)
-    derive_relative(rows)
-    return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
-                       world_size=world, flops_per_sample=flops, config=cfg.to_dict(), note=note)
+    try:
+        row = make_row(lambda kind, done, total: send({"type": "progress", "kind": kind, "done": done, "total": total}))
+        send({"type": "result", "row": row.to_dict()})
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # last resort: the parent still gets a row
+        send({"type": "result", "row": BenchRow(mode, status="error", error=describe_failure(exc)).to_dict()})
+    finally:
+        conn.close()
+        os._exit(0)  # skip interpreter teardown (CUDA contexts, threads): the row is sent

@@ -22,13 +22,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from ..audit.core import AuditConfig
     from ..backends import get_backend, parse_framework
     from ..errors import UsageError
-    from ..numerics.core import AuditConfig
+    from ..factory import parse_shape
     from ..precision import parse_mode
     from ..render import audit as render_audit
     from ..render.output import check_writable, console, write_json
-    from ..workloads.loader import parse_shape
 
     framework = parse_framework(args.framework)
     mode = parse_mode(args.mode, allow_auto=False)

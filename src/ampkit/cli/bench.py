@@ -48,10 +48,10 @@ def run(args) -> int:
 
     from ..backends import get_backend, parse_framework
     from ..bench.config import BenchConfig, parse_size
+    from ..factory import parse_shape
     from ..precision import parse_mode_list
     from ..render import bench as render_bench
     from ..render.output import check_writable, console, write_json
-    from ..workloads.loader import parse_shape
 
     framework = parse_framework(args.framework)
     cfg = BenchConfig(

@@ -14,9 +14,9 @@ def add_json(p) -> None:
 
 
 def add_framework(p, *, allow_all: bool = False) -> None:
-    choices = "torch|tensorflow" + ("|all" if allow_all else "")
-    p.add_argument("--framework", default="torch", metavar=choices.upper().replace("|", "|"),
-                   help=f"{choices} (default: torch)")
+    choices = "auto|torch|tensorflow" + ("|all" if allow_all else "")
+    p.add_argument("--framework", default="auto", metavar=choices.upper(),
+                   help=f"{choices} (default: auto = torch when it can be imported, else tensorflow)")
 
 
 def progress_printer(con):

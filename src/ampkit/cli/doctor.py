@@ -1,4 +1,4 @@
-"""ampkit doctor [--framework torch|tensorflow|all] [--device DEV] [--quick] [--json PATH|-]"""
+"""ampkit doctor [--framework auto|torch|tensorflow|all] [--device DEV] [--quick] [--json PATH|-]"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..backends import parse_framework
+    from ..backends import FRAMEWORKS, parse_framework, resolve_framework
     from ..doctor import run_doctor
     from ..render import doctor as render_doctor
     from ..render.output import check_writable, console, write_json
@@ -21,7 +21,7 @@ def run(args) -> int:
     framework = parse_framework(args.framework, allow_all=True)
     check_writable(args.json, "JSON")
     con = console(json_to_stdout=args.json == "-")
-    frameworks = ["torch", "tensorflow"] if framework == "all" else [framework]
+    frameworks = list(FRAMEWORKS) if framework == "all" else [resolve_framework(framework)]
     reports = {}
     for fw in frameworks:
         reports[fw] = run_doctor(fw, args.device, quick=args.quick, progress=progress_printer(con))
@@ -35,6 +35,6 @@ def run(args) -> int:
                    "environment": reports["torch"].environment,
                    "frameworks": {k: v.to_dict() for k, v in reports.items()}}
         else:
-            doc = reports[framework].to_dict()
+            doc = reports[frameworks[0]].to_dict()
         write_json(doc, args.json)
     return 1 if any(r.failed for r in reports.values()) else 0

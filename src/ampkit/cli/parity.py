@@ -21,16 +21,14 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..backends import get_backend, parse_framework
-    from ..convergence.core import ParityConfig
-    from ..convergence.datasets import DATASETS
-    from ..errors import UsageError
+    from ..parity.core import ParityConfig
+    from ..parity.datasets import check_dataset
     from ..precision import parse_mode_list
     from ..render import parity as render_parity
     from ..render.output import check_writable, console, write_json
 
     framework = parse_framework(args.framework)
-    if args.dataset.strip().lower() not in DATASETS:
-        raise UsageError(f"unknown dataset {args.dataset!r}; choose from: {', '.join(DATASETS)}")
+    check_dataset(args.dataset)
     modes = parse_mode_list(args.modes) if args.modes is not None else None
     cfg = ParityConfig(dataset=args.dataset, modes=modes, seeds=args.seeds, epochs=args.epochs,
                        tolerance=args.tolerance, device=args.device)

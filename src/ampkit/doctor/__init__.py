@@ -7,7 +7,7 @@ from .report import DoctorReport, ModeReport
 __all__ = ["DoctorReport", "ModeReport", "run_doctor"]
 
 
-def run_doctor(framework: str = "torch", device="auto", *, quick: bool = False, progress=None) -> DoctorReport:
+def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None) -> DoctorReport:
     """Run the doctor for one framework on one device and return its report."""
     from ..backends import get_backend
 

@@ -25,7 +25,7 @@ class ModeReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModeReport":
+    def from_dict(cls, d: dict) -> ModeReport:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -62,7 +62,7 @@ class DoctorReport:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DoctorReport":
+    def from_dict(cls, d: dict) -> DoctorReport:
         return cls(
             framework=d["framework"],
             device=d["device"],

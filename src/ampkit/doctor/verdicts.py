@@ -4,7 +4,7 @@ against fp32, and turn the measurements into verdicts and one recommendation."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from .report import ModeReport
 
@@ -20,17 +20,6 @@ def speedup(base: dict, other: dict) -> float:
 
 def ratio_words(s: float) -> str:
     return f"{s:.2f}x as fast as fp32" if s >= 1 else f"{1 / s:.1f}x slower than fp32"
-
-
-def cpu_emulation_note(mode: str) -> str:
-    """Why a low-precision mode is slow on this CPU, when the CPU lacks the instructions for it."""
-    from ..devices import cpu_has_fast_bf16, cpu_has_fast_fp16
-
-    if mode == "bf16" and not cpu_has_fast_bf16():
-        return ": this CPU has no AVX512-BF16 or AMX, so bf16 is emulated"
-    if mode == "fp16" and not cpu_has_fast_fp16():
-        return ": this CPU has no AVX512-FP16 or AMX-FP16, so fp16 is emulated"
-    return ""
 
 
 def evaluate(modes, support: Callable, selftest: Callable, microbench: Callable, *, quick: bool,

@@ -1,8 +1,9 @@
 """Mixed precision for Keras 3 (TensorFlow backend): ``ampkit.keras.MixedPrecision`` and friends.
 
-Importing this module imports Keras; ``import ampkit`` does not.
+The public name of :mod:`ampkit.backends.tensorflow.keras_engine`. Importing this module imports
+Keras; ``import ampkit`` does not.
 """
 
-from .engine import LossScaleHistory, MixedPrecision, float32_output, loss_scale_of
+from ..backends.tensorflow.keras_engine import LossScaleHistory, MixedPrecision, float32_output, loss_scale_of
 
 __all__ = ["MixedPrecision", "LossScaleHistory", "float32_output", "loss_scale_of"]

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..cpu import cpu_features
 from .output import fmt
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
                   "unsupported": "dim", "broken": "bold red"}
+
+
+def framework_line(env: dict) -> str:
+    """``torch 2.14.1 (cpu build)`` or ``tensorflow 2.21.0 (Keras 3.15.0)``: whichever ran."""
+    framework = env.get("framework") or "?"
+    if framework == "torch":
+        detail = f"{env.get('torch_build')} build"
+    elif env.get("keras_version"):
+        detail = f"Keras {env['keras_version']}"
+    else:
+        detail = None
+    return f"{framework} {env.get('framework_version')}" + (f" ({detail})" if detail else "")
 
 
 def render(report, con) -> None:
@@ -15,18 +28,18 @@ def render(report, con) -> None:
     cpu = env.get("cpu", {})
     lines = [
         f"ampkit {env.get('ampkit')}  ·  python {env.get('python')}  ·  {env.get('platform')}",
-        f"torch {env.get('framework_version')} ({env.get('torch_build')} build)"
+        framework_line(env)
         + (f"  ·  CUDA {env['cuda_runtime']}" if env.get("cuda_runtime") else "")
         + (f"  ·  cuDNN {env['cudnn']}" if env.get("cudnn") else "")
         + (f"  ·  driver {env['driver_version']}" if env.get("driver_version") else ""),
     ]
     for g in env.get("gpus", []):
-        lines.append(f"GPU {g['index']}: {g['name']}  cc {g['compute_capability']}  "
-                     f"{g['memory_total_bytes'] / 2**30:.1f} GiB")
-    feats = [k for k in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile") if cpu.get(k)]
-    lines.append(f"CPU: {cpu.get('model')}  ·  {cpu.get('logical_cpus')} logical CPUs, torch threads "
-                 f"{cpu.get('threads')}  ·  ISA: {', '.join(feats) or 'none of note'}"
-                 f"  ·  torch kernels {cpu.get('torch_cpu_capability')}")
+        memory = f"  {g['memory_total_bytes'] / 2**30:.1f} GiB" if g.get("memory_total_bytes") else ""
+        lines.append(f"GPU {g['index']}: {g['name']}  cc {g.get('compute_capability')}{memory}")
+    threads = f", torch threads {cpu['threads']}" if cpu.get("threads") else ""
+    kernels = f"  ·  torch kernels {cpu['torch_cpu_capability']}" if cpu.get("torch_cpu_capability") else ""
+    lines.append(f"CPU: {cpu.get('model')}  ·  {cpu.get('logical_cpus')} logical CPUs{threads}"
+                 f"  ·  ISA: {', '.join(cpu_features(cpu)) or 'none of note'}{kernels}")
     for line in lines:
         con.print(line)
     table = Table(title=f"ampkit doctor — {report.framework} on {report.device}", title_justify="left")

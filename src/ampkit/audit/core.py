@@ -1,0 +1,243 @@
+"""What an audit finds, framework-neutral: per-layer statistics, findings with advice, the report.
+
+Each backend measures (hooks on modules in PyTorch, per-layer outputs in Keras) and fills
+:class:`LayerStats`; everything after that — headroom, underflow shares, findings, the suggested
+loss scale, the JSON document — is decided here, once for both frameworks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from ..errors import UsageError
+from ..formats import BF16, FP16, FloatFormat
+from ..precision import parse_mode
+
+#: a finding is raised when more than this share of nonzero values under/overflows
+UNDERFLOW_THRESHOLD = 0.05
+#: relative error against fp32 above which a leaf module counts as precision-sensitive
+PRECISION_THRESHOLD = 0.1
+SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "precision": 3}
+
+
+@dataclass
+class LayerStats:
+    name: str
+    type: str
+    fwd_amax: float = 0.0
+    fwd_headroom_log2: float = math.inf
+    fwd_underflow_frac: float = 0.0
+    fwd_nonfinite: int = 0
+    grad_amax: float = 0.0
+    grad_underflow_frac: float = 0.0
+    grad_nonfinite: int = 0
+    grad_headroom_log2: float = math.inf   # at the loss scale
+    rel_error: float | None = None         # audited output vs the fp32 reference (max over calls)
+    calls: int = 0
+    leaf: bool = True
+    # accumulators (not serialised)
+    _fwd_nz: float = field(default=0.0, repr=False)
+    _fwd_under: float = field(default=0.0, repr=False)
+    _grad_nz: float = field(default=0.0, repr=False)
+    _grad_under: float = field(default=0.0, repr=False)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+    def count_forward(self, nonzero: float, under: float) -> None:
+        self._fwd_nz += nonzero
+        self._fwd_under += under
+
+    def count_grad(self, nonzero: float, under: float) -> None:
+        self._grad_nz += nonzero
+        self._grad_under += under
+
+    def finish(self, fmt: FloatFormat) -> None:
+        """Derive headroom and underflow shares from what was accumulated over the audited steps."""
+        self.fwd_headroom_log2 = fmt.headroom_log2(self.fwd_amax)
+        self.fwd_underflow_frac = float(self._fwd_under / self._fwd_nz) if self._fwd_nz else 0.0
+        self.grad_underflow_frac = float(self._grad_under / self._grad_nz) if self._grad_nz else 0.0
+
+
+@dataclass
+class Finding:
+    layer: str
+    kind: str
+    advice: str
+    severity: int = 0
+
+    def to_dict(self) -> dict:
+        return {"layer": self.layer, "kind": self.kind, "advice": self.advice}
+
+
+@dataclass
+class AuditReport:
+    mode: str
+    loss_scale: float
+    layers: list[LayerStats]
+    first_nonfinite: dict | None
+    findings: list[Finding]
+    device: str
+    steps: int
+    environment: dict = field(default_factory=dict)
+    workload: str | None = None
+    reference_nonfinite: bool = False
+    suggested_loss_scale: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.first_nonfinite is not None
+
+    @property
+    def framework(self) -> str | None:
+        """Which framework ran: read from the environment section, the one place a backend sets it."""
+        return self.environment.get("framework")
+
+    def to_dict(self) -> dict:
+        from .._version import __version__
+
+        return {"ampkit_version": __version__, "command": "audit", "environment": self.environment,
+                "framework": self.framework, "workload": self.workload, "device": self.device, "mode": self.mode,
+                "loss_scale": self.loss_scale, "steps": self.steps,
+                "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
+                "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
+                "suggested_loss_scale": self.suggested_loss_scale}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AuditReport:
+        layers = [LayerStats(**{k: v for k, v in lay.items() if k in LayerStats.__dataclass_fields__})
+                  for lay in d["layers"]]
+        findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9)) for f in d["findings"]]
+        return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
+                   d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
+                   d.get("suggested_loss_scale"))
+
+
+def format_of(mode: str) -> FloatFormat:
+    return FP16 if mode == "fp16" else BF16
+
+
+def check_audit_args(mode: str, steps: int, loss_scale: float | None, default_scale: float) -> tuple[str, float]:
+    """The canonical mode and the loss scale to audit at; bad values are usage errors.
+
+    ``default_scale`` is the framework engine's initial scale for fp16 (GradScaler 2**16, Keras's
+    LossScaleOptimizer 2**15): an audit measures what a default run would see.
+    """
+    mode = parse_mode(mode, allow_auto=False)
+    if mode not in ("fp16", "bf16"):
+        raise UsageError(f"audit is for the low-precision modes fp16 and bf16; received {mode!r}")
+    if steps < 1:
+        raise UsageError(f"steps must be >= 1; received {steps}")
+    scale = float(loss_scale) if loss_scale is not None else (default_scale if mode == "fp16" else 1.0)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise UsageError(f"loss scale must be a positive number; received {loss_scale}")
+    if mode == "bf16" and scale != 1.0:
+        raise UsageError("bf16 trains without loss scaling; --loss-scale applies to fp16 only")
+    return mode, scale
+
+
+def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,
+                 reference_nonfinite: bool, fp32_hint) -> tuple[list[Finding], float | None]:
+    """Findings with advice from per-layer statistics (framework-neutral; ``fp32_hint(name)`` says
+    how to keep a layer in float32 in the user's framework)."""
+    by_name = {lay.name: lay for lay in layers}
+    out: list[Finding] = []
+    for lay in layers:
+        lay.grad_headroom_log2 = fmt.headroom_log2(lay.grad_amax * scale) if lay.grad_amax else math.inf
+    if first_nonfinite is not None:
+        name, phase = first_nonfinite["name"], first_nonfinite["phase"]
+        lay = by_name.get(name)
+        if reference_nonfinite:
+            advice = (f"the first inf/NaN appears in the {phase} of {name or '(model)'}, and the fp32 reference is "
+                      "non-finite too: this is not a precision problem — look for log/sqrt/division at 0 or an "
+                      "exploding input in that module")
+        elif phase == "forward":
+            advice = (f"the first inf/NaN of the {mode} run appears in the forward output of {name or '(model)'}"
+                      + (f" (its fp32 outputs reach {lay.fwd_amax:.3g}, {fmt.name}'s max is {fmt.max_finite:g})" if lay else "")
+                      + f": run it in float32 ({fp32_hint(name)})"
+                      + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
+        else:
+            advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
+                      + ("GradScaler skips such a step and halves the scale; if it happens every step, lower "
+                         "init_scale or train in bf16" if mode == "fp16" else
+                         "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
+        out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"]))
+    # overflow: the innermost modules whose fp32 outputs exceed the format's range
+    over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite]
+    for lay in over:
+        inner = any(o is not lay and o.name.startswith(lay.name + ".") if lay.name else o is not lay for o in over)
+        if inner:
+            continue
+        out.append(Finding(lay.name, "overflow",
+                           f"outputs reach {lay.fwd_amax:.3g}, beyond {fmt.name}'s max {fmt.max_finite:g} "
+                           f"(headroom {lay.fwd_headroom_log2:.1f} bits): keep {lay.name or 'the model'} in float32 "
+                           f"({fp32_hint(lay.name)})"
+                           + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"]))
+    # gradient overflow at this loss scale (leaf modules: where the scaled gradient is produced)
+    for lay in layers:
+        if mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0:
+            fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if lay.grad_amax else None
+            out.append(Finding(lay.name, "overflow",
+                               f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
+                               f"beyond fp16's max {fmt.max_finite:g}: GradScaler skips such steps and halves the "
+                               f"scale" + (f"; init_scale={fit:g} or lower avoids it" if fit and fit >= 1 else
+                                           "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"]))
+    # gradient underflow at this loss scale
+    under = [lay for lay in layers if lay.grad_underflow_frac > UNDERFLOW_THRESHOLD]
+    suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
+    for lay in under:
+        if mode == "fp16":
+            fix = (f"the loss scale {scale:g} is too small for this model; init_scale={suggested:g} would fit "
+                   "(or train in bf16)" if suggested else
+                   "no single loss scale fits both its smallest and largest gradients: train in bf16")
+        else:
+            fix = "keep this module in float32"
+        out.append(Finding(lay.name, "underflow",
+                           f"{lay.grad_underflow_frac:.0%} of its nonzero gradients fall below {fmt.name}'s smallest "
+                           f"normal ({fmt.smallest_normal:.2g}) at loss scale {scale:g}: {fix}", SEVERITY["underflow"]))
+    for lay in layers:
+        if lay.fwd_underflow_frac > UNDERFLOW_THRESHOLD and lay.leaf:
+            out.append(Finding(lay.name, "underflow",
+                               f"{lay.fwd_underflow_frac:.0%} of its nonzero outputs are below {fmt.name}'s smallest "
+                               f"normal ({fmt.smallest_normal:.2g}) and are flushed or denormal: keep it in float32"
+                               + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"]))
+    # precision: leaf modules whose output differs from the fp32 reference by more than the threshold
+    for lay in layers:
+        if lay.leaf and lay.rel_error is not None and lay.rel_error > PRECISION_THRESHOLD and lay.fwd_nonfinite == 0:
+            out.append(Finding(lay.name, "precision",
+                               f"its output differs from float32 by {lay.rel_error:.1%} (relative) under {mode}, "
+                               f"whose {fmt.mantissa_bits}-bit mantissa loses what this module needs: keep it in float32"
+                               f" ({fp32_hint(lay.name)})", SEVERITY["precision"]))
+    out.sort(key=lambda f: f.severity)
+    return out, suggested
+
+
+def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
+    """A power-of-two scale lifting the gradients above the smallest normal without overflow.
+
+    Judged from magnitudes only: the smallest gradient amax must land above the smallest normal
+    with 2**10 to spare, the largest must stay 2 bits below the max. None when no scale fits.
+    """
+    amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0]
+    if not amaxes:
+        return None
+    lo = fmt.smallest_normal * 2**10 / min(amaxes)
+    hi = fmt.max_finite / 4 / max(amaxes)
+    if lo > hi:
+        return None
+    return float(2 ** math.ceil(math.log2(lo)))
+
+
+@dataclass
+class AuditConfig:
+    workload: str | None = None
+    model: str | None = None
+    input_shape: tuple[int, ...] | None = None
+    num_classes: int = 10
+    mode: str = "fp16"
+    steps: int = 1
+    loss_scale: float | None = None
+    batch_size: int | None = None
+    device: str = "auto"
+    seed: int = 0

@@ -1,0 +1,167 @@
+"""``ampkit bench`` for Keras: the same rows as PyTorch, each mode in a fresh child process."""
+
+from __future__ import annotations
+
+import time
+
+from ...bench.config import BenchConfig
+from ...bench.memory import HostPeak, is_oom, rss_bytes
+from ...bench.report import BenchReport, BenchRow
+from ...bench.runner import (
+    TrialFailed,
+    check_final_loss,
+    describe_failure,
+    fill_timing,
+    run_child,
+    run_modes,
+    search_batch,
+    serve_row,
+)
+from ...errors import UsageError
+from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
+from .workloads import build_tf_workload, check_tf_workload, count_flops
+
+
+class _GpuPeak:
+    """Peak GPU memory over a region, as TensorFlow's allocator reports it."""
+
+    source = "tf.config.experimental.get_memory_info peak"
+
+    def __init__(self):
+        self.peak = 0
+
+    def __enter__(self):
+        import_tf().config.experimental.reset_memory_stats("GPU:0")
+        return self
+
+    def __exit__(self, *exc):
+        self.peak = int(import_tf().config.experimental.get_memory_info("GPU:0")["peak"])
+        return False
+
+
+def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: bool, baseline: int, say):
+    from .keras_engine import loss_scale_of
+
+    x, y = workload.make_batch(batch_size, seed + 1)
+    model = workload.model
+    times, skipped, loss = [], 0, float("nan")
+    with (_GpuPeak() if gpu else HostPeak(baseline)) as mem:
+        for i in range(warmup + steps):
+            before = loss_scale_of(model.optimizer)
+            t = time.perf_counter()
+            loss = model.train_on_batch(x, y)  # returns a host value: the step is complete
+            dt = time.perf_counter() - t
+            after = loss_scale_of(model.optimizer)
+            if i >= warmup:
+                times.append(dt)
+                skipped += int(before is not None and after < before)
+            say("step", i + 1, warmup + steps)
+    loss = float(loss[0] if isinstance(loss, (list, tuple)) else loss)
+    return times, skipped, loss, mem.peak, mem.source
+
+
+def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
+    import keras
+
+    from .keras_engine import MixedPrecision, mode_support_tf
+
+    tf = import_tf()
+    row = BenchRow(mode, steps=cfg.steps)
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    row.device_name = tf_environment()["device_name"]
+    ok, why = mode_support_tf(mode)
+    if not ok:
+        row.status, row.error = "unsupported", why
+        return row
+    try:
+        mp = MixedPrecision(mode)
+        baseline = rss_bytes()
+        # the whole run inside the mode's scope: the policy when layers are built, and TF32 on or
+        # off (as the mode says) while it trains — outside it TensorFlow's default (TF32 on) rules
+        with mp.scope():
+            keras.utils.set_random_seed(cfg.seed)
+            workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
+            workload.model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(workload.lr)),
+                                   loss=workload.keras_loss())
+            mp.check_model(workload.model)
+            batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
+            times, skipped, loss, peak, source = _train(workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu,
+                                                        baseline, say)
+        fill_timing(row, batch_size, times, flops, gpu)
+        row.peak_memory_bytes, row.memory_source = peak, source
+        row.skipped_steps = skipped
+        check_final_loss(row, loss, cfg)
+    except UsageError:
+        raise
+    except Exception as exc:
+        row.status = "oom" if is_oom(exc) else "error"
+        row.error = describe_failure(exc)
+    return row
+
+
+def tf_child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float | None) -> None:
+    def make(progress):
+        if device_str == "cpu":
+            import_tf().config.set_visible_devices([], "GPU")
+        return run_mode_tf(BenchConfig.from_dict(cfg_dict), mode, flops, progress)
+
+    serve_row(conn, mode, make)
+
+
+def _search_mode(cfg: BenchConfig, mode: str, device: str, flops, progress) -> BenchRow:
+    """--batch-size auto for Keras: every trial in a fresh child process.
+
+    TensorFlow keeps the memory of a finished trial (clear_session does not return it on a CPU),
+    so trials in one process would inflate each other's peaks; a fresh process per trial cannot.
+    """
+    row = BenchRow(mode, steps=cfg.steps)
+
+    def trial(b: int) -> tuple[bool, int | None]:
+        short = BenchConfig.from_dict({**cfg.to_dict(), "batch_size": b, "memory_budget": None,
+                                       "steps": 2, "warmup": 1})
+        got = run_child(short, mode, device, flops, None, target=tf_child_entry)
+        if got.status not in ("ok", "oom"):
+            raise TrialFailed(got)
+        return got.status == "ok", got.peak_memory_bytes
+
+    say = (lambda kind, done, total: progress({"mode": mode, "kind": kind, "done": done, "total": total})) \
+        if progress else None
+    try:
+        best = search_batch(row, trial, cfg.batch_size_hint or 32, cfg.search_cap, cfg.memory_budget, say)
+    except TrialFailed as failed:
+        return failed.row  # unsupported or error: the trial's own row says why
+    if best is None:
+        return row
+    final = BenchConfig.from_dict({**cfg.to_dict(), "batch_size": best, "memory_budget": None})
+    measured = run_child(final, mode, device, flops, progress, target=tf_child_entry)
+    measured.max_batch_size, measured.search = best, row.search
+    return measured
+
+
+def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
+    import keras
+
+    cfg.validate()
+    grow_gpu_memory()  # this parent only validates: leave the GPU's memory to each mode's child
+    tf = import_tf()
+    gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"
+    note = None
+    if not cfg.model and not cfg.workload:
+        cfg.workload = "resnet50" if gpu else "mlp"
+        note = f"no --workload given: ran the default for a {'GPU' if gpu else 'CPU'} device, {cfg.workload!r}"
+    if cfg.workload:
+        cfg.workload = check_tf_workload(cfg.workload)
+    if cfg.batch_size == "auto" and not gpu and cfg.memory_budget is None:
+        raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE; e.g. --memory-budget 2GiB")
+    keras.utils.set_random_seed(cfg.seed)
+    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)  # validate in the parent
+    flops = count_flops(workload.model)
+    name = workload.name
+    cfg.batch_size_hint = workload.batch_size  # where --batch-size auto starts
+    del workload
+    device = "cuda" if gpu else "cpu"
+    run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
+    rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
+    return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
+                       environment=tf_environment(), flops_per_sample=flops, config=cfg.to_dict(), note=note,
+                       interrupted=interrupted)

@@ -1,0 +1,61 @@
+"""Importing TensorFlow quietly, its environment section, and its memory setting."""
+
+from __future__ import annotations
+
+import os
+
+from ...environment import base_environment
+
+
+def import_tf():
+    """Import TensorFlow with its C++ logs off (cuInit noise on CPU machines), unless the user set the level."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def grow_gpu_memory() -> None:
+    """Let TensorFlow take GPU memory as it needs it instead of all of it at its first op.
+
+    For processes that only look (the bench parent validating a workload, doctor's environment):
+    without it, the parent would hold the GPU's memory while each mode's child measures.
+    Must run before TensorFlow touches a GPU; later it is a no-op.
+    """
+    tf = import_tf()
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # already initialised: too late to change, nothing to do
+            pass
+
+
+def tf_environment() -> dict:
+    tf = import_tf()
+    import keras
+
+    env = base_environment("tensorflow", tf.__version__)
+    build = dict(tf.sysconfig.get_build_info())
+    gpus = []
+    for i, gpu in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(gpu)
+        cc = details.get("compute_capability")
+        gpus.append({"index": i, "name": details.get("device_name", gpu.name),
+                     "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None})
+    env.update({
+        "keras_version": keras.__version__,
+        "keras_backend": keras.backend.backend(),
+        "tf_build": {k: (v if isinstance(v, (str, bool, int, float, list)) else str(v)) for k, v in build.items()},
+        "cuda_runtime": build.get("cuda_version"),
+        "cudnn": build.get("cudnn_version"),
+        "device": "GPU:0" if gpus else "CPU:0",
+        "device_name": gpus[0]["name"] if gpus else env["cpu"]["model"],
+        "compute_capability": gpus[0]["compute_capability"] if gpus else None,
+        "gpus": gpus,
+    })
+    return env
+
+
+def tf_device_name() -> str:
+    tf = import_tf()
+    return "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"

@@ -1,0 +1,106 @@
+"""Doctor for TensorFlow/Keras: the policies' self-tests and measured speedups per mode."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ...cpu import cpu_emulation_note
+from ...doctor.report import DoctorReport
+from ...doctor.verdicts import evaluate
+from ...precision import MODES, get_precision
+from ...timing import HOST, median, time_calls
+from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
+
+
+def selftest(mode: str) -> tuple[str, str]:
+    """Build and train a tiny Keras model in the mode's policy; check what Keras really did."""
+    from .keras_engine import MixedPrecision, loss_scale_of
+
+    tf = import_tf()
+    import keras
+
+    try:
+        mp = MixedPrecision(mode, initial_scale=2.0**8, dynamic_growth_steps=1000)
+        keras.utils.set_random_seed(0)
+        with mp.scope():
+            inputs = keras.Input((16,))
+            h = keras.layers.Dense(32, activation="relu", name="hidden")(inputs)
+            out = keras.layers.Dense(4, dtype="float32", name="logits")(h)
+            model = keras.Model(inputs, out)
+            opt = mp.optimizer(keras.optimizers.SGD(0.1))
+        want = get_precision(mode).compute_dtype if get_precision(mode).autocast else "float32"
+        hidden = model.get_layer("hidden")
+        checks = []
+        if hidden.compute_dtype != want or hidden.variable_dtype != "float32":
+            return "fail", (f"Dense under policy {mp.policy} computes in {hidden.compute_dtype} with "
+                            f"{hidden.variable_dtype} variables; expected {want} / float32")
+        x = tf.random.stateless_normal((8, 16), seed=(1, 2))
+        y = tf.constant([0, 1, 2, 3, 0, 1, 2, 3])
+        inner = keras.Model(inputs, h)
+        if inner(x).dtype.name != want:
+            return "fail", f"Dense output is {inner(x).dtype.name}, expected {want}"
+        checks.append(f"Dense computes {want}, variables float32")
+        if model(x).dtype.name != "float32":
+            return "fail", f"the float32 output layer returned {model(x).dtype.name}"
+        checks.append("float32 output layer")
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        w0 = hidden.kernel.numpy().copy()
+        loss = mp.train_step(model, opt, x, y, loss_fn)
+        if not math.isfinite(float(loss)) or (hidden.kernel.numpy() == w0).all():
+            return "fail", "a clean training step did not update the weights"
+        checks.append("step updates weights")
+        if get_precision(mode).loss_scaling:
+            before = loss_scale_of(opt)
+            w1 = hidden.kernel.numpy().copy()
+            grads = [tf.fill(v.shape, float("inf")) for v in model.trainable_variables]  # injected overflow
+            opt.apply(grads, model.trainable_variables)
+            after = loss_scale_of(opt)
+            if not (hidden.kernel.numpy() == w1).all():
+                return "fail", "an injected inf gradient was applied instead of skipped"
+            if after != before * 0.5:
+                return "fail", f"LossScaleOptimizer did not halve on inf: {before} -> {after}"
+            checks.append(f"inf gradient skipped, scale {before:g} -> {after:g}")
+        return "pass", "; ".join(checks)
+    except Exception as exc:
+        return "fail", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def microbench(mode: str) -> dict:
+    """Matmul and conv seconds per call in the mode's compute dtype (inputs already cast)."""
+    tf = import_tf()
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    n, conv = (8192, (64, 56, 56, 256, 256)) if gpu else (512, (8, 32, 32, 32, 64))
+    dtype = {"fp16": tf.float16, "bf16": tf.bfloat16}.get(mode, tf.float32)
+    budget = 0.4 if gpu else 0.25
+    a = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 1)), dtype)
+    b = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 2)), dtype)
+    bs, h, w, cin, cout = conv
+    x = tf.cast(tf.random.stateless_normal((bs, h, w, cin), seed=(1, 3)), dtype)
+    k = tf.cast(tf.random.stateless_normal((3, 3, cin, cout), seed=(1, 4)), dtype)
+    prev = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(mode == "tf32")
+    try:
+        out = {}
+        for name, fn, flops in (("matmul", lambda: tf.linalg.matmul(a, b), 2.0 * n**3),
+                                ("conv", lambda: tf.nn.conv2d(x, k, 1, "SAME"), 2.0 * bs * h * w * cin * cout * 9)):
+            # .numpy() waits for the result (a host-device sync), so host timing is right
+            secs = median(time_calls(lambda fn=fn: fn().numpy(), HOST, budget_s=budget, max_reps=30))
+            out[name] = {"seconds": secs, "tflops": flops / secs / 1e12}
+        return out
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(prev)
+
+
+def run(*, quick: bool = False, progress=None) -> DoctorReport:
+    from .keras_engine import mode_support_tf
+
+    t0 = time.perf_counter()
+    grow_gpu_memory()
+    device = tf_device_name()
+
+    reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, microbench, quick=quick,
+                                            emulation_note=lambda m: cpu_emulation_note(m) if device.startswith("CPU") else "",
+                                            say=(lambda msg: progress(f"tensorflow {msg}")) if progress else None)
+    return DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick,
+                        round(time.perf_counter() - t0, 3))

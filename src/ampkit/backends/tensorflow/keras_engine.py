@@ -1,0 +1,212 @@
+"""``ampkit.keras.MixedPrecision``: the same modes for Keras 3 on TensorFlow (public as ``ampkit.keras``).
+
+* fp32 — policy ``float32``, TF32 execution off inside the scope.
+* tf32 — policy ``float32``, TF32 execution on (GPUs with compute capability >= 8.0).
+* fp16 — policy ``mixed_float16`` (float16 compute, float32 variables) and the optimizer wrapped
+  in ``keras.optimizers.LossScaleOptimizer`` (dynamic loss scaling).
+* bf16 — policy ``mixed_bfloat16``, no loss scaling.
+
+The previous global dtype policy and TF32 setting are restored when the scope ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from ...cpu import auto_for_cpu, auto_for_gpu, cpu_mode_support
+from ...errors import ModeUnavailableError
+from ...precision import AUTO, Precision, get_precision, parse_mode
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def gpu_capabilities() -> list[tuple[int, int]]:
+    tf = _tf()
+    caps = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        cc = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+        if cc:
+            caps.append(tuple(cc))
+    return caps
+
+
+def mode_support_tf(mode: str) -> tuple[bool, str]:
+    """Whether TensorFlow here can run ``mode`` (first GPU if any, else the CPU)."""
+    caps = gpu_capabilities()
+    if not caps:
+        if mode == "fp8":
+            return False, "fp8 is not offered through Keras policies; and TensorFlow sees no GPU"
+        answer = cpu_mode_support(mode, f"Keras {get_precision(mode).keras_policy} policy on the CPU:")
+        return answer if answer is not None else (False, f"unknown mode {mode!r}")
+    major, minor = caps[0]
+    if mode in ("fp32", "fp16"):
+        return True, f"GPU with compute capability {major}.{minor}"
+    if mode in ("tf32", "bf16"):
+        ok = (major, minor) >= (8, 0)
+        return ok, (f"GPU with compute capability {major}.{minor} has {mode}" if ok else
+                    f"{mode} needs compute capability >= 8.0; this GPU has {major}.{minor}")
+    return False, "fp8 is not offered through Keras policies"
+
+
+def resolve_auto_tf() -> tuple[str, str]:
+    caps = gpu_capabilities()
+    if caps:
+        return auto_for_gpu(*caps[0], "the first GPU")
+    return auto_for_cpu()
+
+
+class MixedPrecision:
+    """Mixed precision for Keras: a policy scope, the loss-scale optimizer, float32 outputs.
+
+    Args:
+        mode: ``fp32``, ``tf32``, ``fp16``, ``bf16``, an alias (``mixed_float16``...) or ``auto``.
+        initial_scale, dynamic_growth_steps: LossScaleOptimizer's arguments (fp16 only).
+
+    Example::
+
+        mp = ampkit.keras.MixedPrecision("fp16")
+        with mp.scope():
+            model = build_model()                 # layers pick up the mixed policy
+            model.compile(optimizer=mp.optimizer(keras.optimizers.Adam()), loss="sparse_categorical_crossentropy")
+            model.fit(x, y, callbacks=[mp.callback()])
+    """
+
+    def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000):
+        requested = parse_mode(mode)
+        if requested == AUTO:
+            resolved, self.reason = resolve_auto_tf()
+        else:
+            resolved = requested
+            ok, why = mode_support_tf(resolved)
+            if not ok:
+                raise ModeUnavailableError(f"mode {resolved!r} cannot run in TensorFlow here: {why}")
+            self.reason = f"{resolved} requested ({why})"
+        if resolved == "fp8":
+            raise ModeUnavailableError("fp8 is reported by doctor only; use bf16 or fp16")
+        self.precision: Precision = get_precision(resolved)
+        self.initial_scale = float(initial_scale)
+        self.dynamic_growth_steps = int(dynamic_growth_steps)
+
+    @property
+    def mode(self) -> str:
+        return self.precision.mode
+
+    @property
+    def policy(self) -> str:
+        return self.precision.keras_policy
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Within: the mode's dtype policy (and TF32 on/off); both restored afterwards."""
+        import keras
+
+        tf = _tf()
+        prev_policy = keras.config.dtype_policy()
+        prev_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        keras.config.set_dtype_policy(self.policy)
+        if self.precision.tf32 is not None:
+            tf.config.experimental.enable_tensor_float_32_execution(self.precision.tf32)
+        try:
+            yield self
+        finally:
+            keras.config.set_dtype_policy(prev_policy)
+            tf.config.experimental.enable_tensor_float_32_execution(prev_tf32)
+
+    def optimizer(self, inner):
+        """The optimizer to train with: wrapped in LossScaleOptimizer for fp16, as is otherwise."""
+        import keras
+
+        if not self.precision.loss_scaling or isinstance(inner, keras.optimizers.LossScaleOptimizer):
+            return inner
+        return keras.optimizers.LossScaleOptimizer(inner, initial_scale=self.initial_scale,
+                                                   dynamic_growth_steps=self.dynamic_growth_steps)
+
+    def callback(self) -> LossScaleHistory:
+        return LossScaleHistory()
+
+    def check_model(self, model) -> list[str]:
+        """Warn (and return the warnings) when the model's last layer computes in float16/bfloat16.
+
+        A softmax or the logits in float16 lose precision and can overflow; keep the last layer in
+        float32 (``dtype="float32"``, or :func:`float32_output`).
+        """
+        problems = []
+        last = model.layers[-1] if model.layers else None
+        if last is not None and getattr(last, "compute_dtype", "float32") in ("float16", "bfloat16"):
+            problems.append(f"the last layer {last.name!r} computes in {last.compute_dtype}; give it dtype='float32' "
+                            "(or end the model with ampkit.keras.float32_output) so logits/softmax stay in float32")
+        for msg in problems:
+            warnings.warn(f"ampkit: {msg}", stacklevel=2)
+        return problems
+
+    def train_step(self, model, optimizer, x, y, loss_fn):
+        """One custom-loop step with GradientTape: scale the loss (fp16), apply (which unscales,
+        skips non-finite gradients and updates the scale). Returns the unscaled loss."""
+        tf = _tf()
+        with tf.GradientTape() as tape:
+            pred = model(x, training=True)
+            loss = loss_fn(y, pred)
+            scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+
+def float32_output(x, name: str | None = None):
+    """Pass a tensor through a float32 linear activation: the model's output stays float32."""
+    import keras
+
+    return keras.layers.Activation("linear", dtype="float32", name=name)(x)
+
+
+def loss_scale_of(optimizer) -> float | None:
+    """The current dynamic loss scale of a (possibly wrapped) optimizer, None without scaling."""
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return None
+    if not optimizer.built:
+        return float(optimizer.initial_scale)
+    return float(optimizer.dynamic_scale.numpy())
+
+
+try:  # the callback needs keras at class-definition time: define it lazily-safe
+    import keras as _keras
+
+    _Base = _keras.callbacks.Callback
+except Exception:  # pragma: no cover - keras absent: the engine module still imports
+    _Base = object
+
+
+class LossScaleHistory(_Base):
+    """Records the loss scale after every training batch and counts skipped steps.
+
+    Keras's LossScaleOptimizer halves the scale exactly when a step had non-finite gradients
+    and was skipped, so a step is counted as skipped when the scale went down. Reading the scale
+    is a host-device sync, once per batch.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.scales: list[float] = []
+        self.skipped: list[bool] = []
+
+    def on_train_begin(self, logs=None):
+        self._last = loss_scale_of(self.model.optimizer)
+
+    def on_train_batch_end(self, batch, logs=None):
+        scale = loss_scale_of(self.model.optimizer)
+        if scale is None:
+            return
+        self.skipped.append(self._last is not None and scale < self._last)
+        self.scales.append(scale)
+        self._last = scale
+
+    @property
+    def skipped_steps(self) -> int:
+        return sum(self.skipped)

@@ -1,0 +1,167 @@
+"""Doctor for PyTorch: capability, a real self-test and a real micro-benchmark per mode."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...cpu import cpu_emulation_note
+from ...doctor.report import DoctorReport
+from ...doctor.verdicts import ACCEL_THRESHOLD, evaluate
+from ...precision import MODES, get_precision
+from ...timing import median, time_calls
+from . import tf32_probe
+from .devices import mode_support
+from .engine import MixedPrecision
+from .environment import torch_environment
+from .tf32 import tf32_scope
+from .timing import clock_for
+
+__all__ = ["ACCEL_THRESHOLD", "run", "selftest", "microbench"]
+
+
+# ---------------------------------------------------------------- self-tests
+def _expected_dtype(mode: str) -> torch.dtype:
+    return get_precision(mode).torch_compute_dtype() if get_precision(mode).autocast else torch.float32
+
+
+def selftest(mode: str, device: torch.device) -> tuple[str, str]:
+    """Really run ``mode`` on ``device``; return ("pass"|"fail", what was checked or what broke)."""
+    if mode == "fp8":
+        return _selftest_fp8(device)
+    try:
+        return _selftest_training(mode, device)
+    except Exception as exc:  # a self-test reports, it never crashes the doctor
+        return "fail", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def _selftest_training(mode: str, device: torch.device) -> tuple[str, str]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).to(device)
+    seen: list[torch.dtype] = []
+    hooks = [m.register_forward_hook(lambda mod, i, o: seen.append(o.dtype)) for m in model if isinstance(m, nn.Linear)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision(mode, device, init_scale=2.0**8, model=model)
+    x = torch.randn(16, 32, device=device)
+    y = torch.randint(0, 8, (16,), device=device)
+    w0 = model[0].weight.detach().clone()
+    with mp.autocast():
+        loss = F.cross_entropy(model(x), y)
+    mp.backward(loss)
+    result = mp.step(opt, zero_grad=True)
+    for h in hooks:
+        h.remove()
+    want = _expected_dtype(mode)
+    checks = []
+    if any(d != want for d in seen):
+        return "fail", f"Linear outputs inside autocast were {sorted({str(d) for d in seen})}, expected {want}"
+    checks.append(f"Linear outputs {str(want).replace('torch.', '')}")
+    bad = [str(p.dtype) for p in model.parameters() if p.dtype != torch.float32]
+    if bad:
+        return "fail", f"master weights are not float32 after a step: {bad}"
+    checks.append("master weights float32")
+    loss_value = float(loss.detach())  # host-device sync: fine in a self-test
+    if not math.isfinite(loss_value):
+        return "fail", f"loss is {loss_value} on a clean batch"
+    if result.skipped or torch.equal(w0, model[0].weight):
+        return "fail", "the optimizer step did not change the weights on a clean batch"
+    checks.append("step updates weights")
+    if get_precision(mode).loss_scaling:
+        before = mp.get_scale()
+        with mp.autocast():
+            loss = F.cross_entropy(model(x), y)
+        mp.backward(loss)
+        model[0].weight.grad[0, 0] = float("inf")  # injected overflow
+        w1 = model[0].weight.detach().clone()
+        r = mp.step(opt, zero_grad=True)
+        if not r.skipped or not torch.equal(w1, model[0].weight):
+            return "fail", "an injected inf gradient was not skipped"
+        if mp.get_scale() != before * 0.5:
+            return "fail", f"loss scale did not back off on inf: {before} -> {mp.get_scale()}"
+        checks.append(f"inf gradient skipped, scale {before:g} -> {mp.get_scale():g}")
+    if mode in ("tf32", "fp32") and device.type == "cuda":
+        ok, detail = tf32_probe.check(mp, device, expect_tf32=(mode == "tf32"))
+        if not ok:
+            return "fail", detail
+        checks.append(detail)
+    return "pass", "; ".join(checks)
+
+
+def _selftest_fp8(device: torch.device) -> tuple[str, str]:
+    ok, why = mode_support("fp8", device)
+    if not ok:
+        return "skip", why
+    try:
+        a = torch.randn(64, 64, device=device)
+        b = torch.randn(64, 64, device=device)
+        ref = a @ b.t()
+        fa, fb = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        one = torch.tensor(1.0, device=device)
+        out = torch._scaled_mm(fa, fb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        out = out[0] if isinstance(out, tuple) else out
+        rel = float((out.float() - ref).norm() / ref.norm())
+        if not rel < 0.15:
+            return "fail", f"fp8 scaled matmul relative error {rel:.3g} (expected < 0.15)"
+        return "pass", f"fp8 e4m3 scaled matmul runs, relative error {rel:.3g} vs fp32"
+    except Exception as exc:
+        return "fail", f"fp8 scaled matmul failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+# ---------------------------------------------------------------- micro-benchmark
+def _sizes(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"matmul_n": 8192, "conv": (64, 256, 56, 56, 256), "budget_s": 0.4}
+    return {"matmul_n": 512, "conv": (8, 32, 32, 32, 64), "budget_s": 0.25}
+
+
+def _ops(mode: str, device: torch.device, sizes: dict) -> dict[str, tuple[Callable[[], object], float]]:
+    """{op name: (callable, flops per call)} in the mode's math (inputs already in its dtype)."""
+    if mode == "fp8":
+        n = sizes["matmul_n"]
+        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        one = torch.tensor(1.0, device=device)
+        return {"matmul": (lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                           2.0 * n**3)}
+    dtype = _expected_dtype(mode)
+    n = sizes["matmul_n"]
+    bs, cin, h, w, cout = sizes["conv"]
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    x = torch.randn(bs, cin, h, w, device=device, dtype=dtype)
+    k = torch.randn(cout, cin, 3, 3, device=device, dtype=dtype)
+    if device.type == "cuda":
+        x, k = x.to(memory_format=torch.channels_last), k.to(memory_format=torch.channels_last)
+    return {
+        "matmul": (lambda: torch.mm(a, b), 2.0 * n**3),
+        "conv": (lambda: F.conv2d(x, k, padding=1), 2.0 * bs * cout * cin * 9 * h * w),
+    }
+
+
+def microbench(mode: str, device: torch.device) -> dict:
+    """Seconds per call and TFLOP/s of a matmul and a convolution in ``mode``'s math."""
+    sizes = _sizes(device)
+    ops = _ops(mode, device, sizes)
+    out = {}
+    precision = get_precision(mode) if mode != "fp8" else None
+    with tf32_scope(precision.tf32 if precision else None):
+        for name, (fn, flops) in ops.items():
+            secs = median(time_calls(fn, clock_for(device), budget_s=sizes["budget_s"], max_reps=30))
+            out[name] = {"seconds": secs, "tflops": flops / secs / 1e12}
+    return out
+
+
+# ---------------------------------------------------------------- the report
+def run(device: torch.device, *, quick: bool = False, modes: tuple[str, ...] = MODES,
+        progress: Callable[[str], None] | None = None) -> DoctorReport:
+    t_start = time.perf_counter()
+    reports, recommended, reason = evaluate(
+        modes, lambda m: mode_support(m, device), lambda m: selftest(m, device), lambda m: microbench(m, device),
+        quick=quick, emulation_note=lambda m: cpu_emulation_note(m) if device.type == "cpu" else "", say=progress)
+    return DoctorReport("torch", str(device), reports, recommended, reason, torch_environment(device), quick,
+                        round(time.perf_counter() - t_start, 3))

@@ -1,0 +1,130 @@
+"""One measured training run: a mode, a batch size, warm-up excluded, peak memory tracked.
+
+A full training step goes through ``ampkit.MixedPrecision`` (autocast, backward, GradScaler in
+fp16, optimizer step), so the figures include the scaler's cost (TorchBench's AMP does not).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ...bench.memory import HostPeak
+from ...timing import step_ms_summary
+from .engine import MixedPrecision
+from .timing import synchronize
+from .workloads import Workload
+
+
+class PeakMemory:
+    """Peak memory over a region.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` after a reset (absolute: weights included).
+    CPU: the host poller (:class:`ampkit.bench.memory.HostPeak`), above ``baseline``.
+    """
+
+    def __init__(self, device: torch.device, baseline: int = 0):
+        self.device = device
+        self._host = None if device.type == "cuda" else HostPeak(baseline)
+        self.source = "torch.cuda.max_memory_allocated" if self._host is None else HostPeak.source
+        self.peak = 0
+
+    def __enter__(self) -> PeakMemory:
+        if self._host is not None:
+            self._host.__enter__()
+        else:
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._host is not None:
+            self._host.__exit__(*exc)
+            self.peak = self._host.peak
+        else:
+            synchronize(self.device)
+            self.peak = int(torch.cuda.max_memory_allocated(self.device))
+        return False
+
+
+@dataclass
+class Measurement:
+    batch_size: int
+    step_s: list[float]
+    peak_memory_bytes: int
+    memory_source: str
+    skipped_steps: int
+    final_loss: float
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size * len(self.step_s) / sum(self.step_s)
+
+    @property
+    def step_ms(self) -> dict:
+        return step_ms_summary(self.step_s)
+
+
+def free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure(workload: Workload, mode: str, device: torch.device, batch_size: int, *, steps: int, warmup: int,
+            seed: int = 0, baseline_rss: int = 0, mp: MixedPrecision | None = None,
+            on_step=None) -> Measurement:
+    """Train ``steps`` timed steps (after ``warmup`` untimed ones) on one fixed batch.
+
+    The optimizer (AdamW) is created here, so its state counts in the peak. CUDA steps are timed
+    with events and one synchronize at the end; CPU steps with perf_counter.
+    Raises whatever the step raises (OOM included); the caller classifies it.
+    """
+    model = workload.model
+    mp = mp or MixedPrecision(mode, device, model=model)
+    gen = torch.Generator().manual_seed(seed + 1)
+    cuda = device.type == "cuda"
+    with PeakMemory(device, baseline=baseline_rss) as mem:
+        batch = workload.make_batch(batch_size, device, gen)
+        opt = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+        times: list[float] = []
+        events = []
+        skipped_before = 0
+        loss = None
+        try:
+            for i in range(warmup + steps):
+                if i == warmup:
+                    synchronize(device)  # host-device sync: the timed window starts clean
+                    skipped_before = mp.stats["skipped"]
+                timed = i >= warmup
+                if timed:
+                    if cuda:
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                    else:
+                        t0 = time.perf_counter()
+                with mp.autocast():
+                    loss = workload.loss(batch)
+                mp.backward(loss)
+                mp.step(opt, zero_grad=True)
+                if timed:
+                    if cuda:
+                        end.record()
+                        events.append((start, end))
+                    else:
+                        times.append(time.perf_counter() - t0)
+                if on_step is not None:
+                    on_step(i + 1, warmup + steps)
+            synchronize(device)  # one sync at the end of the timed window
+            if cuda:
+                times = [s.elapsed_time(e) / 1e3 for s, e in events]
+            final_loss = float(loss.detach())
+            skipped = mp.stats["skipped"] - skipped_before
+        finally:
+            del batch, loss
+            opt.zero_grad(set_to_none=True)
+            del opt
+    return Measurement(batch_size, times, mem.peak, mem.source, skipped, final_loss)

@@ -1,0 +1,65 @@
+"""Host memory and out-of-memory errors, the same for every framework.
+
+Peak host memory is the process's resident set size sampled by a thread every 10 ms (like
+optimum-benchmark's poller: often enough for a training step's activations, rarely enough not to
+slow the step it measures — a 2 ms poller cost about 3% here), minus a baseline taken before the
+model was built, so the figure counts weights, optimizer state and activations.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process: /proc/self/statm where it exists (cheap), else psutil."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Out of memory, as torch (OutOfMemoryError, "out of memory"), TensorFlow (ResourceExhaustedError)
+    and the host allocator (MemoryError, "cannot allocate memory") say it."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ in ("OutOfMemoryError", "ResourceExhaustedError"):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text
+                                              or "cannot allocate memory" in text)
+
+
+class HostPeak:
+    """Peak RSS above ``baseline`` over a ``with`` region (see the module docstring)."""
+
+    source = "process RSS above baseline"
+
+    def __init__(self, baseline: int = 0, interval_s: float = 0.01):
+        self.baseline = baseline
+        self.interval_s = interval_s
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes())
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> HostPeak:
+        self.peak = rss_bytes()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(0, max(self.peak, rss_bytes()) - self.baseline)
+        return False

@@ -1,0 +1,95 @@
+"""What this CPU can do for low precision, and the GPU rules that need no framework.
+
+Read from ``/proc/cpuinfo`` (no framework import); each backend adds its own view of the same
+features to its environment section. Small functions, cached, nothing heavy at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+__all__ = ["cpu_info", "cpu_has_fast_bf16", "cpu_has_fast_fp16", "auto_for_cpu", "auto_for_gpu"]
+
+_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_info() -> dict:
+    """CPU model, logical CPU count and the ISA features that matter for low precision."""
+    flags: set[str] = set()
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name") and ":" in line:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")) and ":" in line:
+                    flags.update(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    info = {"model": model, "machine": platform.machine(), "logical_cpus": os.cpu_count()}
+    info.update({f: f in flags for f in _FEATURES})
+    return info
+
+
+def cpu_features(info: dict) -> list[str]:
+    """The low-precision ISA features present in a ``cpu_info()``-shaped dict, in a fixed order."""
+    return [f for f in _FEATURES if info.get(f)]
+
+
+def cpu_has_fast_bf16(info: dict | None = None) -> bool:
+    info = info or cpu_info()
+    return bool(info.get("avx512_bf16") or info.get("amx_bf16") or info.get("amx_tile"))
+
+
+def cpu_has_fast_fp16(info: dict | None = None) -> bool:
+    info = info or cpu_info()
+    return bool(info.get("avx512_fp16") or info.get("amx_fp16"))
+
+
+def auto_for_gpu(major: int, minor: int, name: str, bf16_native: bool = True) -> tuple[str, str]:
+    """The training mode ``auto`` picks for a GPU of this compute capability, with the reason."""
+    if (major, minor) >= (8, 0) and bf16_native:
+        return "bf16", f"{name} has compute capability {major}.{minor} >= 8.0: bf16 tensor cores, no loss scaling needed"
+    if major >= 7:
+        return "fp16", f"{name} has compute capability {major}.{minor}: fp16 tensor cores but no bf16, so fp16 with loss scaling"
+    return "fp32", f"{name} has compute capability {major}.{minor} < 7.0: no tensor cores, low precision gains nothing"
+
+
+def auto_for_cpu(info: dict | None = None) -> tuple[str, str]:
+    if cpu_has_fast_bf16(info):
+        return "bf16", "this CPU has AVX512-BF16/AMX: bf16 runs natively"
+    return "fp32", "bf16 on this CPU is emulated (no AVX512-BF16 or AMX), so fp32 is faster"
+
+
+def cpu_emulation_note(mode: str, info: dict | None = None) -> str:
+    """Why a low-precision mode is slow on this CPU, when the CPU lacks the instructions for it."""
+    if mode == "bf16" and not cpu_has_fast_bf16(info):
+        return ": this CPU has no AVX512-BF16 or AMX, so bf16 is emulated"
+    if mode == "fp16" and not cpu_has_fast_fp16(info):
+        return ": this CPU has no AVX512-FP16 or AMX-FP16, so fp16 is emulated"
+    return ""
+
+
+def cpu_mode_support(mode: str, framework_words: str) -> tuple[bool, str] | None:
+    """Capability of a CPU for ``mode`` (the same facts in both frameworks), None for an unknown mode.
+
+    ``framework_words`` names what runs it ("CPU autocast", "Keras mixed_bfloat16 policy on the CPU").
+    """
+    if mode == "fp32":
+        return True, "float32 runs everywhere"
+    if mode == "tf32":
+        return False, "TF32 is a tensor-core math mode of NVIDIA GPUs (compute capability >= 8.0); this is a CPU"
+    if mode == "fp8":
+        return False, "fp8 matmuls need an NVIDIA GPU with compute capability >= 8.9; this is a CPU"
+    if mode == "bf16":
+        native = cpu_has_fast_bf16()
+        return True, f"{framework_words} bfloat16" + (
+            " (native AVX512-BF16/AMX)" if native else " (this CPU has no AVX512-BF16 or AMX: bf16 is emulated)")
+    if mode == "fp16":
+        native = cpu_has_fast_fp16()
+        return True, f"{framework_words} float16" + (
+            " (native AVX512-FP16/AMX-FP16)" if native else " (this CPU has no AVX512-FP16 or AMX-FP16: fp16 is emulated)")
+    return None

@@ -1,0 +1,54 @@
+"""``--model MODULE:FACTORY`` and ``--input-shape``: importing and calling a user's factory.
+
+Framework-neutral: what the factory returns is checked by the backend that asked for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from .errors import UsageError
+
+
+def parse_shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise UsageError(f"--input-shape must be comma-separated positive integers like 3,32,32; received {text!r}")
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"--input-shape must be comma-separated positive integers like 3,32,32; received {text!r}")
+    return dims
+
+
+def load_factory(spec: str):
+    """Import MODULE and return its FACTORY (the current directory is on the import path)."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise UsageError(f"--model must look like MODULE:FACTORY (e.g. mymodels:build); received {spec!r}")
+    module_name, attr = spec.split(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(f"cannot import module {module_name!r} for --model {spec}: {type(exc).__name__}: {exc}")
+    factory = module
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise UsageError(f"module {module_name!r} has no attribute {attr!r} (from --model {spec})")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise UsageError(f"{spec} is a {type(factory).__name__}, not a callable factory")
+    return factory
+
+
+def call_factory(spec: str):
+    """Import MODULE:FACTORY and call it; any failure is a usage error naming the spec."""
+    factory = load_factory(spec)
+    try:
+        return factory()
+    except Exception as exc:
+        raise UsageError(f"calling {spec}() failed: {type(exc).__name__}: {exc}")

@@ -1,1 +1,0 @@
-"""``ampkit audit``: per-layer numerics (the implementation of the command)."""

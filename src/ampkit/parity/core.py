@@ -1,0 +1,218 @@
+"""Parity, framework-neutral: train the same model in fp32 and in mixed precision over seeds; judge statistically.
+
+Per seed, every mode starts from the same initial weights and sees the same data order, so the
+accuracies are paired by seed. The verdict is a one-sided non-inferiority test (MLPerf judges
+convergence statistically, over runs): H0 "the mode is worse than fp32 by at least
+``tolerance``" against H1 "it is not", a paired t-test on the per-seed accuracy differences
+(scipy.stats.ttest_1samp, alternative="greater"). The mode passes when p < ``alpha``.
+
+The backends train (one seed in one mode); the data order, the seed x mode loop, the statistics,
+the verdicts and the report are here, once for both frameworks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..errors import UsageError
+from ..precision import parse_mode_list
+
+ALPHA = 0.05
+
+
+@dataclass
+class RunRecord:
+    """One (mode, seed) training run."""
+
+    mode: str
+    seed: int
+    train_loss: list[float]       # per epoch, mean over its batches
+    test_accuracy: list[float]    # per epoch
+    test_loss: list[float]        # per epoch
+    skipped_steps: int
+    seconds: float
+
+
+@dataclass
+class ParityResult:
+    mode: str
+    seeds: list[int]
+    final_loss: dict
+    metric: dict
+    delta_vs_fp32: float | None
+    p_value: float | None
+    verdict: str                  # baseline | pass | fail
+    reason: str = ""
+    skipped_steps: int = 0
+    runs: list[RunRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ParityResult:
+        runs = [RunRecord(**r) for r in d.get("runs", [])]
+        return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "runs"}, "runs": runs})
+
+
+@dataclass
+class ParityReport:
+    dataset: str
+    device: str
+    results: list[ParityResult]
+    environment: dict
+    tolerance: float
+    epochs: int
+    alpha: float = ALPHA
+    elapsed_s: float | None = None
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return any(r.verdict == "fail" for r in self.results)
+
+    @property
+    def framework(self) -> str | None:
+        """Which framework ran: read from the environment section, the one place a backend sets it."""
+        return self.environment.get("framework")
+
+    def to_dict(self) -> dict:
+        from .._version import __version__
+
+        return {"ampkit_version": __version__, "command": "parity", "environment": self.environment,
+                "framework": self.framework, "dataset": self.dataset, "device": self.device,
+                "tolerance": self.tolerance, "alpha": self.alpha, "epochs": self.epochs,
+                "results": [r.to_dict() for r in self.results], "elapsed_s": self.elapsed_s,
+                "interrupted": self.interrupted}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ParityReport:
+        return cls(dataset=d["dataset"], device=d["device"], results=[ParityResult.from_dict(r) for r in d["results"]],
+                   environment=d.get("environment", {}), tolerance=d["tolerance"], epochs=d["epochs"],
+                   alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"), interrupted=d.get("interrupted", False))
+
+
+# ---------------------------------------------------------------- statistics
+def non_inferiority(mode_acc: list[float], base_acc: list[float], tolerance: float) -> tuple[float, float | None]:
+    """(mean difference, one-sided p-value) that the mode is not worse than fp32 by >= tolerance.
+
+    Paired by seed. With one seed there is no variance to test: p is None. When every paired
+    difference is the same, the t statistic is infinite and p is 0 or 1 by the sign.
+    """
+    diffs = [m - b for m, b in zip(mode_acc, base_acc)]
+    delta = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return delta, None
+    if max(diffs) - min(diffs) < 1e-12:
+        return delta, 0.0 if delta > -tolerance else 1.0
+    from scipy import stats
+
+    res = stats.ttest_1samp(diffs, popmean=-tolerance, alternative="greater")
+    return delta, float(res.pvalue)
+
+
+def verdict_for(delta: float, p_value: float | None, tolerance: float, alpha: float = ALPHA) -> tuple[str, str]:
+    if p_value is None:
+        ok = delta > -tolerance
+        return ("pass" if ok else "fail"), (
+            f"one seed, no statistics: accuracy {delta:+.4f} vs fp32 is {'within' if ok else 'beyond'} "
+            f"the tolerance {tolerance:g}; use --seeds 3 or more for a test")
+    if p_value < alpha:
+        return "pass", (f"not worse than fp32 by {tolerance:g} or more (one-sided paired t-test p={p_value:.3g} "
+                        f"< {alpha:g}); mean accuracy {delta:+.4f} vs fp32")
+    return "fail", (f"cannot rule out being worse than fp32 by {tolerance:g} (p={p_value:.3g} >= {alpha:g}); "
+                    f"mean accuracy {delta:+.4f} vs fp32")
+
+
+def _mean_std(xs: list[float]) -> dict:
+    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
+
+
+# ---------------------------------------------------------------- the run
+def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of the training samples in one epoch of one seed: the same in every mode and
+    in both frameworks, so the runs of a seed are paired."""
+    return np.random.default_rng(seed * 1000 + epoch).permutation(n)
+
+
+def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int, Callable | None], RunRecord],
+              progress=None) -> list[RunRecord]:
+    """Every (seed, mode) run, seeds outermost (a seed's modes run back to back);
+    ``train_one(mode, seed, on_epoch)`` is the backend's training of one run."""
+    records = []
+    for seed in seeds:
+        for mode in modes:
+            cb = (lambda done, total, _m=mode, _s=seed: progress(_m, _s, done, total)) if progress else None
+            records.append(train_one(mode, seed, cb))
+    return records
+
+
+def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alpha: float = ALPHA) -> list[ParityResult]:
+    by_mode = {m: sorted((r for r in records if r.mode == m), key=lambda r: r.seed) for m in modes}
+    base = by_mode.get("fp32")
+    base_acc = [r.test_accuracy[-1] for r in base] if base else None
+    results = []
+    for mode in modes:
+        runs = by_mode[mode]
+        if not runs:
+            continue
+        accs = [r.test_accuracy[-1] for r in runs]
+        losses = [r.train_loss[-1] for r in runs]
+        res = ParityResult(mode, [r.seed for r in runs], _mean_std(losses), {"name": "accuracy", **_mean_std(accs)},
+                           None, None, "baseline", skipped_steps=sum(r.skipped_steps for r in runs), runs=runs)
+        if mode == "fp32":
+            res.reason = "the reference"
+        elif base_acc is None:
+            res.verdict, res.reason = "fail", "no fp32 run to compare against (include fp32 in --modes)"
+        else:
+            n = min(len(accs), len(base_acc))
+            delta, p = non_inferiority(accs[:n], base_acc[:n], tolerance)
+            res.delta_vs_fp32, res.p_value = delta, p
+            res.verdict, res.reason = verdict_for(delta, p, tolerance, alpha)
+            if any(not math.isfinite(x) for r in runs for x in r.train_loss):
+                res.verdict, res.reason = "fail", "training loss became non-finite"
+        results.append(res)
+    return results
+
+
+# ---------------------------------------------------------------- entry points
+def resolve_modes(modes, support, where: str) -> list[str]:
+    """The modes to compare, fp32 (the baseline) first: the given ones, each of which must run
+    here (else a usage error saying why), or, when none are given, every mode that runs here.
+
+    ``support(mode) -> (ok, why)`` is the framework's capability check; ``where`` ends the error
+    ("on cpu", "in TensorFlow here").
+    """
+    if modes is None:
+        chosen = [m for m in ("fp32", "tf32", "bf16", "fp16") if support(m)[0]]
+    else:
+        chosen = parse_mode_list(modes) if isinstance(modes, str) else list(modes)
+        for m in chosen:
+            ok, why = support(m)
+            if not ok:
+                raise UsageError(f"mode {m!r} cannot run {where}: {why}")
+    return chosen if "fp32" in chosen else ["fp32"] + chosen
+
+
+@dataclass
+class ParityConfig:
+    dataset: str = "digits"
+    modes: list[str] | None = None
+    seeds: int = 3
+    epochs: int | None = None
+    tolerance: float = 0.01
+    device: str = "auto"
+
+    def validate(self) -> ParityConfig:
+        if self.seeds < 1:
+            raise UsageError(f"--seeds must be >= 1; received {self.seeds}")
+        if self.epochs is not None and self.epochs < 1:
+            raise UsageError(f"--epochs must be >= 1; received {self.epochs}")
+        if not (0 <= self.tolerance < 1):
+            raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {self.tolerance}")
+        return self

