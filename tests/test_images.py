@@ -102,7 +102,7 @@ class Entrypoint:
         if token is not None:
             req.add_header("Authorization", f"token {token}")
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=5) as r:
                 return r.status
         except urllib.error.HTTPError as e:
             return e.code
@@ -305,9 +305,26 @@ def test_lock_pins_one_framework_only(framework, other):
 
 def test_dockerfile_installs_the_matching_extra_only():
     text = (DOCKER / "Dockerfile").read_text()
-    stages = dict(re.findall(r"^FROM \$\{\w+\} AS base-(\w+)\nENV AMPKIT_EXTRAS=(\S+)$", text, re.M))
+    stages = dict(re.findall(r"^FROM \$\{\w+\} AS base-(\w+)\nENV AMPKIT_EXTRAS=(\S+)$", text, re.MULTILINE))
     assert stages == {"torch": "torch,models,data,images", "tensorflow": "tensorflow,data,images"}
     assert "--constraint constraints.txt \".[${AMPKIT_EXTRAS}]\"" in text
     assert "COPY docker/constraints-${FRAMEWORK}.txt" in text
     for needle in ("HEALTHCHECK", "ampkit doctor --quick", "/usr/bin/tini", "openssh-server", "useradd"):
         assert needle in text, needle
+
+
+@needs_jupyter
+def test_a_taken_port_stops_the_start(tmp_path):
+    """JupyterLab gets the port asked for or none; when it dies, everything stops with exit 1."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ep = Entrypoint(tmp_path, JUPYTER_PORT=str(taken.getsockname()[1]), AMPKIT_DOCTOR="off",
+                        SSH_USER=me if os.geteuid() != 0 else "nobody", AMPKIT_RUN_AS=me)
+        try:
+            assert ep.proc.wait(timeout=60) == 1, ep.log()
+        finally:
+            ep.kill()
+    assert "jupyter exited on its own" in ep.log()
+    assert "JupyterLab: http" not in ep.log()
