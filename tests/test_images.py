@@ -61,6 +61,8 @@ def free_port() -> int:
 
 def can_run_python_as(user: str) -> bool:
     """Whether `user` may execute this interpreter (a pyenv Python under /root: no)."""
+    if shutil.which("runuser", path=SBIN_PATH) is None:
+        return False
     r = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", "pass"], capture_output=True)
     return r.returncode == 0
 
