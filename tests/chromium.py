@@ -89,7 +89,7 @@ class Chromium:
     def close(self) -> None:
         try:
             self.send("Browser.close")
-        except Exception:
+        except (OSError, RuntimeError, TimeoutError):  # already gone: the wait below reaps it
             pass
         try:
             self.proc.wait(timeout=10)

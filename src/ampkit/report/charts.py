@@ -185,7 +185,7 @@ def svg(fig, prefix: str, label: str) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
     text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
     text = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', text)
     text = _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
     # size from CSS (the viewBox keeps the aspect ratio); say what the chart is for screen readers

@@ -97,7 +97,7 @@ def environment_fields(doc: Document) -> dict[str, str]:
     for key, _label, get in ENV_FIELDS:
         try:
             value = get(env)
-        except Exception:  # a foreign shape inside an otherwise valid document: show it as unknown
+        except (AttributeError, TypeError, ValueError):  # a foreign shape inside an otherwise valid document: show it as unknown
             value = None
         out[key] = "—" if value in (None, "") else str(value)
     if out["framework"].startswith("?"):
