@@ -146,6 +146,12 @@ def _write(tmp, name, text):
     return str(p)
 
 
+def _binary(tmp, name, data):
+    p = tmp / name
+    p.write_bytes(data)
+    return str(p)
+
+
 BAD_INPUTS = {
     # case: (make the argument list in tmp (given the real docs), the text the one error line must hold)
     "not JSON": (lambda t, d: [_write(t, "notes.json", "doctor said fp16 is fine\n")], "notes.json: not a JSON document"),
@@ -157,6 +163,8 @@ BAD_INPUTS = {
     "truncated": (lambda t, d: [_write(t, "bench_cut.json", (d / "bench.json").read_text()[:700])],
                   "bench_cut.json: truncated JSON"),
     "empty file": (lambda t, d: [_write(t, "empty.json", "")], "empty.json: the file is empty"),
+    "an image": (lambda t, d: [_binary(t, "plot.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")],
+                 "plot.png: not a JSON document"),
     "a key missing": (lambda t, d: [_write(t, "nores.json", json.dumps(
         {k: v for k, v in json.loads((d / "bench.json").read_text()).items() if k != "results"}))],
                       "nores.json: not an ampkit document: lacks the key 'results'"),

@@ -17,7 +17,7 @@ from .model import AuditView, BenchView, ParityView
 MODE_COLORS = {"fp32": "#7f7f7f", "tf32": "#9467bd", "fp16": "#ff7f0e", "bf16": "#1f77b4", "fp8": "#d62728"}
 _OTHER = "#17becf"
 BAD = "#d62728"
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "ampkit-report", "font.size": 9, "axes.titlesize": 10,
+_RC = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "ampkit-report", "font.size": 9, "axes.titlesize": 10,
        "axes.spines.top": False, "axes.spines.right": False}
 
 

@@ -73,7 +73,8 @@ class Document:
 
     @property
     def framework(self) -> str:
-        return str(self.data.get("framework") or self.environment.get("framework") or "torch")
+        # the environment first: it is written by the framework's own code (an early TF audit said "torch")
+        return str(self.environment.get("framework") or self.data.get("framework") or "torch")
 
 
 class _Bad(Exception):
@@ -192,11 +193,8 @@ def _parse(path: str, text: str):
     if not text.strip():
         raise UsageError(f"{path}: the file is empty; re-run the command that writes it with --json PATH")
 
-    def no_constants(name):  # NaN/Infinity are not JSON (ampkit writes null for them)
-        raise ValueError(f"{name} is not valid JSON")
-
-    try:
-        return json.loads(text, parse_constant=no_constants)
+    try:  # NaN/Infinity (not JSON, but Python writes them) are accepted and shown as "—"
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         body = text.rstrip()
         if exc.pos >= len(body) and body[:1] in "{[":
@@ -204,8 +202,8 @@ def _parse(path: str, text: str):
                              f"is complete); the writer was cut off: re-run it with --json PATH") from None
         raise UsageError(f"{path}: not a JSON document ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                          f"pass a file written with --json PATH") from None
-    except ValueError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not an ampkit document (nested too deeply)") from None
 
 
 def load(path: str) -> list[Document]:
