@@ -18,7 +18,7 @@ import time
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",
-         "--disable-extensions", "--hide-scrollbars", "--mute-audio",
+         "--disable-extensions", "--hide-scrollbars", "--mute-audio", "--disable-dev-shm-usage",
          # networking off: every host name fails to resolve and every proxied request goes nowhere
          "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
 
