@@ -196,10 +196,24 @@ def svg(fig, prefix: str, label: str) -> str:
 
 
 def png(fig, path: str, dpi: int = 110) -> None:
+    """Write the figure as a PNG, atomically (a unique temporary file in the folder, then a rename)."""
+    import os
+    import tempfile
+
     import matplotlib
 
-    with matplotlib.rc_context(_RC):
-        fig.savefig(path, format="png", dpi=dpi)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".ampkit-", suffix=".png")
+    try:
+        with os.fdopen(fd, "wb") as fh, matplotlib.rc_context(_RC):
+            fig.savefig(fh, format="png", dpi=dpi)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _attr(text: str) -> str:
