@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 ENTRYPOINT = DOCKER / "entrypoint"
 SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/usr/local/sbin:/sbin"

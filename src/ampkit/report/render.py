@@ -1,0 +1,120 @@
+"""Rendering a :class:`~ampkit.report.model.Report` through Jinja2 templates: HTML, Markdown, text.
+
+The HTML page is self-contained: styles inline, charts inline SVG, no script, no URL.
+The Markdown uses the same model and links PNG charts when a plots folder is given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .model import Report
+
+_FILTERS = {}
+
+
+def _filter(fn):
+    _FILTERS[fn.__name__] = fn
+    return fn
+
+
+@_filter
+def num(x, spec: str = ".3g", none: str = "—") -> str:
+    if x is None or isinstance(x, bool):
+        return none
+    if isinstance(x, float) and not math.isfinite(x):
+        return none
+    return format(x, spec)
+
+
+@_filter
+def size(n) -> str:
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@_filter
+def pct(x, digits: int = 1) -> str:
+    return "—" if x is None else f"{x * 100:.{digits}f}%"
+
+
+@_filter
+def times(x) -> str:
+    return "—" if x is None else f"{x:.2f}×"
+
+
+@_filter
+def interval(ci) -> str:
+    return "—" if not ci or None in ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+@_filter
+def yesno(x) -> str:
+    return "—" if x is None else ("yes" if x else "no")
+
+
+@_filter
+def md(text) -> str:
+    """A Markdown table cell: no pipes or newlines leak out of it."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def _environment(autoescape: bool):
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(loader=PackageLoader("ampkit.report", "templates"), autoescape=autoescape,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(_FILTERS)
+    return env
+
+
+def _views(report: Report):
+    for env in report.environments:
+        for views in (env.bench, env.parity, env.audit):
+            yield from views
+
+
+def _chart_id(env_letter: str, kind: str, i: int) -> str:
+    return f"{env_letter.lower()}-{kind}-{i + 1}"
+
+
+def attach_charts(report: Report, *, svg: bool = True, png_dir: str | None = None) -> dict[str, str]:
+    """Draw every chart once: inline SVG into the views, PNGs into ``png_dir``; returns id -> PNG path."""
+    from . import charts
+
+    pngs = {}
+    for env in report.environments:
+        for kind, views in (("bench", env.bench), ("parity", env.parity), ("audit", env.audit)):
+            for i, view in enumerate(views):
+                fig = charts.figure_for(view)
+                if fig is None:
+                    continue
+                view.chart_id = _chart_id(env.letter, kind, i)
+                if svg:
+                    view.chart = charts.svg(fig, view.chart_id, f"{kind} chart of {view.doc.label}")
+                if png_dir:
+                    path = os.path.join(png_dir, f"{view.chart_id}.png")
+                    charts.png(fig, path)
+                    pngs[view.chart_id] = path
+    return pngs
+
+
+def html(report: Report) -> str:
+    attach_charts(report)
+    return _environment(True).get_template("report.html.j2").render(r=report)
+
+
+def markdown(report: Report, plots: dict[str, str] | None = None, md_path: str | None = None) -> str:
+    """Markdown; ``plots`` maps chart ids to PNG files, linked relative to the Markdown file."""
+    links = {}
+    base = os.path.dirname(os.path.abspath(md_path)) if md_path and md_path != "-" else os.getcwd()
+    for cid, path in (plots or {}).items():
+        links[cid] = os.path.relpath(os.path.abspath(path), base).replace(os.sep, "/")
+    return _environment(False).get_template("report.md.j2").render(r=report, links=links)
