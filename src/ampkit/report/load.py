@@ -189,6 +189,26 @@ def _read_text(path: str) -> str:
         raise UsageError(f"{path}: not a JSON document (not UTF-8 text); pass a file written with --json PATH")
 
 
+def _unclosed(text: str) -> bool:
+    """Whether ``text`` ends inside a string or with brackets still open: a document cut off."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_string or depth > 0
+
+
 def _parse(path: str, text: str):
     if not text.strip():
         raise UsageError(f"{path}: the file is empty; re-run the command that writes it with --json PATH")
@@ -196,8 +216,8 @@ def _parse(path: str, text: str):
     try:  # NaN/Infinity (not JSON, but Python writes them) are accepted and shown as "—"
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        body = text.rstrip()
-        if exc.pos >= len(body) and body[:1] in "{[":
+        body = text.strip()
+        if body[:1] in "{[" and _unclosed(body):
             raise UsageError(f"{path}: truncated JSON (the text ends at line {exc.lineno} before the document "
                              f"is complete); the writer was cut off: re-run it with --json PATH") from None
         raise UsageError(f"{path}: not a JSON document ({exc.msg} at line {exc.lineno} column {exc.colno}); "
