@@ -55,11 +55,6 @@ class Precision:
     def is_mixed(self) -> bool:
         return self.autocast
 
-    def torch_compute_dtype(self):
-        import torch
-
-        return getattr(torch, self.compute_dtype)
-
 
 _PRECISIONS: dict[str, Precision] = {
     "fp32": Precision("fp32", "float32", tf32=False, keras_policy="float32"),

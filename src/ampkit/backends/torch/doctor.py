@@ -27,7 +27,8 @@ __all__ = ["ACCEL_THRESHOLD", "run", "selftest", "microbench"]
 
 # ---------------------------------------------------------------- self-tests
 def _expected_dtype(mode: str) -> torch.dtype:
-    return get_precision(mode).torch_compute_dtype() if get_precision(mode).autocast else torch.float32
+    precision = get_precision(mode)
+    return getattr(torch, precision.compute_dtype) if precision.autocast else torch.float32
 
 
 def selftest(mode: str, device: torch.device) -> tuple[str, str]:

@@ -250,7 +250,7 @@ class MixedPrecision:
             backoff_factor=float(backoff_factor),
             growth_interval=int(growth_interval),
         )
-        self._dtype = self.precision.torch_compute_dtype() if self.precision.autocast else None
+        self._dtype = getattr(torch, self.precision.compute_dtype) if self.precision.autocast else None
         self._device_type = self.device.type
         self._sharded = False
         self.scaler = None
