@@ -1,0 +1,180 @@
+"""The tree keeps its shape: frameworks confined to their backend folders, no import cycles,
+ruff clean, no binaries in git, and a TensorFlow-only machine runs every command without torch."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+PKG = SRC / "ampkit"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """Every import statement in a file, at any depth (function-level imports count too):
+    (absolute module, names imported from it)."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            out.append((target, [a.name for a in node.names]))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for target, names in _imports(path):
+            if not target.startswith("ampkit"):
+                continue
+            # `from . import x` where x is a module is an edge to that module
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in files]
+            for dep in subs or [target]:
+                if dep in files and dep != mod:
+                    graph[mod].add(dep)
+    return graph
+
+
+def test_no_import_cycles_among_ampkit_modules():
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_cycle_detector_sees_a_planted_cycle(tmp_path, monkeypatch):
+    """The test above can fail: a two-module cycle written to a scratch package is found."""
+    pkg = tmp_path / "ampkit"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n")
+    (pkg / "b.py").write_text("from ampkit.a import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
+    assert _graph() == {"ampkit": set(), "ampkit.a": {"ampkit.b"}, "ampkit.b": {"ampkit.a"}}
+
+
+@pytest.mark.parametrize("framework,home,modules", [
+    ("torch", "ampkit.backends.torch", ("torch", "torchvision", "transformers")),
+    ("tensorflow", "ampkit.backends.tensorflow", ("tensorflow", "keras", "tf_keras")),
+])
+def test_each_framework_is_imported_only_inside_its_backend_folder(framework, home, modules):
+    # ampkit.backends chooses the framework (--framework auto tries `import torch`); ampkit.keras is
+    # the public name of the Keras engine and re-exports it
+    allowed_public = {"torch": {"ampkit.backends"}, "tensorflow": {"ampkit.keras"}}[framework]
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        mod = _module_name(path)
+        if mod == home or mod.startswith(home + ".") or mod in allowed_public:
+            continue
+        for target, _ in _imports(path):
+            if target.split(".")[0] in modules:
+                offenders.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not offenders, offenders
+
+
+def test_get_backend_returns_the_backend_protocol():
+    from ampkit.backends import Backend, get_backend
+
+    backend = get_backend("torch")
+    assert isinstance(backend, Backend) and backend.name == "torch"
+    for method in ("doctor", "bench", "parity", "audit"):
+        assert callable(getattr(backend, method))
+
+
+def test_ruff_is_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not os.path.exists(ruff):
+        pytest.skip("ruff is not installed (pip install 'ampkit[lint]')")
+    r = subprocess.run([ruff, "check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_no_binary_files_tracked_by_git():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    binary = []
+    for name in filter(None, files):
+        path = ROOT / name.decode()
+        if path.suffix.lower() in (".png", ".jpg", ".jpeg", ".svg"):  # documentation images are fine
+            continue
+        if path.is_file() and b"\0" in path.read_bytes()[:8192]:
+            binary.append(name.decode())
+    assert not binary, binary
+
+
+# ---------------------------------------------------------------- a machine with TensorFlow and no torch
+_BLOCK_TORCH = '''"""A stand-in for a machine where torch is not installed: importing it fails."""
+raise ImportError("No module named 'torch' (blocked by ampkit's TensorFlow-only test)")
+'''
+
+
+@pytest.mark.tensorflow
+def test_tensorflow_only_machine_runs_every_command_without_torch(tmp_path):
+    """torch made unimportable in every process (a stub package first on the path): --framework
+    auto picks TensorFlow, the four commands run and say so, and torch never loads."""
+    stub = tmp_path / "stub"
+    (stub / "torch").mkdir(parents=True)
+    (stub / "torch" / "__init__.py").write_text(_BLOCK_TORCH)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub), str(SRC), os.environ.get("PYTHONPATH", "")])}
+    assert subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True).returncode != 0
+    probe = ("import sys, json; from ampkit.cli.main import main; rc = main(sys.argv[1:]); "
+             "sys.stderr.write('TORCH_LOADED=%s\\n' % ('torch' in sys.modules)); sys.exit(rc)")
+    runs = {
+        "doctor": ["doctor", "--quick"],
+        "bench": ["bench", "--workload", "mlp", "--modes", "fp32,bf16", "--steps", "2", "--warmup", "1"],
+        "parity": ["parity", "--modes", "fp32", "--seeds", "1", "--epochs", "1"],
+        "audit": ["audit", "--workload", "mlp", "--mode", "bf16"],
+    }
+    for command, args in runs.items():
+        out = tmp_path / f"{command}.json"
+        r = subprocess.run([sys.executable, "-c", probe, *args, "--device", "cpu", "--json", str(out)], env=env,
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert r.returncode == 0, (command, r.stderr[-3000:])
+        assert "TORCH_LOADED=False" in r.stderr, command
+        doc = json.loads(out.read_text())
+        assert doc["framework"] == "tensorflow" and doc["environment"]["framework"] == "tensorflow", command
+        if command == "bench":
+            assert [row["status"] for row in doc["results"]] == ["ok", "ok"], doc["results"]
