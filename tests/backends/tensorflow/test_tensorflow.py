@@ -138,3 +138,7 @@ def test_bench_auto_batch_with_memory_budget_measures_each_trial_fresh():
     assert fitting and fitting[-1][0] == row["max_batch_size"]
     # trials in fresh processes: a larger batch never measures less than a much smaller one did
     assert fitting[-1][1] >= fitting[0][1] * 0.9
+
+
+def test_fp32_training_runs_with_tf32_off_in_bench_and_parity():
+    _case("training_runs_with_the_modes_tf32_setting")

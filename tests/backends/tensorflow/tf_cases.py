@@ -84,3 +84,35 @@ def last_layer_warns():
         inputs = keras.Input((4,))
         model = keras.Model(inputs, ak.float32_output(keras.layers.Dense(2)(inputs)))
     assert mp.check_model(model) == []
+
+
+def training_runs_with_the_modes_tf32_setting():
+    """fp32 means TF32 off: bench and parity train inside the mode's scope, so TensorFlow's
+    default (TF32 on) never leaks into an fp32 row; tf32 would turn it on. Recorded at each step."""
+    import keras
+    import tensorflow as tf
+
+    from ampkit.backends.tensorflow import bench, parity
+    from ampkit.bench.config import BenchConfig
+    from ampkit.parity.datasets import load
+
+    seen = []
+    real_train, real_fit = keras.Model.train_on_batch, keras.Model.fit
+
+    def train_on_batch(self, *a, **k):
+        seen.append(("bench", tf.config.experimental.tensor_float_32_execution_enabled()))
+        return real_train(self, *a, **k)
+
+    def fit(self, *a, **k):
+        seen.append(("parity", tf.config.experimental.tensor_float_32_execution_enabled()))
+        return real_fit(self, *a, **k)
+
+    keras.Model.train_on_batch, keras.Model.fit = train_on_batch, fit
+    tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
+    row = bench.run_mode_tf(BenchConfig(workload="mlp", steps=2, warmup=0, batch_size=8), "fp32", None,
+                            lambda *a: None)
+    assert row.status == "ok", row.error
+    parity.train_one_tf(load("digits"), "fp32", 0, epochs=1)
+    assert {who for who, _ in seen} == {"bench", "parity"}
+    assert not any(on for _, on in seen), seen
+    assert tf.config.experimental.tensor_float_32_execution_enabled()  # restored after the scope
