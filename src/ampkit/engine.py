@@ -539,7 +539,7 @@ class MixedPrecision:
         if max_grad_norm is not None:
             if scaler is not None:
                 for opt in opts:
-                    scaler.unscale_(opt)
+                    self._unscale(scaler, opt)
             grad_norm = self._clip(opts, max_grad_norm)
         with self._math():
             if scaler is None:
@@ -578,8 +578,8 @@ class MixedPrecision:
             if f.amp_scaling:
                 if self._sharded:
                     # ShardedGradScaler all-reduces found_inf across ranks only in unscale_(), not in
-                    # the fused path of step(): unscale here so every rank skips together
-                    self._unscale_once(scaler, opt)
+                    # the fused path of step(): unscale here so that every rank skips together
+                    self._unscale(scaler, opt)
                 scaler.step(opt)  # fused: no sync; the kernel skips on the device when found_inf
                 device_found.extend(_found_inf(scaler, opt))
             else:
@@ -590,12 +590,20 @@ class MixedPrecision:
             skipped = _any_inf(device_found)
         return skipped
 
-    @staticmethod
-    def _unscale_once(scaler, opt) -> None:
+    def _unscale(self, scaler, opt) -> None:
+        """``scaler.unscale_(opt)`` once per step (no sync; ShardedGradScaler all-reduces found_inf)."""
         from torch.amp.grad_scaler import OptState
 
-        if scaler._per_optimizer_states[id(opt)]["stage"] is OptState.READY:
-            scaler.unscale_(opt)
+        state = scaler._per_optimizer_states[id(opt)]
+        if state["stage"] is not OptState.READY:
+            return
+        scaler.unscale_(opt)
+        if self._sharded:
+            # ShardedGradScaler makes found_inf of shape (1,); fused kernels need the () of
+            # GradScaler ("output with shape [] doesn't match the broadcast shape [1]"). A view.
+            per_device = state["found_inf_per_device"]
+            for dev, flag in per_device.items():
+                per_device[dev] = flag.reshape(())
 
     def _clip(self, opts, max_norm: float) -> torch.Tensor:
         model = self.model
