@@ -31,29 +31,30 @@ OPTIMIZERS = {
 IMPLS = {"for-loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
 
 
-def tiny_model(seed=0):
+def tiny_model(seed=0, device="cpu"):
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device)
 
 
-def batches(n, seed=1, bs=6):
+def batches(n, seed=1, bs=6, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(bs, 8, generator=g), torch.randint(0, 4, (bs,), generator=g)) for _ in range(n)]
+    return [(torch.randn(bs, 8, generator=g).to(device), torch.randint(0, 4, (bs,), generator=g).to(device))
+            for _ in range(n)]
 
 
-def make(name, impl, params):
+def make(name, impl, params, extra=None):
     cls, kw = OPTIMIZERS[name]
-    opt = cls(params, **kw, **IMPLS[impl])
+    opt = cls(params, **kw, **IMPLS[impl], **(extra or {}))
     return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
 
 
-def hand_loop(name, impl, clip):
-    model = tiny_model()
-    opt, sched = make(name, impl, model.parameters())
-    scaler = torch.amp.GradScaler("cpu", **KW)
+def hand_loop(name, impl, clip, device="cpu", extra=None):
+    model = tiny_model(device=device)
+    opt, sched = make(name, impl, model.parameters(), extra)
+    scaler = torch.amp.GradScaler(device, **KW)
     skipped, scales, lrs = [], [], []
-    for i, (x, y) in enumerate(batches(STEPS)):
-        with torch.autocast("cpu", dtype=torch.float16):
+    for i, (x, y) in enumerate(batches(STEPS, device=device)):
+        with torch.autocast(device, dtype=torch.float16):
             loss = nn.functional.cross_entropy(model(x), y) * INJECT.get(i, 1.0)
         scaler.scale(loss).backward()
         if clip is not None:
@@ -72,12 +73,12 @@ def hand_loop(name, impl, clip):
     return model, skipped, scales, lrs
 
 
-def engine_loop(name, impl, clip):
-    model = tiny_model()
-    opt, sched = make(name, impl, model.parameters())
-    mp = MixedPrecision("fp16", "cpu", **KW)
+def engine_loop(name, impl, clip, device="cpu", extra=None):
+    model = tiny_model(device=device)
+    opt, sched = make(name, impl, model.parameters(), extra)
+    mp = MixedPrecision("fp16", device, **KW)
     skipped, scales, lrs = [], [], []
-    for i, (x, y) in enumerate(batches(STEPS)):
+    for i, (x, y) in enumerate(batches(STEPS, device=device)):
         with mp.autocast():
             loss = nn.functional.cross_entropy(model(x), y) * INJECT.get(i, 1.0)
         mp.backward(loss)
@@ -108,6 +109,26 @@ def test_matrix_matches_a_hand_written_gradscaler_loop(name, impl, clip):
     for p, q in zip(model.parameters(), ref_model.parameters()):
         assert torch.equal(p, q)
     assert mp.stats == {"steps": STEPS, "skipped": len(INJECT), "scale": 1024.0, "scale_min": 512.0, "scale_max": 1024.0}
+
+
+CUDA_CASES = [(name, impl, None) for name in OPTIMIZERS for impl in IMPLS] + [
+    ("Adam", "for-loop", {"capturable": True}), ("Adam", "foreach", {"capturable": True}),
+    ("AdamW", "for-loop", {"capturable": True}), ("AdamW", "foreach", {"capturable": True}),
+    ("Adam", "fused", {"capturable": True}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,impl,extra", CUDA_CASES,
+                         ids=[f"{n}-{i}{'-capturable' if e else ''}" for n, i, e in CUDA_CASES])
+def test_matrix_on_cuda_with_capturable(name, impl, extra):
+    ref_model, ref_skipped, ref_scales, ref_lrs = hand_loop(name, impl, None, "cuda", extra)
+    model, mp, skipped, scales, lrs = engine_loop(name, impl, None, "cuda", extra)
+    assert skipped == ref_skipped == [i in INJECT for i in range(STEPS)]
+    assert scales == ref_scales == EXPECTED_SCALES
+    assert lrs == ref_lrs
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q)
 
 
 def test_issue_10_fused_adamw_reproduction():
