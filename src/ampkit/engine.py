@@ -21,6 +21,9 @@ Host-device syncs, fp16 mode: one per optimizer step and optimizer implementatio
   and none when a for-loop/foreach optimizer of the same step already reported the overflow.
 * ``capturable`` optimizers go through the same two paths (capturable changes where the optimizer
   keeps its step count, not how GradScaler decides to skip).
+* FSDP (``ShardedGradScaler``) with a fused optimizer: the engine calls ``unscale_`` itself before
+  ``step`` (one extra unscale pass, no sync), because only ``unscale_`` all-reduces ``found_inf``
+  across ranks; without it the ranks could disagree about the skip.
 
 From the skip flag the loss scale is mirrored on the host with GradScaler's exact float32 update
 rule, so ``StepResult.scale`` and ``stats`` are free to read and equal ``get_scale()`` after every
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import torch
+from torch.amp.grad_scaler import OptState
 
 from .devices import mode_support, resolve_auto, resolve_device
 from .errors import AutocastDisabledError, ModeUnavailableError
@@ -277,6 +281,10 @@ class MixedPrecision:
             but the last micro-batch.
         model: optional; used to check that master weights are float32 and to pick
             ``ShardedGradScaler`` for FSDP models. Same as calling :meth:`prepare` later.
+
+    Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
+    optimizer may be replaced by a new one at any time (one per training phase); skips, the
+    scale and the schedulers stay exact. ``ReduceLROnPlateau``: ``mp.step(opt, sched, metric=val_loss)``.
 
     Raises:
         ValueError: unknown mode (the message lists the valid ones).
@@ -592,8 +600,6 @@ class MixedPrecision:
 
     def _unscale(self, scaler, opt) -> None:
         """``scaler.unscale_(opt)`` once per step (no sync; ShardedGradScaler all-reduces found_inf)."""
-        from torch.amp.grad_scaler import OptState
-
         state = scaler._per_optimizer_states[id(opt)]
         if state["stage"] is not OptState.READY:
             return
