@@ -296,6 +296,22 @@ def test_six_optimizers_created_and_freed_in_turn_every_skip_reported():
     assert all(r() is None for r in refs), "the engine keeps an optimizer alive"
 
 
+def test_an_engine_gone_leaves_no_hook_on_the_optimizer():
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):  # a new engine per phase, one optimizer throughout
+        mp = MixedPrecision("fp16", "cpu", **KW)
+        x, y = batches(1)[0]
+        with mp.autocast():
+            loss = nn.functional.cross_entropy(model(x), y)
+        mp.backward(loss)
+        assert not mp.step(opt, zero_grad=True).skipped
+        assert len(opt._optimizer_step_post_hooks) == 1
+        del mp
+        gc.collect()
+        assert len(opt._optimizer_step_post_hooks) == 0
+
+
 # ---------------------------------------------------------------- schedulers
 def _run_plateau(mp, inject, metric_of, extra=None):
     model = tiny_model()

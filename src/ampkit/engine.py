@@ -200,6 +200,12 @@ class _Followed:
         self.stepped = True
 
 
+def _unfollow_all(followed: weakref.WeakKeyDictionary) -> None:
+    for f in list(followed.values()):
+        if f.handle is not None:
+            f.handle.remove()
+
+
 def _found_inf(scaler, opt) -> list[torch.Tensor]:
     """GradScaler's per-optimizer found_inf tensors of this step (device tensors, no sync).
 
@@ -351,6 +357,7 @@ class MixedPrecision:
         self._micro = 0
         #: optimizers seen by step(), by identity; an entry dies with its optimizer
         self._followed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        weakref.finalize(self, _unfollow_all, self._followed)  # an engine gone leaves no hook behind
         self.model = None
         self._locator = None
         if model is not None:
