@@ -8,7 +8,8 @@ One code path for every mode; the mode only changes which objects go into it (na
 * fp16 — autocast float16, float32 master weights, dynamic loss scaling by
   ``torch.amp.GradScaler`` (wrapped, not re-implemented).
 
-Host-device syncs, fp16 mode: one per optimizer step and optimizer implementation kind, never more.
+Host-device syncs, fp16 mode: the engine adds none to what GradScaler does for for-loop and
+foreach optimizers, and at most one per step for fused ones, however many there are:
 
 * for-loop and foreach optimizers (``_step_supports_amp_scaling`` false): GradScaler's ``step()``
   reads ``found_inf.item()`` itself and calls ``optimizer.step()`` only when it is zero. The engine
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import struct
 import warnings
 import weakref
@@ -233,13 +235,14 @@ def _any_inf(found: list[torch.Tensor]) -> bool:
 def _check_scaler_args(init_scale, growth_factor, backoff_factor, growth_interval) -> None:
     """GradScaler's own argument rules, applied whatever the mode (it only checks when created)."""
     problems = []
-    if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale) and init_scale > 0):
+    if not (isinstance(init_scale, numbers.Real) and math.isfinite(init_scale) and init_scale > 0):
         problems.append(f"init_scale must be a finite number > 0, received {init_scale!r}")
-    if not (isinstance(growth_factor, (int, float)) and growth_factor > 1.0):
+    if not (isinstance(growth_factor, numbers.Real) and growth_factor > 1.0):
         problems.append(f"growth_factor must be > 1.0, received {growth_factor!r}")
-    if not (isinstance(backoff_factor, (int, float)) and 0.0 < backoff_factor < 1.0):
+    if not (isinstance(backoff_factor, numbers.Real) and 0.0 < backoff_factor < 1.0):
         problems.append(f"backoff_factor must be in (0, 1), received {backoff_factor!r}")
-    if not (isinstance(growth_interval, int) and not isinstance(growth_interval, bool) and growth_interval > 0):
+    if not (isinstance(growth_interval, numbers.Integral) and not isinstance(growth_interval, bool)
+            and growth_interval > 0):
         problems.append(f"growth_interval must be an int > 0, received {growth_interval!r}")
     if problems:
         raise ValueError("; ".join(problems) + " (the same rules as torch.amp.GradScaler)")
