@@ -3,7 +3,9 @@
 Shows: MixedPrecision("auto"), gradient accumulation, clipping after unscale, an LR scheduler
 that does not step on skipped steps, and an exact checkpoint/resume (weights_only=True).
 
-    python examples/train_custom_loop.py [--mode auto] [--device auto] [--steps 60]
+    python examples/train_custom_loop.py [--mode auto] [--device auto] [--steps 60] [--fused]
+
+``--fused`` uses ``AdamW(fused=True)``: the engine reports its skipped steps and scale exactly too.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ def make_data(n=2048, dim=32, classes=4, seed=0):
     return x, y
 
 
-def build(device, lr=0.05, total_steps=60):
+def build(device, lr=0.05, total_steps=60, fused=False):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 4)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=fused or None)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps)
     return model, opt, sched
 
@@ -60,6 +62,7 @@ def main() -> None:
     parser.add_argument("--mode", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     args = parser.parse_args()
 
     mp = ampkit.MixedPrecision(args.mode, device=args.device, accumulation_steps=2)
@@ -67,7 +70,7 @@ def main() -> None:
     x, y = make_data()
     half = args.steps // 2
 
-    model, opt, sched = build(mp.device, total_steps=args.steps)
+    model, opt, sched = build(mp.device, total_steps=args.steps, fused=args.fused)
     mp.prepare(model)
     train(half, 0, model, opt, sched, mp, x, y)
 
@@ -78,7 +81,7 @@ def main() -> None:
         print(f"checkpoint written at step {half}; resuming in a fresh model/optimizer/engine")
         ckpt = torch.load(path, weights_only=True)
 
-    model2, opt2, sched2 = build(mp.device, total_steps=args.steps)
+    model2, opt2, sched2 = build(mp.device, total_steps=args.steps, fused=args.fused)
     model2.load_state_dict(ckpt["model"])
     opt2.load_state_dict(ckpt["opt"])
     sched2.load_state_dict(ckpt["sched"])

@@ -8,24 +8,47 @@ One code path for every mode; the mode only changes which objects go into it (na
 * fp16 — autocast float16, float32 master weights, dynamic loss scaling by
   ``torch.amp.GradScaler`` (wrapped, not re-implemented).
 
-Host-device syncs: the engine adds none. In fp16 mode GradScaler's ``step()`` does its one
-``found_inf.item()`` sync per optimizer; that is the only one. Whether a step was skipped is
-learned from an optimizer step hook (no sync), and the loss scale is mirrored on the host from
-those skip flags with GradScaler's exact float32 update rule, so ``StepResult.scale`` and
-``stats`` are free to read. ``StepResult.grad_norm`` is a device tensor until read (reading it syncs).
+Host-device syncs, fp16 mode: the engine adds none to what GradScaler does for for-loop and
+foreach optimizers, and at most one per step for fused ones, however many there are:
+
+* for-loop and foreach optimizers (``_step_supports_amp_scaling`` false): GradScaler's ``step()``
+  reads ``found_inf.item()`` itself and calls ``optimizer.step()`` only when it is zero. The engine
+  learns whether that call happened from an optimizer step post-hook: no sync of its own.
+* fused optimizers and any optimizer with ``_step_supports_amp_scaling`` (``SGD/Adam/AdamW(fused=True)``):
+  GradScaler hands them ``grad_scale``/``found_inf`` and always calls ``step()``; the kernel skips
+  on the device, so the post-hook fires either way. The truth lives only in GradScaler's
+  per-optimizer ``found_inf``, which the engine reads once per step (one ``.item()`` over all such
+  optimizers of the step together) — the same single sync a non-fused ``GradScaler.step`` performs,
+  and none when a for-loop/foreach optimizer of the same step already reported the overflow.
+* ``capturable`` optimizers go through the same two paths (capturable changes where the optimizer
+  keeps its step count, not how GradScaler decides to skip).
+* FSDP (``ShardedGradScaler``) with a fused optimizer: the engine calls ``unscale_`` itself before
+  ``step`` (one extra unscale pass, no sync), because only ``unscale_`` all-reduces ``found_inf``
+  across ranks; without it the ranks could disagree about the skip.
+
+From the skip flag the loss scale is mirrored on the host with GradScaler's exact float32 update
+rule, so ``StepResult.scale`` and ``stats`` are free to read and equal ``get_scale()`` after every
+step. ``StepResult.grad_norm`` is a device tensor until read (reading it syncs).
+
+Optimizers are followed by identity (weak references), never by ``id()``: a new optimizer per
+training phase is followed even when Python hands it a freed optimizer's address, and the
+engine keeps no optimizer alive.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import struct
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.amp.grad_scaler import OptState
 
 from ...errors import AutocastDisabledError, ModeUnavailableError
 from ...precision import AUTO, Precision, get_precision, parse_mode
@@ -159,6 +182,77 @@ class _ScaleMirror:
         return self.scale
 
 
+class _Followed:
+    """What the engine knows about one optimizer; held in a WeakKeyDictionary keyed by the optimizer.
+
+    ``amp_scaling``: the optimizer takes ``grad_scale``/``found_inf`` from GradScaler and skips on
+    the device (fused); its skip is read from ``found_inf``. Otherwise ``stepped`` is set by a step
+    post-hook whose closure holds only this object (not the engine, not the optimizer).
+    """
+
+    __slots__ = ("amp_scaling", "stepped", "handle", "__weakref__")
+
+    def __init__(self, opt: torch.optim.Optimizer, hook: bool):
+        self.amp_scaling = bool(getattr(opt, "_step_supports_amp_scaling", False))
+        self.stepped = False
+        self.handle = None
+        if hook and not self.amp_scaling:
+            self.handle = opt.register_step_post_hook(self._mark)
+
+    def _mark(self, optimizer, args, kwargs) -> None:
+        self.stepped = True
+
+
+def _unfollow_all(followed: weakref.WeakKeyDictionary) -> None:
+    for f in list(followed.values()):
+        if f.handle is not None:
+            f.handle.remove()
+
+
+def _found_inf(scaler, opt) -> list[torch.Tensor]:
+    """GradScaler's per-optimizer found_inf tensors of this step (device tensors, no sync).
+
+    GradScaler keeps them in ``_per_optimizer_states[id(optimizer)]`` from ``unscale_``/``step``
+    until ``update()``; there is no public accessor (pytorch #67590).
+    """
+    try:
+        per_device = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
+    except (AttributeError, KeyError) as exc:  # pragma: no cover - a torch that changed its internals
+        raise RuntimeError(
+            "cannot read GradScaler's found_inf for a fused optimizer in this torch version; "
+            "use a for-loop or foreach optimizer (fused=False) with ampkit, and report the torch version"
+        ) from exc
+    return list(per_device.values())
+
+
+def _any_inf(found: list[torch.Tensor]) -> bool:
+    """True when any found_inf flag is set. One host-device sync for all of them."""
+    if len(found) == 1:
+        return bool(found[0].item())  # host-device sync
+    device = found[0].device
+    return bool(torch.stack([t.to(device, non_blocking=True).reshape(()) for t in found]).sum().item())  # sync
+
+
+def _check_scaler_args(init_scale, growth_factor, backoff_factor, growth_interval) -> None:
+    """GradScaler's own argument rules, applied whatever the mode (it only checks when created)."""
+    problems = []
+    if not (isinstance(init_scale, numbers.Real) and math.isfinite(init_scale) and init_scale > 0):
+        problems.append(f"init_scale must be a finite number > 0, received {init_scale!r}")
+    if not (isinstance(growth_factor, numbers.Real) and growth_factor > 1.0):
+        problems.append(f"growth_factor must be > 1.0, received {growth_factor!r}")
+    if not (isinstance(backoff_factor, numbers.Real) and 0.0 < backoff_factor < 1.0):
+        problems.append(f"backoff_factor must be in (0, 1), received {backoff_factor!r}")
+    if not (isinstance(growth_interval, numbers.Integral) and not isinstance(growth_interval, bool)
+            and growth_interval > 0):
+        problems.append(f"growth_interval must be an int > 0, received {growth_interval!r}")
+    if problems:
+        raise ValueError("; ".join(problems) + " (the same rules as torch.amp.GradScaler)")
+
+
+def _is_plateau(sched) -> bool:
+    return isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
 def _as_list(obj) -> list:
     if obj is None:
         return []
@@ -197,6 +291,10 @@ class MixedPrecision:
             but the last micro-batch.
         model: optional; used to check that master weights are float32 and to pick
             ``ShardedGradScaler`` for FSDP models. Same as calling :meth:`prepare` later.
+
+    Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
+    optimizer may be replaced by a new one at any time (one per training phase); skips, the
+    scale and the schedulers stay exact. ``ReduceLROnPlateau``: ``mp.step(opt, sched, metric=val_loss)``.
 
     Raises:
         ValueError: unknown mode (the message lists the valid ones).
@@ -242,6 +340,8 @@ class MixedPrecision:
             )
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, received {accumulation_steps}")
+        # checked in every mode, so that "auto" accepts or refuses the same arguments on every device
+        _check_scaler_args(init_scale, growth_factor, backoff_factor, growth_interval)
         self.precision: Precision = get_precision(resolved)
         self.accumulation_steps = int(accumulation_steps)
         self._scaler_kwargs = dict(
@@ -259,9 +359,9 @@ class MixedPrecision:
         self._steps = 0
         self._skipped = 0
         self._micro = 0
-        self._stepped: dict[int, bool] = {}
-        self._hooked: dict[int, Any] = {}
-        self._checked_opts: set[int] = set()
+        #: optimizers seen by step(), by identity; an entry dies with its optimizer
+        self._followed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        weakref.finalize(self, _unfollow_all, self._followed)  # an engine gone leaves no hook behind
         self.model = None
         self._locator = None
         if model is not None:
@@ -288,12 +388,23 @@ class MixedPrecision:
         self._mirror = _ScaleMirror(kw["init_scale"], kw["growth_factor"], kw["backoff_factor"], kw["growth_interval"])
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Check the model's master weights and choose the scaler for it (FSDP -> ShardedGradScaler)."""
+        """Check the model's master weights and choose the scaler for it (FSDP -> ShardedGradScaler).
+
+        May come before or after :meth:`load_state_dict`, and between steps: moving to the sharded
+        scaler carries the scale, the growth tracker and the statistics over.
+        """
         self.check_parameters(model.parameters(), where="model")
         if self.precision.loss_scaling and _is_fsdp(model) and not self._sharded:
-            if self._steps:
-                raise RuntimeError("prepare() with an FSDP model must come before the first step()")
+            if self._micro:
+                raise RuntimeError(
+                    "prepare() with an FSDP model was called between backward() and step(); "
+                    "call it before the first backward() of a step (best: right after creating the model)"
+                )
+            state = self.scaler.state_dict()  # plain values; reads the scale once if one exists (a sync)
+            mirror = self._mirror
             self._make_scaler(sharded=True)
+            self.scaler.load_state_dict(state)
+            self._mirror = mirror  # the same scale, tracker and min/max
         self.model = model
         return model
 
@@ -339,18 +450,29 @@ class MixedPrecision:
 
     @contextlib.contextmanager
     def accumulate(self, model: torch.nn.Module | None = None):
-        """Skip DDP/FSDP's gradient all-reduce on all but the last micro-batch of an accumulation.
+        """Skip the gradient communication on all but the last micro-batch of an accumulation.
+
+        DDP and FSDP1: ``no_sync()``; FSDP2 (``fully_shard``): ``set_requires_gradient_sync(False)``,
+        so gradients accumulate unsharded and are reduce-scattered once, on the last micro-batch.
 
         Use around the forward *and* backward of each micro-batch; the micro-batch index is the
         number of ``backward`` calls since the last ``step``.
         """
         model = model if model is not None else self.model
         last = self._micro + 1 >= self.accumulation_steps
-        if last or model is None or not hasattr(model, "no_sync"):
+        if last or model is None:
             yield
-        else:
+        elif hasattr(model, "no_sync"):  # DDP, FSDP1
             with model.no_sync():
                 yield
+        elif hasattr(model, "set_requires_gradient_sync"):  # FSDP2 (fully_shard): no reduce-scatter
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:  # the backward ran inside the block; the next micro-batch decides again
+                model.set_requires_gradient_sync(True)
+        else:
+            yield
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
         """Backward of one micro-batch: loss / accumulation_steps, scaled in fp16 mode."""
@@ -384,16 +506,13 @@ class MixedPrecision:
         return self._micro + 1 >= self.accumulation_steps
 
     # ------------------------------------------------------------------ step
-    def _hook(self, opt: torch.optim.Optimizer) -> None:
-        """Learn on the host, without a sync, whether GradScaler called opt.step()."""
-        key = id(opt)
-        if key in self._hooked or self.scaler is None:
-            return
-
-        def mark(optimizer, args, kwargs, _key=key):
-            self._stepped[_key] = True
-
-        self._hooked[key] = opt.register_step_post_hook(mark)
+    def _follow(self, opt: torch.optim.Optimizer) -> _Followed:
+        """The engine's record of ``opt``, made on first sight (master weights checked once)."""
+        followed = self._followed.get(opt)
+        if followed is None:
+            self.check_parameters((p for g in opt.param_groups for p in g["params"]), where="optimizer")
+            followed = self._followed[opt] = _Followed(opt, hook=self.scaler is not None)
+        return followed
 
     def step(
         self,
@@ -402,30 +521,44 @@ class MixedPrecision:
         max_grad_norm: float | None = None,
         *,
         zero_grad: bool = False,
+        metric: Any = None,
     ) -> StepResult:
         """Unscale, clip, step every optimizer, update the scale once, step the scheduler(s).
 
         Args:
-            optimizer: one optimizer or a list (one scaler, one update for all).
-            scheduler: an LR scheduler or a list; not stepped when the optimizer step was skipped.
+            optimizer: one optimizer or a list (one scaler, one update for all). Any torch
+                implementation: for-loop, foreach, fused, capturable.
+            scheduler: an LR scheduler or a list. Stepped only when the optimizer step was
+                taken: never on a step skipped for inf/NaN gradients.
             max_grad_norm: clip the *unscaled* gradients to this total norm (None: no clipping).
             zero_grad: also call ``zero_grad(set_to_none=True)`` on the optimizers afterwards.
+            metric: the value a ``ReduceLROnPlateau`` scheduler among ``scheduler`` is stepped
+                with (``sched.step(metric)``), e.g. the validation loss; other schedulers ignore it.
+                A tensor is read by the scheduler (a sync). Required when such a scheduler is given.
+                A plateau scheduler stepped once per epoch can equally be stepped by hand.
+
+        Example::
+
+            result = mp.step(opt, plateau, metric=val_loss)   # ReduceLROnPlateau
         """
         opts = optimizer if isinstance(optimizer, (list, tuple)) else (optimizer,)
         if not opts:
             raise ValueError("step() needs at least one optimizer")
-        checked = self._checked_opts
-        for opt in opts:
-            if id(opt) not in checked:  # once per optimizer: master weights must be float32
-                self.check_parameters((p for g in opt.param_groups for p in g["params"]), where="optimizer")
-                self._hook(opt)
-                checked.add(id(opt))
+        scheds = _as_list(scheduler)
+        if metric is None:
+            for sched in scheds:
+                if _is_plateau(sched):
+                    raise ValueError(
+                        "ReduceLROnPlateau needs the monitored value: call mp.step(optimizer, scheduler, "
+                        "metric=val_loss) (or step that scheduler yourself with sched.step(val_loss))"
+                    )
+        followed = [self._follow(opt) for opt in opts]
         scaler = self.scaler
         grad_norm = None
         if max_grad_norm is not None:
             if scaler is not None:
                 for opt in opts:
-                    scaler.unscale_(opt)
+                    self._unscale(scaler, opt)
             grad_norm = self._clip(opts, max_grad_norm)
         with self._math():
             if scaler is None:
@@ -434,21 +567,18 @@ class MixedPrecision:
                 skipped = False
                 scale = 1.0
             else:
-                stepped = self._stepped
-                skipped = False
-                for opt in opts:
-                    key = id(opt)
-                    stepped[key] = False
-                    scaler.step(opt)  # GradScaler's one found_inf.item() sync per optimizer
-                    skipped = skipped or not stepped[key]
+                skipped = self._scaled_step(scaler, opts, followed)
                 scaler.update()
                 scale = self._mirror.update(found_inf=skipped)
         self._steps += 1
         self._skipped += int(skipped)
         self._micro = 0
-        if scheduler is not None and not skipped:
-            for sched in _as_list(scheduler):
-                sched.step()
+        if not skipped:
+            for sched in scheds:
+                if _is_plateau(sched):
+                    sched.step(metric)
+                else:
+                    sched.step()
         if zero_grad:
             for opt in opts:
                 opt.zero_grad(set_to_none=True)
@@ -458,6 +588,39 @@ class MixedPrecision:
                 overflow = self._locator.locate()
             self._locator.reset()
         return StepResult(skipped, scale, grad_norm, overflow)
+
+    def _scaled_step(self, scaler, opts, followed) -> bool:
+        """``scaler.step`` every optimizer; True when the step was skipped (found inf/NaN)."""
+        skipped = False
+        device_found = []
+        for opt, f in zip(opts, followed):
+            if f.amp_scaling:
+                if self._sharded:
+                    # ShardedGradScaler all-reduces found_inf across ranks only in unscale_(), not in
+                    # the fused path of step(): unscale here so that every rank skips together
+                    self._unscale(scaler, opt)
+                scaler.step(opt)  # fused: no sync; the kernel skips on the device when found_inf
+                device_found.extend(_found_inf(scaler, opt))
+            else:
+                f.stepped = False
+                scaler.step(opt)  # GradScaler's one found_inf.item() sync for this optimizer
+                skipped = skipped or not f.stepped
+        if device_found and not skipped:
+            skipped = _any_inf(device_found)
+        return skipped
+
+    def _unscale(self, scaler, opt) -> None:
+        """``scaler.unscale_(opt)`` once per step (no sync; ShardedGradScaler all-reduces found_inf)."""
+        state = scaler._per_optimizer_states[id(opt)]
+        if state["stage"] is not OptState.READY:
+            return
+        scaler.unscale_(opt)
+        if self._sharded:
+            # ShardedGradScaler makes found_inf of shape (1,); fused kernels need the () of
+            # GradScaler ("output with shape [] doesn't match the broadcast shape [1]"). A view.
+            per_device = state["found_inf_per_device"]
+            for dev, flag in per_device.items():
+                per_device[dev] = flag.reshape(())
 
     def _clip(self, opts, max_norm: float) -> torch.Tensor:
         model = self.model

@@ -42,11 +42,13 @@ class Recorder:
     module's output and the next module's input).
     """
 
-    def __init__(self, model: nn.Module, on_forward: Callable, on_grad: Callable, *, grad_inputs: bool = True):
+    def __init__(self, model: nn.Module, on_forward: Callable, on_grad: Callable, *, grad_inputs: bool = True,
+                 keep_grad_targets: bool = True):
         self.model = model
         self.on_forward = on_forward
         self.on_grad = on_grad
         self.grad_inputs = grad_inputs
+        self.keep_grad_targets = keep_grad_targets
         self.order: list[tuple[str, int]] = []
         self.calls: dict[str, int] = {}
         self.depth = {name: (name.count(".") + 1 if name else 0) for name, _ in model.named_modules()}
@@ -56,6 +58,9 @@ class Recorder:
         self._stack: list[tuple[str, int]] = []
         self._tids: dict = {}
         self._next_tid = 0
+        # hooks on leaf tensors (a parameter or a user tensor passed to a module): unlike hooks on
+        # intermediate outputs they outlive the step, so they are removed at reset()/exit
+        self._leaf_handles: list = []
         #: floating outputs that require grad, in forward order (for autograd.grad on them alone)
         self.grad_targets: list[torch.Tensor] = []
 
@@ -80,7 +85,27 @@ class Recorder:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._remove_leaf_hooks()  # the records stay readable after the block
         return False
+
+    def _remove_leaf_hooks(self) -> None:
+        for h in self._leaf_handles:
+            h.remove()
+        self._leaf_handles.clear()
+
+    def reset(self) -> None:
+        """Forget this step: call records, tensor tokens, grad targets, hooks left on leaf tensors."""
+        self._remove_leaf_hooks()
+        self.calls.clear()
+        self.order.clear()
+        self._stack.clear()
+        self._tids.clear()
+        self.grad_targets.clear()
+
+    def _hook_tensor(self, t: torch.Tensor, key, kind) -> None:
+        handle = t.register_hook(self._grad_hook(key, kind, self._tid(t)))
+        if t.grad_fn is None:
+            self._leaf_handles.append(handle)
 
     def _pre(self, name: str):
         def hook(module, args):
@@ -91,7 +116,7 @@ class Recorder:
             if self.grad_inputs and torch.is_grad_enabled():
                 for t in float_tensors(args):
                     if t.requires_grad:
-                        t.register_hook(self._grad_hook(key, "input", self._tid(t)))
+                        self._hook_tensor(t, key, "input")
         return hook
 
     def _post(self, name: str):
@@ -103,8 +128,9 @@ class Recorder:
             if torch.is_grad_enabled():
                 for t in tensors:
                     if t.requires_grad:
-                        t.register_hook(self._grad_hook(key, "output", self._tid(t)))
-                        self.grad_targets.append(t)
+                        self._hook_tensor(t, key, "output")
+                        if self.keep_grad_targets:
+                            self.grad_targets.append(t)
         return hook
 
     def _grad_hook(self, key, kind, tid):
