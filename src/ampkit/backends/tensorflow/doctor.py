@@ -98,6 +98,7 @@ def microbench(mode: str) -> dict:
 
 
 def run(*, quick: bool = False, progress=None) -> DoctorReport:
+    from . import keras2
     from .keras_engine import mode_support_tf
 
     t0 = time.perf_counter()
@@ -107,5 +108,7 @@ def run(*, quick: bool = False, progress=None) -> DoctorReport:
     reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, microbench, quick=quick,
                                             emulation_note=lambda m: cpu_emulation_note(m) if device.startswith("CPU") else "",
                                             say=(lambda msg: progress(f"tensorflow {msg}")) if progress else None)
-    return DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick,
-                        round(time.perf_counter() - t0, 3))
+    report = DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick)
+    keras2.add_selftest(report, selftest, progress)  # tf_keras's mixed-precision path, where installed
+    report.elapsed_s = round(time.perf_counter() - t0, 3)
+    return report
