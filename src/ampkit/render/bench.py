@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..bench.report import CSV_COLUMNS
-from .output import fmt, fmt_bytes, write_csv
+from .output import fmt, fmt_bytes, ran_with, write_csv
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
 
@@ -16,7 +16,7 @@ def render(report, con) -> None:
     flops = f"  ·  {report.flops_per_sample / 1e9:.3g} GFLOP/sample (fwd+bwd)" if report.flops_per_sample else ""
     world = f"  ·  world size {report.world_size}" if report.world_size > 1 else ""
     cfg = report.config
-    table = Table(title=f"ampkit bench — {report.workload} ({report.framework}) on {report.device}{world}{flops}  ·  "
+    table = Table(title=f"ampkit bench — {report.workload} ({ran_with(report)}) on {report.device}{world}{flops}  ·  "
                         f"{cfg.get('steps')} timed steps after {cfg.get('warmup')} warm-up",
                   title_justify="left")
     table.add_column("", no_wrap=True)

@@ -25,6 +25,12 @@ def console(json_to_stdout: bool):
     return con
 
 
+def ran_with(report) -> str:
+    """``torch`` or ``tensorflow, tf_keras 2.21.0``: the framework that ran, and its Keras where it has one."""
+    keras = (getattr(report, "environment", None) or {}).get("keras")
+    return f"{report.framework}, {keras}" if keras else str(report.framework)
+
+
 def _clean(obj):
     """JSON has no NaN/inf: write them as null."""
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -204,3 +204,12 @@ def flavor_of(obj) -> Flavor | None:
 def loaded_flavors() -> list[Flavor]:
     """The Kerases this process has imported already (a policy scope sets the policy in each)."""
     return [Flavor(name) for name in (KERAS3, TF_KERAS) if name in sys.modules]
+
+
+def load_every_keras() -> list[Flavor]:
+    """Import every installed Keras, so that a policy scope entered next sets the policy in each:
+    for code that builds a user's model without knowing which Keras it uses (a factory)."""
+    importlib.import_module(KERAS3)
+    if tf_keras_installed():
+        importlib.import_module(TF_KERAS)
+    return loaded_flavors()
