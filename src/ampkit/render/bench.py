@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..bench.report import CSV_COLUMNS
-from .output import fmt, fmt_bytes, ran_with, write_csv
+from .output import fmt, fmt_bytes, print_keras_line, write_csv
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
 
@@ -16,7 +16,7 @@ def render(report, con) -> None:
     flops = f"  ·  {report.flops_per_sample / 1e9:.3g} GFLOP/sample (fwd+bwd)" if report.flops_per_sample else ""
     world = f"  ·  world size {report.world_size}" if report.world_size > 1 else ""
     cfg = report.config
-    table = Table(title=f"ampkit bench — {report.workload} ({ran_with(report)}) on {report.device}{world}{flops}  ·  "
+    table = Table(title=f"ampkit bench — {report.workload} ({report.framework}) on {report.device}{world}{flops}  ·  "
                         f"{cfg.get('steps')} timed steps after {cfg.get('warmup')} warm-up",
                   title_justify="left")
     table.add_column("", no_wrap=True)
@@ -42,6 +42,7 @@ def render(report, con) -> None:
     line("TFLOP/s", lambda r: fmt(r.tflops, ".3g"))
     line("MFU", lambda r: (fmt(r.mfu * 100, ".1f") + "%") if r.mfu is not None else "—")
     errors = [f"  {r.mode}: {r.error}" for r in res if r.error]
+    print_keras_line(report, con)
     con.print(table)
     for err in errors:
         con.print(err, markup=False, highlight=False)

@@ -25,10 +25,13 @@ def console(json_to_stdout: bool):
     return con
 
 
-def ran_with(report) -> str:
-    """``torch`` or ``tensorflow, tf_keras 2.21.0``: the framework that ran, and its Keras where it has one."""
+def print_keras_line(report, con) -> None:
+    """``Keras: tf_keras 2.21.0``, above a TensorFlow report's table: which Keras ran (nothing for torch).
+
+    A line of its own: a table's title folds to the table's width, which can split it."""
     keras = (getattr(report, "environment", None) or {}).get("keras")
-    return f"{report.framework}, {keras}" if keras else str(report.framework)
+    if keras:
+        con.print(f"Keras: {keras}")
 
 
 def _clean(obj):

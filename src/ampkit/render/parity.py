@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .output import fmt, ran_with
+from .output import fmt, print_keras_line
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 
@@ -12,7 +12,7 @@ _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 def render(report, con) -> None:
     r0 = report.results[0] if report.results else None
     n = len(r0.seeds) if r0 else 0
-    table = Table(title=f"ampkit parity — {report.dataset} ({ran_with(report)}) on {report.device}  ·  {n} seeds x {report.epochs} epochs"
+    table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x {report.epochs} epochs"
                         f"  ·  tolerance {report.tolerance:g} accuracy, alpha {report.alpha:g}", title_justify="left")
     for c in ("mode", "accuracy ± std", "train loss ± std", "Δ acc", "p-value", "skipped", "verdict"):
         table.add_column(c, no_wrap=True, justify="left" if c in ("mode", "verdict") else "right")
@@ -22,6 +22,7 @@ def render(report, con) -> None:
                       f"{r.final_loss['mean']:.4f} ± {r.final_loss['std']:.4f}",
                       fmt(r.delta_vs_fp32, "+.4f"), fmt(r.p_value, ".3g"), str(r.skipped_steps),
                       f"[{style}]{r.verdict}[/]")
+    print_keras_line(report, con)
     con.print(table)
     for r in report.results:
         if r.verdict != "baseline":
