@@ -52,7 +52,7 @@ def tf_environment(keras_ran=None) -> dict:
         "keras_backend": keras.backend.backend(),
         "keras": (keras_ran or keras3()).label,                # the Keras this run used
         "tf_keras_version": tf_keras_version(),                # Keras 2 (tf_keras), None when not installed
-        "tf_keras_module": target,                             # what tf.keras resolves to
+        "tf_keras_resolves_to": target,                        # the package tf.keras is: keras or tf_keras
         "keras_flavour": "tf_keras" if target.startswith("tf_keras") else "keras3",
         "tf_use_legacy_keras": os.environ.get("TF_USE_LEGACY_KERAS"),
         "tf_build": {k: (v if isinstance(v, (str, bool, int, float, list)) else str(v)) for k, v in build.items()},

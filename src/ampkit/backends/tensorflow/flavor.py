@@ -155,13 +155,16 @@ def tf_keras() -> Flavor:
 
 
 def tf_keras_target() -> str:
-    """What ``tf.keras`` resolves to here: a module name such as ``keras._tf_keras.keras`` (Keras 3) or
-    ``tf_keras``. With ``TF_USE_LEGACY_KERAS=1`` this imports tf_keras (as ``tf.keras`` would)."""
+    """The package ``tf.keras`` resolves to here: ``"keras"`` (Keras 3) or ``"tf_keras"`` (Keras 2, under
+    ``TF_USE_LEGACY_KERAS=1``; this then imports tf_keras, as ``tf.keras`` would).
+
+    Read from the class ``tf.keras.Model`` is: ``tf.keras.__name__`` can say ``tensorflow.keras`` for either.
+    """
     from .common import import_tf
 
     try:
-        return import_tf().keras.__name__
-    except ImportError:  # TF_USE_LEGACY_KERAS=1 without tf_keras installed
+        return import_tf().keras.Model.__module__.split(".")[0]
+    except (ImportError, AttributeError):  # TF_USE_LEGACY_KERAS=1 without tf_keras installed
         return "tf_keras (not installed)"
 
 
