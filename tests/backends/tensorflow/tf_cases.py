@@ -184,6 +184,8 @@ def keras2_engine_scope_fit_callback():
     from ampkit.errors import UsageError
 
     assert ak.MixedPrecision("bf16").flavor.name == "keras"  # what tf.keras resolves to without TF_USE_LEGACY_KERAS
+    assert ak.MixedPrecision("bf16", keras=tf.keras).flavor.name == "keras"
+    assert ak.MixedPrecision("bf16", keras="keras2").flavor.name == "tf_keras"
     try:
         ak.MixedPrecision("fp16", keras="keras4")
         raise AssertionError("keras='keras4' was accepted")

@@ -178,15 +178,16 @@ def resolved_flavor() -> Flavor:
 
 def get_flavor(keras=None) -> Flavor:
     """A user's choice of Keras: ``None`` (what ``tf.keras`` resolves to), a name (``"keras"``,
-    ``"keras3"``, ``"tf_keras"``, ``"keras2"``), the ``keras`` / ``tf_keras`` module, or a Flavor."""
+    ``"keras3"``, ``"tf_keras"``, ``"keras2"``), a Keras module (``keras``, ``tf_keras``, ``tf.keras``), or a Flavor."""
     if keras is None:
         return resolved_flavor()
     if isinstance(keras, Flavor):
         return keras
-    name = getattr(keras, "__name__", None) if not isinstance(keras, (str, int)) else str(keras)
-    key = _ALIASES.get((name or "").strip().lower())
-    if key is None and name and name.split(".")[0] in (KERAS3, TF_KERAS):
-        key = name.split(".")[0]  # keras._tf_keras.keras (tf.keras on Keras 3), tf_keras.src...
+    if isinstance(keras, (str, int)):
+        key = _ALIASES.get(str(keras).strip().lower())
+    else:  # a Keras module: keras, tf_keras, tf.keras (either), tf_keras.api._v2.keras — told apart by its Model
+        top = (getattr(getattr(keras, "Model", None), "__module__", None) or "").split(".")[0]
+        key = top if top in (KERAS3, TF_KERAS) else None
     if key is None:
         raise UsageError(f"keras= must be 'keras' (Keras 3), 'tf_keras' (Keras 2), one of those modules, or None "
                          f"(what tf.keras resolves to); received {keras!r}")
