@@ -39,11 +39,15 @@ class DoctorReport:
     environment: dict
     quick: bool = False
     elapsed_s: float | None = None
+    # other builds of the framework self-tested as well, e.g. {"tf_keras": {"label": "tf_keras 2.21.0",
+    # "modes": {"fp16": {"selftest": "pass", "detail": "..."}}}} (TensorFlow's Keras 2 next to Keras 3)
+    variants: dict = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
-        """A self-test failed for a mode reported as supported (exit code 1)."""
-        return any(m.supported and m.selftest == "fail" for m in self.modes.values())
+        """A self-test failed for a mode reported as supported, here or in a variant (exit code 1)."""
+        return (any(m.supported and m.selftest == "fail" for m in self.modes.values())
+                or any(v.get("selftest") == "fail" for var in self.variants.values() for v in var.get("modes", {}).values()))
 
     def to_dict(self) -> dict:
         from .._version import __version__
@@ -59,6 +63,7 @@ class DoctorReport:
             "reason": self.reason,
             "quick": self.quick,
             "elapsed_s": self.elapsed_s,
+            "variants": self.variants,
         }
 
     @classmethod
@@ -72,4 +77,5 @@ class DoctorReport:
             environment=d.get("environment", {}),
             quick=d.get("quick", False),
             elapsed_s=d.get("elapsed_s"),
+            variants=d.get("variants", {}),
         )

@@ -1,4 +1,4 @@
-"""Mixed precision for Keras 3 (TensorFlow backend): ``ampkit.keras.MixedPrecision`` and friends.
+"""Mixed precision for Keras on TensorFlow — Keras 3 or Keras 2 (``tf_keras``): ``ampkit.keras.MixedPrecision`` and friends.
 
 The public name of :mod:`ampkit.backends.tensorflow.keras_engine`. Importing this module imports
 Keras; ``import ampkit`` does not.

@@ -7,7 +7,7 @@ import math
 from rich.table import Table
 
 from ..audit.core import SEVERITY
-from .output import fmt
+from .output import fmt, print_keras_line
 
 _KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "precision": "magenta"}
 
@@ -45,6 +45,7 @@ def render(report, con) -> None:
                       f"{lay.fwd_underflow_frac:.1%}", str(lay.fwd_nonfinite), fmt(lay.grad_amax, ".3g"),
                       _hr(lay.grad_headroom_log2), f"{lay.grad_underflow_frac:.1%}", str(lay.grad_nonfinite),
                       fmt(lay.rel_error, ".2g"), found or "—")
+    print_keras_line(report, con)
     con.print(table)
     if not report.findings:
         con.print(f"[green]no findings: {report.mode} is numerically healthy for this model at loss scale "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..bench.report import CSV_COLUMNS
-from .output import fmt, fmt_bytes, write_csv
+from .output import fmt, fmt_bytes, print_keras_line, write_csv
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
 
@@ -42,6 +42,7 @@ def render(report, con) -> None:
     line("TFLOP/s", lambda r: fmt(r.tflops, ".3g"))
     line("MFU", lambda r: (fmt(r.mfu * 100, ".1f") + "%") if r.mfu is not None else "—")
     errors = [f"  {r.mode}: {r.error}" for r in res if r.error]
+    print_keras_line(report, con)
     con.print(table)
     for err in errors:
         con.print(err, markup=False, highlight=False)

@@ -11,16 +11,32 @@ _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yel
                   "unsupported": "dim", "broken": "bold red"}
 
 
+def keras_detail(env: dict) -> str | None:
+    """``Keras 3.15.1; tf_keras 2.21.0; tf.keras is Keras 3``: the Kerases here, and which ``tf.keras`` means."""
+    if not env.get("keras_version"):
+        return None
+    parts = [f"Keras {env['keras_version']}"]
+    if env.get("tf_keras_version"):
+        parts.append(f"tf_keras {env['tf_keras_version']}")
+    if env.get("keras_flavour"):
+        parts.append("tf.keras is " + ("tf_keras (TF_USE_LEGACY_KERAS)" if env["keras_flavour"] == "tf_keras" else "Keras 3"))
+    return "; ".join(parts)
+
+
 def framework_line(env: dict) -> str:
-    """``torch 2.14.1 (cpu build)`` or ``tensorflow 2.21.0 (Keras 3.15.0)``: whichever ran."""
+    """``torch 2.14.1 (cpu build)`` or ``tensorflow 2.21.0 (Keras 3.15.1; tf_keras 2.21.0; tf.keras is Keras 3)``."""
     framework = env.get("framework") or "?"
-    if framework == "torch":
-        detail = f"{env.get('torch_build')} build"
-    elif env.get("keras_version"):
-        detail = f"Keras {env['keras_version']}"
-    else:
-        detail = None
+    detail = f"{env.get('torch_build')} build" if framework == "torch" else keras_detail(env)
     return f"{framework} {env.get('framework_version')}" + (f" ({detail})" if detail else "")
+
+
+def render_variants(report, con) -> None:
+    """Self-tests of the framework's other builds (TensorFlow: Keras 2 as tf_keras), one line per mode."""
+    for variant in getattr(report, "variants", {}).values():
+        con.print(f"{variant.get('label')} self-test (its own mixed-precision API):")
+        for mode, v in variant.get("modes", {}).items():
+            style = {"pass": "green", "fail": "bold red"}.get(v.get("selftest"), "dim")
+            con.print(f"  {mode:5} [{style}]{v.get('selftest')}[/]  {v.get('detail', '')}")
 
 
 def render(report, con) -> None:
@@ -53,6 +69,7 @@ def render(report, con) -> None:
                       {True: "yes", False: "no", None: "—"}[m.accelerated],
                       f"[{style}]{m.verdict}[/]" if style else m.verdict, m.reason)
     con.print(table)
+    render_variants(report, con)
     con.print(f"recommended: [bold]{report.recommended}[/] — {report.reason}")
     if report.elapsed_s is not None:
         con.print(f"[dim]doctor took {report.elapsed_s:.1f} s[/]")

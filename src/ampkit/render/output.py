@@ -25,6 +25,15 @@ def console(json_to_stdout: bool):
     return con
 
 
+def print_keras_line(report, con) -> None:
+    """``Keras: tf_keras 2.21.0``, above a TensorFlow report's table: which Keras ran (nothing for torch).
+
+    A line of its own: a table's title folds to the table's width, which can split it."""
+    keras = (getattr(report, "environment", None) or {}).get("keras")
+    if keras:
+        con.print(f"Keras: {keras}")
+
+
 def _clean(obj):
     """JSON has no NaN/inf: write them as null."""
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .output import fmt
+from .output import fmt, print_keras_line
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 
@@ -22,6 +22,7 @@ def render(report, con) -> None:
                       f"{r.final_loss['mean']:.4f} ± {r.final_loss['std']:.4f}",
                       fmt(r.delta_vs_fp32, "+.4f"), fmt(r.p_value, ".3g"), str(r.skipped_steps),
                       f"[{style}]{r.verdict}[/]")
+    print_keras_line(report, con)
     con.print(table)
     for r in report.results:
         if r.verdict != "baseline":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,16 +17,16 @@ pytestmark = pytest.mark.tensorflow
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def _case(name: str) -> None:
+def _case(name: str, **env) -> None:
     """Run tests/tf_cases.py::name in a fresh interpreter (never TensorFlow in this process)."""
     r = subprocess.run([sys.executable, "-c", f"import tf_cases; tf_cases.{name}()"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=900, env={**os.environ, **env} if env else None)
     assert r.returncode == 0, f"tf_cases.{name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
 
 
-def _cli(*args, cwd=None, timeout=600):
+def _cli(*args, cwd=None, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "ampkit", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+                          timeout=timeout, cwd=cwd, env={**os.environ, **env} if env else None)
 
 
 def test_doctor_selftests_pass_with_measured_speedups():
@@ -142,3 +143,85 @@ def test_bench_auto_batch_with_memory_budget_measures_each_trial_fresh():
 
 def test_fp32_training_runs_with_tf32_off_in_bench_and_parity():
     _case("training_runs_with_the_modes_tf32_setting")
+
+
+# --- Keras 2 (tf_keras, the ampkit[tf-keras] extra) ---------------------------------------------
+
+needs_tf_keras = pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None,
+                                    reason="needs tf_keras (pip install 'ampkit[tf-keras]')")
+
+
+@needs_tf_keras
+def test_keras2_tutorial_custom_loop_and_engine_same_scale_sequence():
+    _case("keras2_tutorial_loop_matches_engine", TF_USE_LEGACY_KERAS="1")
+
+
+@needs_tf_keras
+def test_keras2_engine_scope_optimizer_callback_and_train_step():
+    _case("keras2_engine_scope_fit_callback")
+
+
+K2MODELS = textwrap.dedent('''
+    import tf_keras as keras
+    def small():
+        inputs = keras.Input((12,))
+        h = keras.layers.Dense(16, activation="relu", name="hidden")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(3, dtype="float32", name="logits")(h))
+    def hot():
+        inputs = keras.Input((12,))
+        h = keras.layers.Dense(8, name="first")(inputs)
+        h = keras.layers.Rescaling(1e5, name="boom")(h)
+        return keras.Model(inputs, keras.layers.Dense(3, name="head")(h))
+''')
+
+
+@needs_tf_keras
+def test_keras2_factory_bench_rows_ok_and_audit_names_the_overflow(tmp_path):
+    (tmp_path / "k2models.py").write_text(K2MODELS)
+    r = _cli("bench", "--framework", "tensorflow", "--model", "k2models:small", "--input-shape", "12",
+             "--num-classes", "3", "--modes", "fp32,bf16,fp16", "--steps", "2", "--warmup", "1", "--json", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["environment"]["keras"].startswith("tf_keras 2.") and "Keras: tf_keras 2." in r.stderr
+    assert [row["mode"] for row in doc["results"]] == ["fp32", "bf16", "fp16"]
+    for row in doc["results"]:
+        assert row["status"] == "ok" and row["final_loss"] > 0, row
+    audit = ("audit", "--framework", "tensorflow", "--model", "k2models:hot", "--input-shape", "12", "--num-classes", "3")
+    r = _cli(*audit, "--mode", "fp16", "--json", "-", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["first_nonfinite"]["name"] == "boom" and doc["first_nonfinite"]["phase"] == "forward"
+    assert [lay["name"] for lay in doc["layers"]] == ["first", "boom", "head"]
+    assert doc["environment"]["keras"].startswith("tf_keras 2.")
+    r = _cli(*audit, "--mode", "bf16", "--json", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["first_nonfinite"] is None
+
+
+@needs_tf_keras
+def test_doctor_shows_keras_flavour_and_tf_keras_selftest(tmp_path):
+    """Under TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras; the Keras 3 table and tf_keras's self-test both pass."""
+    out = tmp_path / "doctor.json"
+    r = _cli("doctor", "--framework", "tensorflow", "--quick", "--json", str(out), env={"TF_USE_LEGACY_KERAS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    env = doc["environment"]
+    assert env["keras_flavour"] == "tf_keras" and env["tf_keras_resolves_to"] == "tf_keras"
+    assert env["keras_version"].startswith("3.") and env["tf_keras_version"].startswith("2.")
+    assert "tf.keras is tf_keras" in r.stdout and "tf_keras 2." in r.stdout
+    for mode in ("fp32", "fp16", "bf16"):
+        assert doc["modes"][mode]["selftest"] == "pass", (mode, doc["modes"][mode])
+    variant = doc["variants"]["tf_keras"]
+    assert {m: v["selftest"] for m, v in variant["modes"].items() if m != "tf32"} == \
+        {"fp32": "pass", "fp16": "pass", "bf16": "pass"}, variant
+    assert "inf gradient skipped, scale 256 -> 128" in variant["modes"]["fp16"]["detail"]
+    assert "tf_keras 2." in r.stdout and "self-test" in r.stdout
+
+
+@needs_tf_keras
+def test_keras2_example_trains_through_tf_keras():
+    example = os.path.join(ROOT, "..", "..", "..", "examples", "keras2_custom_loop.py")
+    r = subprocess.run([sys.executable, example, "--epochs", "1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "tf_keras 2." in r.stdout and "tf.keras is tf_keras" in r.stdout, r.stdout
+    assert "epoch 1: loss" in r.stdout and "loss scale" in r.stdout, r.stdout

@@ -116,3 +116,144 @@ def training_runs_with_the_modes_tf32_setting():
     assert {who for who, _ in seen} == {"bench", "parity"}
     assert not any(on for _, on in seen), seen
     assert tf.config.experimental.tensor_float_32_execution_enabled()  # restored after the scope
+
+
+# --- Keras 2 (tf_keras) ------------------------------------------------------------------------
+
+
+def _tutorial_batches(steps=6, poison_at=2):
+    """Batches for a 16-feature, 10-class model; batch ``poison_at`` holds an inf (an overflow to skip)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for i in range(steps):
+        x = rng.standard_normal((8, 16)).astype("float32")
+        if i == poison_at:
+            x[0, 0] = np.inf
+        batches.append((x, rng.integers(0, 10, 8)))
+    return batches
+
+
+def keras2_tutorial_loop_matches_engine():
+    """The TensorFlow tutorial's Keras 2 custom loop, as it teaches it (run with TF_USE_LEGACY_KERAS=1),
+    and the same model through ampkit.keras.MixedPrecision: the same loss-scale sequence and weights."""
+    import os
+
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow import keras
+    from tensorflow.keras import layers, mixed_precision
+
+    import ampkit.keras as ak
+
+    assert os.environ.get("TF_USE_LEGACY_KERAS") == "1" and keras.Model.__module__.startswith("tf_keras"), keras.Model
+    batches = _tutorial_batches()
+
+    def build():
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input(shape=(16,), name="digits")
+        x = layers.Dense(32, activation="relu", name="dense_1")(inputs)
+        x = layers.Dense(10, name="dense_logits")(x)
+        outputs = layers.Activation("softmax", dtype="float32", name="predictions")(x)
+        return keras.Model(inputs=inputs, outputs=outputs)
+
+    # 1. the tutorial, verbatim apart from tiny loss-scale arguments (so 6 steps show growth and a halving)
+    policy = mixed_precision.Policy("mixed_float16")
+    mixed_precision.set_global_policy(policy)
+    model = build()
+    assert model.get_layer("dense_1").compute_dtype == "float16" and model.output.dtype == tf.float32
+    optimizer = keras.optimizers.RMSprop()
+    optimizer = mixed_precision.LossScaleOptimizer(optimizer, initial_scale=16, dynamic_growth_steps=2)
+    loss_object = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            predictions = model(x)
+            loss = loss_object(y, predictions)
+            scaled_loss = optimizer.get_scaled_loss(loss)
+        scaled_gradients = tape.gradient(scaled_loss, model.trainable_variables)
+        gradients = optimizer.get_unscaled_gradients(scaled_gradients)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    tutorial = []
+    for x, y in batches:
+        train_step(x, y)
+        tutorial.append(float(optimizer.loss_scale))
+    tutorial_weights = model.get_weights()
+    mixed_precision.set_global_policy("float32")
+
+    # 2. the same model through ampkit: tf.keras resolves to tf_keras here, so that is its Keras
+    mp = ak.MixedPrecision("fp16", initial_scale=16, dynamic_growth_steps=2)
+    assert mp.flavor.name == "tf_keras", mp.flavor
+    with mp.scope():
+        assert mixed_precision.global_policy().name == "mixed_float16"
+        model2 = build()
+        opt2 = mp.optimizer(keras.optimizers.RMSprop())
+    assert mixed_precision.global_policy().name == "float32"  # restored
+    assert isinstance(opt2, mixed_precision.LossScaleOptimizer) and mp.check_model(model2) == []
+    engine = []
+    for x, y in batches:
+        mp.train_step(model2, opt2, x, y, loss_object)
+        engine.append(ak.loss_scale_of(opt2))
+    assert tutorial == [16.0, 32.0, 16.0, 16.0, 32.0, 32.0], tutorial
+    assert engine == tutorial, (engine, tutorial)
+    for a, b in zip(tutorial_weights, model2.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def keras2_engine_scope_fit_callback():
+    """ampkit.keras with keras=tf_keras (tf.keras is Keras 3 here): scope, optimizer wrapping,
+    float32_output, fit with the loss-scale callback, train_step following the optimizer's Keras."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    import ampkit.keras as ak
+    from ampkit.errors import UsageError
+
+    assert ak.MixedPrecision("bf16").flavor.name == "keras"  # what tf.keras resolves to without TF_USE_LEGACY_KERAS
+    assert ak.MixedPrecision("bf16", keras=tf.keras).flavor.name == "keras"
+    assert ak.MixedPrecision("bf16", keras="keras2").flavor.name == "tf_keras"
+    try:
+        ak.MixedPrecision("fp16", keras="keras4")
+        raise AssertionError("keras='keras4' was accepted")
+    except UsageError as exc:
+        assert "tf_keras" in str(exc)
+    mp = ak.MixedPrecision("fp16", initial_scale=2.0**4, dynamic_growth_steps=2, keras=tf_keras)
+    assert mp.flavor.name == "tf_keras" and mp.flavor.label.startswith("tf_keras 2.")
+    poison = tf.Variable(1.0, trainable=False)
+    with mp.scope():
+        assert tf_keras.mixed_precision.global_policy().name == "mixed_float16"
+        assert keras.config.dtype_policy().name == "mixed_float16"  # the other Keras is loaded: set too
+        tf_keras.utils.set_random_seed(0)
+        inputs = tf_keras.Input((8,))
+        h = tf_keras.layers.Dense(16, activation="relu")(inputs)
+        model = tf_keras.Model(inputs, ak.float32_output(tf_keras.layers.Dense(3)(h)))
+        opt = mp.optimizer(tf_keras.optimizers.SGD(0.01))
+        assert isinstance(opt, tf_keras.mixed_precision.LossScaleOptimizer) and mp.optimizer(opt) is opt
+        ce = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=opt, loss=lambda y, p: ce(y, p) * poison)
+    assert tf_keras.mixed_precision.global_policy().name == "float32" and keras.config.dtype_policy().name == "float32"
+    assert model.layers[1].compute_dtype == "float16" and model.output.dtype == tf.float32
+    assert mp.check_model(model) == []
+
+    class Poison(tf_keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            poison.assign(float("inf") if batch == 2 else 1.0)
+
+    history = mp.callback(model)
+    assert isinstance(history, tf_keras.callbacks.Callback)
+    x = np.random.default_rng(0).standard_normal((48, 8)).astype("float32")
+    model.fit(x, np.arange(48) % 3, batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[Poison(), history])
+    assert history.scales == [16.0, 32.0, 16.0, 16.0, 32.0, 32.0], history.scales
+    assert history.skipped == [False, False, True, False, False, False] and history.skipped_steps == 1
+    # a Keras 3 engine object drives a tf_keras optimizer with tf_keras's API (get_scaled_loss...)
+    mp3 = ak.MixedPrecision("fp16", initial_scale=2.0**4, keras="keras")
+    opt3 = mp3.optimizer(tf_keras.optimizers.SGD(0.01))
+    assert isinstance(opt3, tf_keras.mixed_precision.LossScaleOptimizer)
+    loss = mp3.train_step(model, opt3, x[:8], np.arange(8) % 3, ce)
+    assert np.isfinite(float(loss)) and ak.loss_scale_of(opt3) == 16.0

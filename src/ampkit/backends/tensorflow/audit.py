@@ -4,7 +4,8 @@ The model is built twice from its factory — under the float32 policy (the refe
 the mode's policy — with the same weights. An intermediate model exposes every layer's output;
 a GradientTape gives the gradient of the loss with respect to each of them. Layers run with
 ``training=False`` so that dropout draws do not make the two runs differ. Functional and
-Sequential models are supported (subclassed models expose no per-layer outputs).
+Sequential models are supported (subclassed models expose no per-layer outputs), of Keras 3 or of
+Keras 2 (tf_keras): each is audited and trained with its own Keras's mixed-precision API.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def _np(t) -> np.ndarray:
 
 
 def _outputs_model(model):
-    import keras
+    from .flavor import flavor_of, keras3
 
+    keras = (flavor_of(model) or keras3()).module
     layers = [lay for lay in model.layers if not isinstance(lay, keras.layers.InputLayer)]
     try:
         return layers, keras.Model(model.inputs, [lay.output for lay in layers])
@@ -42,20 +44,27 @@ def _outputs_model(model):
 
 def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: float | None = None,
                 steps: int = 1, lr: float = 1e-3, name: str | None = None) -> AuditReport:
-    """Audit a Keras model: ``build_model()`` is called once per policy (fp32 and ``mode``)."""
+    """Audit a Keras model: ``build_model()`` is called once per policy (fp32 and ``mode``).
+
+    ``build_model`` may build with Keras 3 or tf_keras (either gets the policy; the report's
+    environment says which ran).
+    """
     import keras
 
+    from .flavor import flavor_of, keras3, load_every_keras
     from .keras_engine import MixedPrecision
 
     tf = import_tf()
     mode, scale = check_audit_args(mode, steps, loss_scale, DEFAULT_LOSS_SCALE)
     fmt = format_of(mode)
-    mp_ref, mp = MixedPrecision("fp32"), MixedPrecision(mode, initial_scale=scale)
+    load_every_keras()  # the scopes below then set the policy in whichever Keras build_model uses
+    mp_ref, mp = MixedPrecision("fp32", keras="keras"), MixedPrecision(mode, initial_scale=scale, keras="keras")
     keras.utils.set_random_seed(0)
     with mp_ref.scope():
         ref = build_model()
     with mp.scope():
         aud = build_model()
+    flavor = flavor_of(aud) or keras3()
     aud.set_weights(ref.get_weights())
     ref_layers, ref_inter = _outputs_model(ref)
     aud_layers, aud_inter = _outputs_model(aud)
@@ -107,13 +116,13 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
             first_nonfinite = {"name": fwd_bad or bwd_bad, "phase": "forward" if fwd_bad else "backward", "step": step}
         # one training step in the mode (a fresh optimizer keeps the loss scale where it was asked)
         with mp.scope():
-            opt = mp.optimizer(keras.optimizers.SGD(lr))
+            opt = mp.optimizer(flavor.module.optimizers.SGD(lr))
             mp.train_step(aud, opt, x, y, loss_fn)
     layers = [stats[n] for n in names]
     for st in layers:
         st.finish(fmt)
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, keras_fp32_hint)
-    return AuditReport(mode, scale, layers, first_nonfinite, findings, tf_device_name(), steps, tf_environment(),
+    return AuditReport(mode, scale, layers, first_nonfinite, findings, tf_device_name(), steps, tf_environment(flavor),
                        name, reference_nonfinite, suggested)
 
 
@@ -127,9 +136,7 @@ def audit_from_config_tf(cfg: AuditConfig) -> AuditReport:
     x, y = probe.make_batch(bs, cfg.seed)
     loss = probe.keras_loss()
     if isinstance(loss, str):
-        import keras
-
-        loss = keras.losses.get(loss)
+        loss = probe.flavor.module.losses.get(loss)
 
     def build():
         return build_tf_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes).model

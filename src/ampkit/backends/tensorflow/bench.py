@@ -1,4 +1,8 @@
-"""``ampkit bench`` for Keras: the same rows as PyTorch, each mode in a fresh child process."""
+"""``ampkit bench`` for Keras: the same rows as PyTorch, each mode in a fresh child process.
+
+A ``--model`` factory may return a Keras 3 or a Keras 2 (tf_keras) model: each is compiled with its
+own Keras's optimizer and LossScaleOptimizer, and the report's environment says which ran (``keras``).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from ...bench.runner import (
 )
 from ...errors import UsageError
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
-from .workloads import build_tf_workload, check_tf_workload, count_flops
+from .workloads import all_layers, build_tf_workload, check_tf_workload, count_flops
 
 
 class _GpuPeak:
@@ -60,9 +64,18 @@ def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: b
     return times, skipped, loss, mem.peak, mem.source
 
 
+def _check_policy_reached(model, mp) -> None:
+    """A mixed mode whose policy reached no layer would be fp32 under another name: refuse it."""
+    want = mp.precision.compute_dtype if mp.precision.autocast else None
+    if want and not any(getattr(lay, "compute_dtype", None) == want for lay in all_layers(model)):
+        raise RuntimeError(f"no layer of the model computes in {want}: the {mp.policy} policy did not reach it "
+                           "(layers given an explicit dtype keep it)")
+
+
 def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
     import keras
 
+    from .flavor import load_every_keras
     from .keras_engine import MixedPrecision, mode_support_tf
 
     tf = import_tf()
@@ -74,16 +87,19 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
         row.status, row.error = "unsupported", why
         return row
     try:
-        mp = MixedPrecision(mode)
+        mp = MixedPrecision(mode, keras="keras")
+        if cfg.model:
+            load_every_keras()  # a factory may build with tf_keras: the scope then sets its policy too
         baseline = rss_bytes()
         # the whole run inside the mode's scope: the policy when layers are built, and TF32 on or
         # off (as the mode says) while it trains — outside it TensorFlow's default (TF32 on) rules
         with mp.scope():
             keras.utils.set_random_seed(cfg.seed)
             workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
-            workload.model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(workload.lr)),
-                                   loss=workload.keras_loss())
+            k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
+            workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss())
             mp.check_model(workload.model)
+            _check_policy_reached(workload.model, mp)
             batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
             times, skipped, loss, peak, source = _train(workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu,
                                                         baseline, say)
@@ -156,12 +172,12 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     keras.utils.set_random_seed(cfg.seed)
     workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)  # validate in the parent
     flops = count_flops(workload.model)
-    name = workload.name
+    name, keras_ran = workload.name, workload.flavor
     cfg.batch_size_hint = workload.batch_size  # where --batch-size auto starts
     del workload
     device = "cuda" if gpu else "cpu"
     run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
-                       environment=tf_environment(), flops_per_sample=flops, config=cfg.to_dict(), note=note,
+                       environment=tf_environment(keras_ran), flops_per_sample=flops, config=cfg.to_dict(), note=note,
                        interrupted=interrupted)

@@ -30,11 +30,16 @@ def grow_gpu_memory() -> None:
             pass
 
 
-def tf_environment() -> dict:
+def tf_environment(keras_ran=None) -> dict:
+    """TensorFlow's environment section. ``keras_ran``: the Flavor that ran (Keras 3 by default),
+    reported as ``"keras"``; also which Keras ``tf.keras`` resolves to and the tf_keras installed."""
+    from .flavor import keras3, tf_keras_target, tf_keras_version
+
     tf = import_tf()
     import keras
 
     env = base_environment("tensorflow", tf.__version__)
+    target = tf_keras_target()
     build = dict(tf.sysconfig.get_build_info())
     gpus = []
     for i, gpu in enumerate(tf.config.list_physical_devices("GPU")):
@@ -45,6 +50,11 @@ def tf_environment() -> dict:
     env.update({
         "keras_version": keras.__version__,
         "keras_backend": keras.backend.backend(),
+        "keras": (keras_ran or keras3()).label,                # the Keras this run used
+        "tf_keras_version": tf_keras_version(),                # Keras 2 (tf_keras), None when not installed
+        "tf_keras_resolves_to": target,                        # the package tf.keras is: keras or tf_keras
+        "keras_flavour": "tf_keras" if target.startswith("tf_keras") else "keras3",
+        "tf_use_legacy_keras": os.environ.get("TF_USE_LEGACY_KERAS"),
         "tf_build": {k: (v if isinstance(v, (str, bool, int, float, list)) else str(v)) for k, v in build.items()},
         "cuda_runtime": build.get("cuda_version"),
         "cudnn": build.get("cudnn_version"),

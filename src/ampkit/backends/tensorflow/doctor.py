@@ -13,15 +13,20 @@ from ...timing import HOST, median, time_calls
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
 
 
-def selftest(mode: str) -> tuple[str, str]:
-    """Build and train a tiny Keras model in the mode's policy; check what Keras really did."""
+def selftest(mode: str, flavor=None) -> tuple[str, str]:
+    """Build and train a tiny Keras model in the mode's policy; check what Keras really did.
+
+    ``flavor``: which Keras (:mod:`.flavor`); Keras 3 by default, tf_keras for the Keras 2 self-test.
+    """
+    from .flavor import keras3
     from .keras_engine import MixedPrecision, loss_scale_of
 
     tf = import_tf()
-    import keras
+    flavor = flavor or keras3()
+    keras = flavor.module
 
     try:
-        mp = MixedPrecision(mode, initial_scale=2.0**8, dynamic_growth_steps=1000)
+        mp = MixedPrecision(mode, initial_scale=2.0**8, dynamic_growth_steps=1000, keras=flavor)
         keras.utils.set_random_seed(0)
         with mp.scope():
             inputs = keras.Input((16,))
@@ -54,7 +59,7 @@ def selftest(mode: str) -> tuple[str, str]:
             before = loss_scale_of(opt)
             w1 = hidden.kernel.numpy().copy()
             grads = [tf.fill(v.shape, float("inf")) for v in model.trainable_variables]  # injected overflow
-            opt.apply(grads, model.trainable_variables)
+            flavor.apply(opt, grads, model.trainable_variables)
             after = loss_scale_of(opt)
             if not (hidden.kernel.numpy() == w1).all():
                 return "fail", "an injected inf gradient was applied instead of skipped"
@@ -93,6 +98,7 @@ def microbench(mode: str) -> dict:
 
 
 def run(*, quick: bool = False, progress=None) -> DoctorReport:
+    from . import keras2
     from .keras_engine import mode_support_tf
 
     t0 = time.perf_counter()
@@ -102,5 +108,7 @@ def run(*, quick: bool = False, progress=None) -> DoctorReport:
     reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, microbench, quick=quick,
                                             emulation_note=lambda m: cpu_emulation_note(m) if device.startswith("CPU") else "",
                                             say=(lambda msg: progress(f"tensorflow {msg}")) if progress else None)
-    return DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick,
-                        round(time.perf_counter() - t0, 3))
+    report = DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick)
+    keras2.add_selftest(report, selftest, progress)  # tf_keras's mixed-precision path, where installed
+    report.elapsed_s = round(time.perf_counter() - t0, 3)
+    return report

@@ -1,12 +1,19 @@
-"""``ampkit.keras.MixedPrecision``: the same modes for Keras 3 on TensorFlow (public as ``ampkit.keras``).
+"""``ampkit.keras.MixedPrecision``: the same modes for Keras on TensorFlow (public as ``ampkit.keras``).
 
 * fp32 — policy ``float32``, TF32 execution off inside the scope.
 * tf32 — policy ``float32``, TF32 execution on (GPUs with compute capability >= 8.0).
 * fp16 — policy ``mixed_float16`` (float16 compute, float32 variables) and the optimizer wrapped
-  in ``keras.optimizers.LossScaleOptimizer`` (dynamic loss scaling).
+  in the Keras's LossScaleOptimizer (dynamic loss scaling).
 * bf16 — policy ``mixed_bfloat16``, no loss scaling.
 
 The previous global dtype policy and TF32 setting are restored when the scope ends.
+
+Keras 3 and Keras 2 (``tf_keras``) both work (see :mod:`.flavor` for what differs). ``keras=``
+chooses the one whose policy the scope sets and whose callback :meth:`MixedPrecision.callback`
+returns; by default the one ``tf.keras`` resolves to (tf_keras under ``TF_USE_LEGACY_KERAS=1``).
+The scope also sets the policy in the other Keras when that one is imported already, and
+``optimizer``, ``train_step``, ``float32_output`` and ``loss_scale_of`` follow the Keras of the
+object they are given.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import warnings
 from ...cpu import auto_for_cpu, auto_for_gpu, cpu_mode_support
 from ...errors import ModeUnavailableError
 from ...precision import AUTO, Precision, get_precision, parse_mode
+from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
 
 
 def _tf():
@@ -66,6 +74,8 @@ class MixedPrecision:
     Args:
         mode: ``fp32``, ``tf32``, ``fp16``, ``bf16``, an alias (``mixed_float16``...) or ``auto``.
         initial_scale, dynamic_growth_steps: LossScaleOptimizer's arguments (fp16 only).
+        keras: which Keras — ``"keras"`` (Keras 3), ``"tf_keras"`` (Keras 2), either module, or None
+            (default: the one ``tf.keras`` resolves to). ``mp.flavor`` says which was chosen.
 
     Example::
 
@@ -74,9 +84,13 @@ class MixedPrecision:
             model = build_model()                 # layers pick up the mixed policy
             model.compile(optimizer=mp.optimizer(keras.optimizers.Adam()), loss="sparse_categorical_crossentropy")
             model.fit(x, y, callbacks=[mp.callback()])
+
+        mp = ampkit.keras.MixedPrecision("fp16", keras=tf_keras)   # Keras 2: the same calls
     """
 
-    def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000):
+    def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
+                 keras=None):
+        self.flavor: Flavor = get_flavor(keras)
         requested = parse_mode(mode)
         if requested == AUTO:
             resolved, self.reason = resolve_auto_tf()
@@ -102,32 +116,37 @@ class MixedPrecision:
 
     @contextlib.contextmanager
     def scope(self):
-        """Within: the mode's dtype policy (and TF32 on/off); both restored afterwards."""
-        import keras
+        """Within: the mode's dtype policy (and TF32 on/off); both restored afterwards.
 
+        The policy is set in the chosen Keras and in the other one when it is imported already, so a
+        model built from either picks it up.
+        """
         tf = _tf()
-        prev_policy = keras.config.dtype_policy()
+        flavors = [self.flavor] + [f for f in loaded_flavors() if f != self.flavor]
+        prev_policies = [(f, f.global_policy()) for f in flavors]
         prev_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
-        keras.config.set_dtype_policy(self.policy)
+        for f in flavors:
+            f.set_global_policy(self.policy)
         if self.precision.tf32 is not None:
             tf.config.experimental.enable_tensor_float_32_execution(self.precision.tf32)
         try:
             yield self
         finally:
-            keras.config.set_dtype_policy(prev_policy)
+            for f, prev in prev_policies:
+                f.set_global_policy(prev)
             tf.config.experimental.enable_tensor_float_32_execution(prev_tf32)
 
     def optimizer(self, inner):
-        """The optimizer to train with: wrapped in LossScaleOptimizer for fp16, as is otherwise."""
-        import keras
-
-        if not self.precision.loss_scaling or isinstance(inner, keras.optimizers.LossScaleOptimizer):
+        """The optimizer to train with: wrapped in its Keras's LossScaleOptimizer for fp16, as is otherwise."""
+        flavor = flavor_of(inner) or self.flavor
+        if not self.precision.loss_scaling or flavor.is_loss_scale_optimizer(inner):
             return inner
-        return keras.optimizers.LossScaleOptimizer(inner, initial_scale=self.initial_scale,
-                                                   dynamic_growth_steps=self.dynamic_growth_steps)
+        return flavor.wrap(inner, self.initial_scale, self.dynamic_growth_steps)
 
-    def callback(self) -> LossScaleHistory:
-        return LossScaleHistory()
+    def callback(self, model=None) -> LossScaleHistory:
+        """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of ``mp.flavor``."""
+        flavor = (flavor_of(model) if model is not None else None) or self.flavor
+        return history_class(flavor)()
 
     def check_model(self, model) -> list[str]:
         """Warn (and return the warnings) when the model's last layer computes in float16/bfloat16.
@@ -145,45 +164,37 @@ class MixedPrecision:
         return problems
 
     def train_step(self, model, optimizer, x, y, loss_fn):
-        """One custom-loop step with GradientTape: scale the loss (fp16), apply (which unscales,
-        skips non-finite gradients and updates the scale). Returns the unscaled loss."""
+        """One custom-loop step with GradientTape: scale the loss (fp16), unscale the gradients, apply
+        (which skips non-finite gradients and updates the scale). Returns the unscaled loss.
+
+        Keras 3: ``scale_loss`` and ``apply``; Keras 2 (tf_keras): ``get_scaled_loss``,
+        ``get_unscaled_gradients`` and ``apply_gradients`` — chosen by the optimizer's Keras.
+        """
         tf = _tf()
+        flavor = flavor_of(optimizer) or flavor_of(model) or self.flavor
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
             loss = loss_fn(y, pred)
-            scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+            scaled = flavor.scale_loss(optimizer, loss)
         grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        flavor.apply(optimizer, grads, model.trainable_variables)
         return loss
 
 
 def float32_output(x, name: str | None = None):
-    """Pass a tensor through a float32 linear activation: the model's output stays float32."""
-    import keras
-
-    return keras.layers.Activation("linear", dtype="float32", name=name)(x)
+    """Pass a tensor through a float32 linear activation (of ``x``'s Keras): the model's output stays float32."""
+    flavor = flavor_of(x) or keras3()
+    return flavor.module.layers.Activation("linear", dtype="float32", name=name)(x)
 
 
 def loss_scale_of(optimizer) -> float | None:
-    """The current dynamic loss scale of a (possibly wrapped) optimizer, None without scaling."""
-    import keras
-
-    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return None
-    if not optimizer.built:
-        return float(optimizer.initial_scale)
-    return float(optimizer.dynamic_scale.numpy())
+    """The current dynamic loss scale of a (possibly wrapped) optimizer of either Keras, None without
+    scaling. Reads a variable: a host-device sync."""
+    flavor = flavor_of(optimizer)
+    return flavor.loss_scale(optimizer) if flavor is not None else None
 
 
-try:  # the callback needs keras at class-definition time: define it lazily-safe
-    import keras as _keras
-
-    _Base = _keras.callbacks.Callback
-except Exception:  # pragma: no cover - keras absent: the engine module still imports
-    _Base = object
-
-
-class LossScaleHistory(_Base):
+class _History:
     """Records the loss scale after every training batch and counts skipped steps.
 
     Keras's LossScaleOptimizer halves the scale exactly when a step had non-finite gradients
@@ -210,3 +221,20 @@ class LossScaleHistory(_Base):
     @property
     def skipped_steps(self) -> int:
         return sum(self.skipped)
+
+
+_HISTORY: dict[str, type] = {}
+
+
+def history_class(flavor: Flavor) -> type:
+    """The loss-scale history callback for one Keras: each Keras's ``fit`` takes only its own callbacks."""
+    if flavor.name not in _HISTORY:
+        _HISTORY[flavor.name] = type("LossScaleHistory", (_History, flavor.callback_base),
+                                     {"__doc__": _History.__doc__, "__module__": __name__})
+    return _HISTORY[flavor.name]
+
+
+try:  # Keras 3's callback at import time, for ``ampkit.keras.LossScaleHistory``
+    LossScaleHistory = history_class(keras3())
+except Exception:  # pragma: no cover - keras absent: the engine module still imports
+    LossScaleHistory = _History

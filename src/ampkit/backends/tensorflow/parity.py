@@ -34,7 +34,7 @@ def train_one_tf(ds, mode: str, seed: int, *, epochs: int, on_epoch=None) -> Run
 
     from .keras_engine import MixedPrecision
 
-    mp = MixedPrecision(mode)
+    mp = MixedPrecision(mode, keras="keras")  # the built-in models are Keras 3, whatever tf.keras resolves to
     x, y, xte, yte = ds.x_train, ds.y_train, ds.x_test, ds.y_test
     if x.ndim == 4:  # NCHW (the shared arrays) -> NHWC (Keras)
         x, xte = x.transpose(0, 2, 3, 1), xte.transpose(0, 2, 3, 1)

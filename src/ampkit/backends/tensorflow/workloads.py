@@ -1,4 +1,8 @@
-"""Keras workloads: built inside the active dtype policy, last layer kept in float32."""
+"""Keras workloads: built inside the active dtype policy, last layer kept in float32.
+
+Built-in workloads are Keras 3; a ``--model MODULE:FACTORY`` may return a Keras 3 or a Keras 2
+(``tf_keras``) model, and ``KerasWorkload.flavor`` says which (see :mod:`.flavor`).
+"""
 
 from __future__ import annotations
 
@@ -8,24 +12,29 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import UsageError
+from .flavor import Flavor, flavor_of, keras3
 
 TF_WORKLOADS = ("mlp", "cnn", "resnet50", "bert-base")
 
 
 @dataclass
 class KerasWorkload:
-    model: object                      # keras.Model
+    model: object                      # keras.Model or tf_keras.Model
     make_batch: Callable[[int, int], tuple]   # (batch_size, seed) -> (x, y) numpy arrays
     loss: object = "sparse_categorical_crossentropy_logits"
     name: str = "custom"
     batch_size: int = 32
     lr: float = 1e-4
 
-    def keras_loss(self):
-        import keras
+    @property
+    def flavor(self) -> Flavor:
+        """The Keras the model was built with."""
+        return flavor_of(self.model) or keras3()
 
+    def keras_loss(self):
+        """The loss, from the model's own Keras (each Keras compiles only its own loss objects)."""
         if self.loss == "sparse_categorical_crossentropy_logits":
-            return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            return self.flavor.sparse_ce_logits()
         return self.loss
 
 
@@ -104,22 +113,26 @@ def check_tf_workload(name: str) -> str:
     key = {"bert": "bert-base"}.get(key, key)
     if key not in _BUILTIN:
         raise UsageError(f"unknown workload {name!r} for --framework tensorflow; built-in: {', '.join(TF_WORKLOADS)} "
-                         "(or --model MODULE:FACTORY returning a keras.Model)")
+                         "(or --model MODULE:FACTORY returning a keras.Model or tf_keras.Model)")
     return key
 
 
 def build_tf_workload(workload: str | None, model_spec: str | None, input_shape, num_classes: int) -> KerasWorkload:
-    """Call inside the mode's policy scope: layers take the global dtype policy when built."""
-    if model_spec:
-        import keras
+    """Call inside the mode's policy scope: layers take the global dtype policy when built.
 
+    A factory may build with Keras 3 or tf_keras: call :func:`.flavor.load_every_keras` before
+    entering the scope, so that the scope sets the policy in both.
+    """
+    if model_spec:
         from ...factory import call_factory
 
         obj = call_factory(model_spec)
         if isinstance(obj, KerasWorkload):
             return obj
-        if not isinstance(obj, keras.Model):
-            raise UsageError(f"{model_spec}() returned a {type(obj).__name__}; expected a keras.Model")
+        flavor = flavor_of(obj)
+        if flavor is None or not flavor.is_model(obj):
+            raise UsageError(f"{model_spec}() returned a {type(obj).__name__}; expected a keras.Model (Keras 3) "
+                             "or a tf_keras.Model (Keras 2)")
         if input_shape is None:
             raise UsageError(f"{model_spec} returned a bare model: give --input-shape (per sample) and --num-classes")
         return KerasWorkload(obj, _classification(tuple(input_shape), num_classes), name=model_spec)
@@ -144,7 +157,7 @@ def count_flops(model) -> float | None:
     """Training FLOPs per sample (3x forward) of Dense, EinsumDense, Conv2D and attention layers."""
     total = 0.0
     try:
-        for layer in _all_layers(model):
+        for layer in all_layers(model):
             kind = type(layer).__name__
             if kind == "MultiHeadAttention" and layer.built:
                 total += _mha_flops(layer)
@@ -163,10 +176,10 @@ def count_flops(model) -> float | None:
     return 3.0 * total if total else None
 
 
-def _all_layers(model):
+def all_layers(model):
     """Layers of a model, nested models flattened (attention layers are counted whole)."""
     for layer in model.layers:
         if hasattr(layer, "layers") and layer.layers:
-            yield from _all_layers(layer)
+            yield from all_layers(layer)
         else:
             yield layer
