@@ -1,18 +1,13 @@
-"""Importing TensorFlow quietly, its environment section, and its memory setting."""
+"""TensorFlow's environment section and its memory setting (and import_tf, re-exported)."""
 
 from __future__ import annotations
 
 import os
 
 from ...environment import base_environment
+from .tfimport import import_tf
 
-
-def import_tf():
-    """Import TensorFlow with its C++ logs off (cuInit noise on CPU machines), unless the user set the level."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    return tf
+__all__ = ["import_tf", "grow_gpu_memory", "tf_environment", "tf_device_name"]
 
 
 def grow_gpu_memory() -> None:

@@ -160,7 +160,7 @@ def tf_keras_target() -> str:
 
     Read from the class ``tf.keras.Model`` is: ``tf.keras.__name__`` can say ``tensorflow.keras`` for either.
     """
-    from .common import import_tf
+    from .tfimport import import_tf
 
     try:
         return import_tf().keras.Model.__module__.split(".")[0]
