@@ -77,16 +77,21 @@ def test_bench_relative_figures_are_ratios_of_the_rows(framework):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_audit_findings_come_from_the_statistics_alone(framework):
-    from ampkit.audit.core import findings_for, format_of
+    from ampkit.audit.core import Advice, findings_for, format_of
 
     report = planted.audit(framework)
+    words = {"torch": Advice(lambda name: f"keep {name} in float32", "GradScaler", "init_scale"),
+             "tensorflow": Advice(lambda name: f"dtype='float32' on {name}", "LossScaleOptimizer", "initial_scale")}
     findings, _ = findings_for(report.layers, format_of("fp16"), "fp16", 65536.0, report.first_nonfinite, False,
-                               lambda name: f"keep {name} in float32")
+                               words[framework])
     kinds = {(f.layer, f.kind) for f in findings}
-    assert ("boom", "nonfinite") in kinds and ("boom", "overflow") in kinds
+    assert ("boom", "nonfinite") in kinds and ("boom", "overflow") in kinds and ("head", "overflow") in kinds
     assert not any(f.layer == "encoder.0" for f in findings)
     assert findings[0].kind == "nonfinite"  # most severe first
-    bf16, _ = findings_for(report.layers[:1], format_of("bf16"), "bf16", 1.0, None, False, str)
+    other = {"torch": "LossScaleOptimizer", "tensorflow": "GradScaler"}[framework]
+    assert not any(other in f.advice for f in findings)  # each framework's own words
+    assert any(words[framework].scaler in f.advice for f in findings)
+    bf16, _ = findings_for(report.layers[:1], format_of("bf16"), "bf16", 1.0, None, False, words[framework])
     assert bf16 == []
 
 

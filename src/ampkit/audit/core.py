@@ -8,6 +8,7 @@ loss scale, the JSON document — is decided here, once for both frameworks.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..errors import UsageError
@@ -137,10 +138,20 @@ def check_audit_args(mode: str, steps: int, loss_scale: float | None, default_sc
     return mode, scale
 
 
+@dataclass(frozen=True)
+class Advice:
+    """How a framework says the fixes: keeping one layer in float32, and its loss scaler's names."""
+
+    fp32_hint: Callable[[str], str]   # name -> how to keep that module/layer in float32
+    scaler: str                       # "GradScaler" / "LossScaleOptimizer"
+    init_arg: str                     # "init_scale" / "initial_scale"
+
+
 def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,
-                 reference_nonfinite: bool, fp32_hint) -> tuple[list[Finding], float | None]:
-    """Findings with advice from per-layer statistics (framework-neutral; ``fp32_hint(name)`` says
-    how to keep a layer in float32 in the user's framework)."""
+                 reference_nonfinite: bool, advice: Advice) -> tuple[list[Finding], float | None]:
+    """Findings with advice from per-layer statistics (framework-neutral; ``advice`` words the fixes
+    in the user's framework)."""
+    fp32_hint, scaler, init_arg = advice.fp32_hint, advice.scaler, advice.init_arg
     by_name = {lay.name: lay for lay in layers}
     out: list[Finding] = []
     for lay in layers:
@@ -159,8 +170,8 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                       + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
         else:
             advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
-                      + ("GradScaler skips such a step and halves the scale; if it happens every step, lower "
-                         "init_scale or train in bf16" if mode == "fp16" else
+                      + (f"{scaler} skips such a step and halves the scale; if it happens every step, lower "
+                         f"{init_arg} or train in bf16" if mode == "fp16" else
                          "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
         out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"]))
     # overflow: the innermost modules whose fp32 outputs exceed the format's range
@@ -180,15 +191,15 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
             fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if lay.grad_amax else None
             out.append(Finding(lay.name, "overflow",
                                f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
-                               f"beyond fp16's max {fmt.max_finite:g}: GradScaler skips such steps and halves the "
-                               f"scale" + (f"; init_scale={fit:g} or lower avoids it" if fit and fit >= 1 else
+                               f"beyond fp16's max {fmt.max_finite:g}: {scaler} skips such steps and halves the "
+                               f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
                                            "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"]))
     # gradient underflow at this loss scale
     under = [lay for lay in layers if lay.grad_underflow_frac > UNDERFLOW_THRESHOLD]
     suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
     for lay in under:
         if mode == "fp16":
-            fix = (f"the loss scale {scale:g} is too small for this model; init_scale={suggested:g} would fit "
+            fix = (f"the loss scale {scale:g} is too small for this model; {init_arg}={suggested:g} would fit "
                    "(or train in bf16)" if suggested else
                    "no single loss scale fits both its smallest and largest gradients: train in bf16")
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...audit.core import AuditConfig, AuditReport, LayerStats, check_audit_args, findings_for, format_of
+from ...audit.core import Advice, AuditConfig, AuditReport, LayerStats, check_audit_args, findings_for, format_of
 from ...errors import UsageError
 from .common import import_tf, tf_device_name, tf_environment
 
@@ -121,7 +121,8 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
     layers = [stats[n] for n in names]
     for st in layers:
         st.finish(fmt)
-    findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, keras_fp32_hint)
+    findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite,
+                                       Advice(keras_fp32_hint, "LossScaleOptimizer", "initial_scale"))
     return AuditReport(mode, scale, layers, first_nonfinite, findings, tf_device_name(), steps, tf_environment(flavor),
                        name, reference_nonfinite, suggested)
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ...audit.core import AuditConfig, AuditReport, LayerStats, check_audit_args, findings_for, format_of
+from ...audit.core import Advice, AuditConfig, AuditReport, LayerStats, check_audit_args, findings_for, format_of
 from ...errors import UsageError
 from ...formats import FloatFormat
 from .devices import resolve_device
@@ -219,7 +219,7 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
                 first_nonfinite["step"] = step
     ordered = [layers[n] for n in names_in_order if n in layers]
     findings, suggested = findings_for(ordered, fmt, mode, loss_scale, first_nonfinite, reference_nonfinite,
-                                       torch_fp32_hint(device.type))
+                                       Advice(torch_fp32_hint(device.type), "GradScaler", "init_scale"))
     return AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
                        torch_environment(device), workload.name, reference_nonfinite, suggested)
 
