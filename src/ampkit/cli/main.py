@@ -48,6 +48,10 @@ def error_exit(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .. import signals
+
+    if argv is None:  # the program itself (not a test calling main): SIGTERM keeps work like Ctrl-C
+        signals.install()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -57,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(_module(args.command).run(args) or 0)
     except UsageError as exc:
         return error_exit(str(exc))
-    except KeyboardInterrupt:
-        print("ampkit: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"ampkit: {signals.describe()}", file=sys.stderr)
+        return signals.exit_code(exc)
     except BrokenPipeError:
         return 0
 

@@ -39,8 +39,9 @@ def run(args) -> int:
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    err = console(json_to_stdout=True)  # a bar only on a terminal: in a log it would leave a blank line
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
-                  TimeElapsedColumn(), console=console(json_to_stdout=True), transient=True) as bar:
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("parity", total=None)
         state = {"runs": 0}
 

@@ -138,8 +138,29 @@ def _search_mode(cfg: BenchConfig, mode: str, device: str, flops, progress) -> B
     return measured
 
 
-def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
+def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int]:
+    """Build the workload and, for a user's model, train one step on a batch of 2: a wrong
+    --input-shape or --num-classes is reported now, in one line, not as an error row per mode."""
     import keras
+
+    cfg = BenchConfig.from_dict(cfg_dict)
+    keras.utils.set_random_seed(cfg.seed)
+    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
+    flops = count_flops(workload.model)
+    if cfg.model:
+        x, y = workload.make_batch(2, cfg.seed)
+        try:
+            workload.model.compile(optimizer=keras.optimizers.SGD(0.0), loss=workload.keras_loss())
+            workload.model.train_on_batch(x, y)
+        except Exception as exc:
+            shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
+            text = str(exc).strip().splitlines()
+            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
+                             f"--num-classes {cfg.num_classes}: {type(exc).__name__}: {text[0][:300] if text else ''}")
+    return flops, workload.name, workload.batch_size
+
+
+def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
 
     cfg.validate()
     grow_gpu_memory()  # this parent only validates: leave the GPU's memory to each mode's child
@@ -153,12 +174,13 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
         cfg.workload = check_tf_workload(cfg.workload)
     if cfg.batch_size == "auto" and not gpu and cfg.memory_budget is None:
         raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE; e.g. --memory-budget 2GiB")
-    keras.utils.set_random_seed(cfg.seed)
-    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)  # validate in the parent
-    flops = count_flops(workload.model)
-    name = workload.name
-    cfg.batch_size_hint = workload.batch_size  # where --batch-size auto starts
-    del workload
+    if cfg.model:  # a user's model: imported and probed in a child (crash, sys.exit, hang -> one line)
+        from ...isolation import run_isolated
+
+        flops, name, cfg.batch_size_hint = run_isolated(_probe_tf, cfg.to_dict(), what=f"probing --model {cfg.model}",
+                                                        timeout=cfg.timeout)
+    else:
+        flops, name, cfg.batch_size_hint = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
     device = "cuda" if gpu else "cpu"
     run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
