@@ -40,7 +40,7 @@ def _batch_size(text):
     except ValueError:
         raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}")
     if not 0 < value <= 2**20:
-        raise UsageError(f"--batch-size must be an integer from 1 to {2**20:,} or 'auto'; received {text!r}")
+        raise UsageError(f"--batch-size must be a positive integer (at most {2**20:,}) or 'auto'; received {text!r}")
     return value
 
 

@@ -26,7 +26,7 @@ def int_in(value, flag: str, lo: int, hi: int) -> int:
     if value is None:
         return value
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise UsageError(f"{flag} must be an integer from {lo:,} to {hi:,}; received {value}")
+        raise UsageError(f"{flag} must be >= {lo} and at most {hi:,}; received {value}")
     return value
 
 
@@ -36,8 +36,9 @@ def float_in(value, flag: str, lo: float, hi: float, *, lo_open: bool = False) -
         return value
     ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
     if not ok:
-        low = f"greater than {lo:g}" if lo_open else f"at least {lo:g}"
-        raise UsageError(f"{flag} must be a finite number {low} and at most {hi:g}; received {value}")
+        what = ("a positive number" if lo == 0 else f"a number greater than {lo:g}") if lo_open \
+            else f"a number >= {lo:g}"
+        raise UsageError(f"{flag} must be {what}, finite and at most {hi:g}; received {value}")
     return value
 
 
