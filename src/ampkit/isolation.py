@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -55,7 +56,7 @@ def _child(conn, target, args) -> None:
     except KeyboardInterrupt:
         msg = ("error", "it raised KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported, not raised
-        text = str(exc).strip().splitlines()
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()  # no terminal colour codes
         msg = ("error", f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500])
         if os.environ.get("AMPKIT_DEBUG"):
             traceback.print_exc()

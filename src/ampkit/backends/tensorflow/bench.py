@@ -138,6 +138,23 @@ def _search_mode(cfg: BenchConfig, mode: str, device: str, flops, progress) -> B
     return measured
 
 
+_TELLING = ("incompatible", "outside the valid range", "received a label", "expected", "shape", "must")
+
+
+def telling_line(exc: BaseException) -> str:
+    """The line of a TensorFlow/Keras error that says what is wrong: their first line is often
+    only "Graph execution error:" or "Exception encountered when calling Sequential.call()"."""
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Keras bolds parts of its messages
+    lines = [ln.strip() for ln in plain.splitlines() if ln.strip()]
+    for word in _TELLING:
+        for ln in lines:
+            if word in ln.lower():
+                return ln[:300]
+    return lines[0][:300] if lines else ""
+
+
 def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int]:
     """Build the workload and, for a user's model, train one step on a batch of 2: a wrong
     --input-shape or --num-classes is reported now, in one line, not as an error row per mode."""
@@ -154,9 +171,8 @@ def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int]:
             workload.model.train_on_batch(x, y)
         except Exception as exc:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
-            text = str(exc).strip().splitlines()
             raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
-                             f"--num-classes {cfg.num_classes}: {type(exc).__name__}: {text[0][:300] if text else ''}")
+                             f"--num-classes {cfg.num_classes}: {type(exc).__name__}: {telling_line(exc)}")
     return flops, workload.name, workload.batch_size
 
 
