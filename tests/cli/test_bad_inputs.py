@@ -138,7 +138,11 @@ def _files(folder) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
+def outcomes(tmp_path_factory, request):
+    """Runs the selected cases (all, or those -k chose), four at a time."""
+    chosen = {item.callspec.params["case"][0] for item in request.session.items
+              if hasattr(item, "callspec") and "case" in item.callspec.params}
+
     def one(case):
         name, argv, env, _ = case
         if "keras" in name and not TF:
@@ -151,7 +155,7 @@ def outcomes(tmp_path_factory):
         return name, (r, seconds, before, _files(folder))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(pool.map(one, CASES))
+        return dict(pool.map(one, [c for c in CASES if c[0] in chosen]))
 
 
 def assert_one_error_line(r, needle: str) -> None:
