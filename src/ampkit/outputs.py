@@ -28,6 +28,13 @@ _FOREIGN = {  # an extension that names another writer's format is a mistake, no
 }
 
 _reserved_fd: int | None = None
+_may_reserve = False  # set by the program's entry point; a library caller's (or test's) stdout is left alone
+
+
+def own_stdout() -> None:
+    """Called by ``ampkit``'s entry point: this process's stdout is ampkit's to reserve."""
+    global _may_reserve
+    _may_reserve = True
 
 
 def _ext(path: str) -> str:
@@ -105,7 +112,7 @@ def atomic_write(path: str, newline: str | None = None):
 def reserve_stdout() -> None:
     """Keep stdout for the one JSON document: fd 1 (and what children inherit) goes to stderr."""
     global _reserved_fd
-    if _reserved_fd is not None:
+    if _reserved_fd is not None or not _may_reserve:
         return
     sys.stdout.flush()
     _reserved_fd = os.dup(1)

@@ -48,10 +48,11 @@ def error_exit(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import signals
+    from .. import outputs, signals
 
-    if argv is None:  # the program itself (not a test calling main): SIGTERM keeps work like Ctrl-C
-        signals.install()
+    if argv is None:  # the program itself (not a test calling main): SIGTERM keeps work like Ctrl-C,
+        signals.install()  # and stdout may be reserved for the JSON document
+        outputs.own_stdout()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
