@@ -106,7 +106,7 @@ CASES = [
     ("bench-torch-hang", ["bench", "--device", "cpu", "--model", "tmodels:hang", "--input-shape", "8",
                           "--timeout", "3", "--json", "h.json", *FAST], {}, "no result after 3 s"),
     ("bench-torch-meta-device", ["bench", "--device", "cpu", "--model", "tmodels:meta", "--input-shape", "8", *FAST],
-     {}, "meta"),
+     {}, "on the meta device"),
     ("audit-torch-segfault", ["audit", "--device", "cpu", "--model", "tmodels:segv", "--input-shape", "8",
                               "--json", "a.json"], {}, "SIGSEGV"),
     # ---- user code that fails: Keras

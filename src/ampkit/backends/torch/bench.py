@@ -143,9 +143,6 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
         raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE (there is no out-of-memory "
                          "error to stop at); e.g. --memory-budget 2GiB")
     workload = _build(cfg, torch.device("cpu"))
-    if cfg.model and any(t.is_meta for t in (*workload.model.parameters(), *workload.model.buffers())):
-        raise UsageError(f"{cfg.model} returned a model with tensors on the meta device (no data to train); "
-                         "materialize it in the factory, e.g. model.to_empty(device='cpu') and initialize the weights")
     if cfg.model:  # a user's model must run on its own inputs: probe a batch of 2 (meta, else CPU)
         try:
             counted = count_training_flops(workload, strict=True)
