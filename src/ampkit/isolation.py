@@ -44,7 +44,21 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def die_with_parent() -> None:
+    """In a child: be killed when ampkit dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere
+    a no-op). Without it an OOM-killed ampkit would leave its children running."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort: the parent also terminates its children itself
+        pass
+
+
 def _child(conn, target, args) -> None:
+    die_with_parent()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
     try:

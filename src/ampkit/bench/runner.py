@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
-from ..isolation import describe_exit, stop
+from ..isolation import describe_exit, die_with_parent, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
@@ -166,6 +166,8 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
 def serve_row(conn, mode: str, make_row) -> None:
     """In a bench child: ``make_row(progress)`` -> BenchRow, sent to the parent as JSON, with
     progress messages on the way. Any failure still sends a row."""
+    die_with_parent()
+
     def send(msg: dict) -> None:
         conn.send_bytes(json.dumps(msg).encode())
 
