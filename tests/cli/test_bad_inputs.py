@@ -107,6 +107,10 @@ CASES = [
                           "--timeout", "3", "--json", "h.json", *FAST], {}, "no result after 3 s"),
     ("bench-torch-meta-device", ["bench", "--device", "cpu", "--model", "tmodels:meta", "--input-shape", "8", *FAST],
      {}, "on the meta device"),
+    ("bench-torch-wrong-classes", ["bench", "--device", "cpu", "--model", "tmodels:bare", "--input-shape", "8",
+                                   "--json", "b.json", *FAST], {}, "Target 6 is out of bounds"),
+    ("bench-torch-wrong-input-shape", ["bench", "--device", "cpu", "--model", "tmodels:bare", "--input-shape", "5",
+                                       "--num-classes", "4", *FAST], {}, "failed a training step on a probe batch"),
     ("audit-torch-segfault", ["audit", "--device", "cpu", "--model", "tmodels:segv", "--input-shape", "8",
                               "--json", "a.json"], {}, "SIGSEGV"),
     # ---- user code that fails: Keras

@@ -146,9 +146,12 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
     if cfg.model:  # a user's model must run on its own inputs: probe a batch of 2 (meta, else CPU)
         try:
             counted = count_training_flops(workload, strict=True)
+            with torch.no_grad():  # the meta-device count checks shapes, not values (a class index too large)
+                workload.loss(workload.make_batch(2, torch.device("cpu"), torch.Generator().manual_seed(cfg.seed)))
         except Exception as exc:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
-            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape}: "
+            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
+                             f"--num-classes {cfg.num_classes}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         flops = workload.flops_per_sample or counted
     else:
