@@ -17,7 +17,10 @@ def parse_size(text: str) -> int:
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
         raise UsageError(f"cannot read memory size {text!r}; use bytes with an optional unit, e.g. 8GiB, 512MiB, 2GB")
-    value = int(float(m.group(1)) * _UNITS[unit])
+    value = float(m.group(1)) * _UNITS[unit]
+    if not value < 2**60:
+        raise UsageError(f"memory size {text!r} is too large; at most 2**60 bytes (1 EiB) is accepted")
+    value = int(value)
     if value <= 0:
         raise UsageError(f"memory size must be positive; received {text!r}")
     return value
@@ -38,6 +41,7 @@ class BenchConfig:
     seed: int = 0
     search_cap: int = 1 << 16            # the largest batch size --batch-size auto tries
     batch_size_hint: int | None = None   # where --batch-size auto starts (default: the workload's)
+    timeout: float | None = 1800.0       # seconds per mode's child (and the model probe); None: no limit
 
     def validate(self) -> BenchConfig:
         if self.workload and self.model:

@@ -12,8 +12,10 @@ import json
 import math
 import multiprocessing
 import os
+import time
 from collections.abc import Callable
 
+from ..isolation import describe_exit, die_with_parent, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
@@ -129,6 +131,7 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
                 os.environ[k] = v
     send.close()
     row = None
+    deadline = time.monotonic() + cfg.timeout if cfg.timeout else None
     try:
         while row is None:
             if recv.poll(0.1):
@@ -142,23 +145,29 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
                     progress({"mode": mode, **msg})
             elif not proc.is_alive() and not recv.poll(0):
                 break
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.join(5)
+            elif deadline is not None and time.monotonic() > deadline:
+                stop(proc)
+                return BenchRow(mode, status="error", error=f"no result after {cfg.timeout:g} s (--timeout); "
+                                                          "the worker was stopped")
+    except BaseException:  # Ctrl-C, SIGTERM: no orphan keeps running
+        stop(proc)
         raise
     proc.join(10)
+    stop(proc)
     if row is None:
         code = proc.exitcode
         killed = code is not None and code < 0 and -code == 9
         row = BenchRow(mode, status="oom" if killed else "error",
                        error=("the worker was killed (SIGKILL), most likely by the out-of-memory killer"
-                              if killed else f"the worker process exited with code {code} without a result"))
+                              if killed else f"the worker process {describe_exit(code)} without a result"))
     return row
 
 
 def serve_row(conn, mode: str, make_row) -> None:
     """In a bench child: ``make_row(progress)`` -> BenchRow, sent to the parent as JSON, with
     progress messages on the way. Any failure still sends a row."""
+    die_with_parent()
+
     def send(msg: dict) -> None:
         conn.send_bytes(json.dumps(msg).encode())
 

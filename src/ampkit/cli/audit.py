@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import add_device, add_framework, add_json
+from .common import add_device, add_framework, add_json, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -19,6 +19,15 @@ def add_arguments(p) -> None:
     add_framework(p)
     add_device(p)
     add_json(p)
+    add_timeout(p, "the audit")
+
+
+def audit_in_child(framework: str, cfg):
+    """The whole audit, run by :func:`ampkit.isolation.run_isolated`: user code, an out-of-memory
+    or a crash in it ends as one line, never as ampkit's death."""
+    from ..backends import get_backend
+
+    return get_backend(framework).audit(cfg)
 
 
 def run(args) -> int:
@@ -26,26 +35,32 @@ def run(args) -> int:
     from ..backends import get_backend, parse_framework
     from ..errors import UsageError
     from ..factory import parse_shape
+    from ..isolation import run_isolated
     from ..precision import parse_mode
     from ..render import audit as render_audit
-    from ..render.output import check_writable, console, write_json
+    from ..render.output import console, write_json
+    from . import validate as v
 
     framework = parse_framework(args.framework)
     mode = parse_mode(args.mode, allow_auto=False)
     if mode not in ("fp16", "bf16"):
         raise UsageError(f"--mode must be fp16 or bf16 for an audit; received {args.mode!r}")
-    if args.steps < 1:
-        raise UsageError(f"--steps must be >= 1; received {args.steps}")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size must be a positive integer; received {args.batch_size}")
-    if args.loss_scale is not None and not args.loss_scale > 0:
-        raise UsageError(f"--loss-scale must be a positive number; received {args.loss_scale}")
-    check_writable(args.json, "JSON")
+    v.int_in(args.steps, "--steps", 1, 10_000)
+    v.int_in(args.batch_size, "--batch-size", 1, v.MAX_BATCH)
+    v.int_in(args.num_classes, "--num-classes", 1, v.MAX_CLASSES)
+    v.float_in(args.loss_scale, "--loss-scale", 0, v.MAX_LOSS_SCALE, lo_open=True)
+    v.float_in(args.timeout, "--timeout", 0, v.MAX_TIMEOUT_S, lo_open=True)
+    if args.workload and args.model:
+        raise UsageError("give either --workload or --model, not both")
+    v.outputs(args, ("json", "JSON", "--json", True))
     cfg = AuditConfig(workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
                       num_classes=args.num_classes, mode=mode, steps=args.steps, loss_scale=args.loss_scale,
                       batch_size=args.batch_size, device=args.device)
+    v.input_shape(cfg.input_shape)
     con = console(json_to_stdout=args.json == "-")
-    report = get_backend(framework).audit(cfg)
+    backend = get_backend(framework)  # a missing framework: one line here, not from the child
+    report = run_isolated(audit_in_child, backend.name, cfg, timeout=args.timeout,
+                          what=f"auditing {args.model or args.workload or 'the default workload'}")
     render_audit.render(report, con)
     if args.json:
         write_json(report.to_dict(), args.json)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import add_device, add_framework, add_json
+from .common import add_device, add_framework, add_json, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -27,6 +27,7 @@ def add_arguments(p) -> None:
     add_json(p)
     p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
+    add_timeout(p, "a mode (or the probe of a --model) that has not finished")
 
 
 def _batch_size(text):
@@ -38,38 +39,50 @@ def _batch_size(text):
         value = int(text)
     except ValueError:
         raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}")
-    if value <= 0:
-        raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}")
+    if not 0 < value <= 2**20:
+        raise UsageError(f"--batch-size must be a positive integer (at most {2**20:,}) or 'auto'; received {text!r}")
     return value
 
 
 def run(args) -> int:
     import os
+    import sys
 
+    from .. import signals
     from ..backends import get_backend, parse_framework
     from ..bench.config import BenchConfig, parse_size
     from ..factory import parse_shape
     from ..precision import parse_mode_list
     from ..render import bench as render_bench
-    from ..render.output import check_writable, console, write_json
+    from ..render.output import console, write_json
+    from . import validate as v
 
     framework = parse_framework(args.framework)
+    v.distributed_env(framework)
+    v.int_in(args.steps, "--steps", 1, v.MAX_STEPS)
+    v.int_in(args.warmup, "--warmup", 0, v.MAX_STEPS)
+    v.int_in(args.num_classes, "--num-classes", 1, v.MAX_CLASSES)
+    v.int_in(args.max_batch_size, "--max-batch-size", 1, v.MAX_BATCH)
+    v.float_in(args.timeout, "--timeout", 0, v.MAX_TIMEOUT_S, lo_open=True)
     cfg = BenchConfig(
         workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
         num_classes=args.num_classes, modes=parse_mode_list(args.modes), batch_size=_batch_size(args.batch_size),
         memory_budget=parse_size(args.memory_budget) if args.memory_budget is not None else None,
         steps=args.steps, warmup=args.warmup, device=args.device, search_cap=args.max_batch_size,
+        timeout=args.timeout,
     ).validate()
-    for path, what in ((args.json, "JSON"), (args.csv, "CSV"), (args.plot, "plot")):
-        check_writable(path, what)
+    v.input_shape(cfg.input_shape)
+    v.memory_budget(cfg.memory_budget)
+    v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
-    con = console(json_to_stdout=args.json == "-")
+    con = console(json_to_stdout="-" in (args.json, args.csv))
     rank0 = int(os.environ.get("RANK", "0")) == 0
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    err = console(json_to_stdout=True)  # a bar only on a terminal: in a log it would leave a blank line
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console(json_to_stdout=True), transient=True, disable=not rank0) as bar:
+                  TimeElapsedColumn(), console=err, transient=True, disable=not rank0 or not err.is_terminal) as bar:
         tasks = {}
 
         def progress(msg: dict) -> None:
@@ -89,6 +102,8 @@ def run(args) -> int:
         report = backend.bench(cfg, progress=progress, on_row=on_row)
     if not rank0:
         return 0
+    if report.interrupted:
+        signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
     render_bench.render(report, con)
     if args.json:
         write_json(report.to_dict(), args.json)
@@ -97,6 +112,8 @@ def run(args) -> int:
     if args.plot:
         render_bench.plot(report, args.plot)
     if report.interrupted:
-        return 130
+        print(f"ampkit: {signals.describe()}: kept the {len(report.results)} mode(s) that finished",
+              file=sys.stderr)
+        return signals.exit_code()
     # 1: a mode failed for real (an exception or a non-finite loss); unsupported/oom rows are findings
     return 1 if any(r.status == "error" for r in report.results) else 0

@@ -24,3 +24,8 @@ def progress_printer(con):
     def say(msg: str) -> None:
         con.print(f"[dim]… {msg}[/]")
     return say
+
+
+def add_timeout(p, what: str) -> None:
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help=f"stop {what} after SECONDS and report it (default 1800)")

@@ -13,18 +13,37 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    import sys
+
+    from .. import signals
     from ..backends import FRAMEWORKS, parse_framework, resolve_framework
     from ..doctor import run_doctor
     from ..render import doctor as render_doctor
-    from ..render.output import check_writable, console, write_json
+    from ..render.output import console, write_json
+    from . import validate as v
 
     framework = parse_framework(args.framework, allow_all=True)
-    check_writable(args.json, "JSON")
+    v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     frameworks = list(FRAMEWORKS) if framework == "all" else [resolve_framework(framework)]
     reports = {}
-    for fw in frameworks:
-        reports[fw] = run_doctor(fw, args.device, quick=args.quick, progress=progress_printer(con))
+    try:
+        for fw in frameworks:
+            reports[fw] = run_doctor(fw, args.device, quick=args.quick, progress=progress_printer(con))
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: write the frameworks that finished, marked
+        signals.ignore_further()
+        for report in reports.values():
+            render_doctor.render(report, con)
+        if args.json:
+            from .._version import __version__
+            from ..environment import base_environment
+
+            first = next(iter(reports.values()), None)
+            write_json({"ampkit_version": __version__, "command": "doctor", "interrupted": True,
+                        "environment": first.environment if first else base_environment(frameworks[0], ""),
+                        "frameworks": {k: r.to_dict() for k, r in reports.items()}}, args.json)
+        print(f"ampkit: {signals.describe()}: the doctor kept {len(reports)} finished framework(s)", file=sys.stderr)
+        return signals.exit_code()
     for report in reports.values():
         render_doctor.render(report, con)
     if args.json:

@@ -49,6 +49,11 @@ def error_exit(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .. import outputs, signals
+
+    if argv is None:  # the program itself (not a test calling main): SIGTERM keeps work like Ctrl-C,
+        signals.install()  # and stdout may be reserved for the JSON document
+        outputs.own_stdout()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -58,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(_module(args.command).run(args) or 0)
     except UsageError as exc:
         return error_exit(str(exc))
-    except KeyboardInterrupt:
-        print("ampkit: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"ampkit: {signals.describe()}", file=sys.stderr)
+        return signals.exit_code(exc)
     except BrokenPipeError:
         return 0
 

@@ -140,15 +140,30 @@ def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng(seed * 1000 + epoch).permutation(n)
 
 
+class SeedRecords(list):
+    """The runs of :func:`run_seeds`; ``interrupted`` when Ctrl-C or SIGTERM stopped the loop."""
+
+    interrupted: bool = False
+
+
 def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int, Callable | None], RunRecord],
-              progress=None) -> list[RunRecord]:
+              progress=None) -> SeedRecords:
     """Every (seed, mode) run, seeds outermost (a seed's modes run back to back);
-    ``train_one(mode, seed, on_epoch)`` is the backend's training of one run."""
-    records = []
-    for seed in seeds:
-        for mode in modes:
-            cb = (lambda done, total, _m=mode, _s=seed: progress(_m, _s, done, total)) if progress else None
-            records.append(train_one(mode, seed, cb))
+    ``train_one(mode, seed, on_epoch)`` is the backend's training of one run.
+
+    Ctrl-C or SIGTERM stops the loop and keeps the seeds whose every mode finished (a seed with
+    some modes missing cannot be paired, so its runs are dropped); ``interrupted`` is then set.
+    """
+    records = SeedRecords()
+    try:
+        for seed in seeds:
+            done = []
+            for mode in modes:
+                cb = (lambda d, total, _m=mode, _s=seed: progress(_m, _s, d, total)) if progress else None
+                done.append(train_one(mode, seed, cb))
+            records.extend(done)
+    except KeyboardInterrupt:
+        records.interrupted = True
     return records
 
 

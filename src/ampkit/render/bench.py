@@ -82,5 +82,10 @@ def plot(report, path: str) -> None:
                          xycoords="axes fraction", fontsize=8, color="gray")
     fig.suptitle(f"ampkit bench — {report.workload} on {report.device}")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    from ..outputs import atomic_path, plot_format
+
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, format=plot_format(path))
+    finally:
+        plt.close(fig)

@@ -6,9 +6,6 @@ import csv
 import json
 import math
 import os
-import sys
-
-from ..errors import UsageError
 
 
 def console(json_to_stdout: bool):
@@ -51,37 +48,45 @@ def dumps(doc: dict) -> str:
 
 def check_writable(path: str | None, what: str = "output") -> None:
     """Fail early (exit 2) on an output path that cannot be written, before any long run."""
-    if not path or path == "-":
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageError(f"cannot write {what} {path!r}: folder {parent!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"cannot write {what} {path!r}: folder {parent!r} is not writable")
+    from ..outputs import check_output
+
+    flag = {"JSON": "--json", "CSV": "--csv", "plot": "--plot"}.get(what, "output")
+    check_output(path, what, flag, stdout_ok=what != "plot")
 
 
 def write_json(doc: dict, path: str | None) -> None:
+    """The document to ``path`` (atomically) or, for ``-``, alone to stdout."""
+    from ..outputs import atomic_write, write_stdout
+
     if not path:
         return
     text = dumps(doc)
     if path == "-":
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+        write_stdout(text + "\n")
         return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         fh.write(text + "\n")
-    os.replace(tmp, path)
 
 
 def write_csv(rows: list[dict], path: str, columns: list[str]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    """The rows to ``path`` (atomically) or, for ``-``, to stdout."""
+    import io
+
+    from ..outputs import atomic_write, write_stdout
+
+    def fill(fh) -> None:
         w = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for row in rows:
             w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
-    os.replace(tmp, path)
+
+    if path == "-":
+        buf = io.StringIO(newline="")
+        fill(buf)
+        write_stdout(buf.getvalue())
+        return
+    with atomic_write(path, newline="") as fh:
+        fill(fh)
 
 
 def fmt(x, spec: str = ".3g", none: str = "—") -> str:

@@ -55,5 +55,10 @@ def plot(report, path: str) -> None:
     ax.set_title(f"ampkit parity — {report.dataset} on {report.device}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    from ..outputs import atomic_path, plot_format
+
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, format=plot_format(path))
+    finally:
+        plt.close(fig)

@@ -23,6 +23,7 @@ from ...bench.runner import (
 )
 from ...errors import UsageError
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
+from .flavor import Flavor
 from .workloads import all_layers, build_tf_workload, check_tf_workload, count_flops
 
 
@@ -154,8 +155,46 @@ def _search_mode(cfg: BenchConfig, mode: str, device: str, flops, progress) -> B
     return measured
 
 
-def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
+_TELLING = ("incompatible", "outside the valid range", "received a label", "expected", "shape", "must")
+
+
+def telling_line(exc: BaseException) -> str:
+    """The line of a TensorFlow/Keras error that says what is wrong: their first line is often
+    only "Graph execution error:" or "Exception encountered when calling Sequential.call()"."""
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Keras bolds parts of its messages
+    lines = [ln.strip() for ln in plain.splitlines() if ln.strip()]
+    for word in _TELLING:
+        for ln in lines:
+            if word in ln.lower():
+                return ln[:300]
+    return lines[0][:300] if lines else ""
+
+
+def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor]:
+    """Build the workload and, for a user's model, train one step on a batch of 2: a wrong
+    --input-shape or --num-classes is reported now, in one line, not as an error row per mode."""
     import keras
+
+    cfg = BenchConfig.from_dict(cfg_dict)
+    keras.utils.set_random_seed(cfg.seed)
+    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
+    flops = count_flops(workload.model)
+    if cfg.model:
+        x, y = workload.make_batch(2, cfg.seed)
+        try:
+            k = workload.flavor.module  # the model's own Keras: Keras 3, or tf_keras for a Keras 2 model
+            workload.model.compile(optimizer=k.optimizers.SGD(0.0), loss=workload.keras_loss())
+            workload.model.train_on_batch(x, y)
+        except Exception as exc:
+            shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
+            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
+                             f"--num-classes {cfg.num_classes}: {type(exc).__name__}: {telling_line(exc)}")
+    return flops, workload.name, workload.batch_size, workload.flavor
+
+
+def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
 
     cfg.validate()
     grow_gpu_memory()  # this parent only validates: leave the GPU's memory to each mode's child
@@ -169,12 +208,13 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
         cfg.workload = check_tf_workload(cfg.workload)
     if cfg.batch_size == "auto" and not gpu and cfg.memory_budget is None:
         raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE; e.g. --memory-budget 2GiB")
-    keras.utils.set_random_seed(cfg.seed)
-    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)  # validate in the parent
-    flops = count_flops(workload.model)
-    name, keras_ran = workload.name, workload.flavor
-    cfg.batch_size_hint = workload.batch_size  # where --batch-size auto starts
-    del workload
+    if cfg.model:  # a user's model: imported and probed in a child (crash, sys.exit, hang -> one line)
+        from ...isolation import run_isolated
+
+        flops, name, cfg.batch_size_hint, keras_ran = run_isolated(
+            _probe_tf, cfg.to_dict(), what=f"probing --model {cfg.model}", timeout=cfg.timeout)
+    else:
+        flops, name, cfg.batch_size_hint, keras_ran = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
     device = "cuda" if gpu else "cpu"
     run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)

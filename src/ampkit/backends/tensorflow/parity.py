@@ -76,4 +76,4 @@ def run_parity_tf(cfg: ParityConfig, progress=None) -> ParityReport:
                         lambda mode, seed, cb: train_one_tf(ds, mode, seed, epochs=epochs, on_epoch=cb), progress)
     results = summarize(records, modes, cfg.tolerance)
     return ParityReport(ds.name, tf_device_name(), results, tf_environment(), cfg.tolerance, epochs,
-                        elapsed_s=round(time.perf_counter() - t0, 3))
+                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted)

@@ -146,14 +146,35 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
     if cfg.model:  # a user's model must run on its own inputs: probe a batch of 2 (meta, else CPU)
         try:
             counted = count_training_flops(workload, strict=True)
+            with torch.no_grad():  # the meta-device count checks shapes, not values (a class index too large)
+                workload.loss(workload.make_batch(2, torch.device("cpu"), torch.Generator().manual_seed(cfg.seed)))
         except Exception as exc:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
-            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape}: "
+            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
+                             f"--num-classes {cfg.num_classes}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         flops = workload.flops_per_sample or counted
     else:
         flops = workload.flops_per_sample or count_training_flops(workload)
     return note, flops, workload.name
+
+
+def _prepare_isolated(cfg_dict: dict, device_str: str) -> tuple:
+    """:func:`_prepare` in a child process (see :mod:`ampkit.isolation`): a user's model is imported
+    and probed where a crash, sys.exit or a hang cannot take the parent down."""
+    cfg = BenchConfig.from_dict(cfg_dict)
+    return (*_prepare(cfg, torch.device(device_str)), cfg.workload)
+
+
+def prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float | None, str]:
+    """Built-in workloads are probed here; a user's ``--model`` in a child process."""
+    if not cfg.model:
+        return _prepare(cfg, device)
+    from ...isolation import run_isolated
+
+    note, flops, name, cfg.workload = run_isolated(_prepare_isolated, cfg.to_dict(), str(device),
+                                                   what=f"probing --model {cfg.model}", timeout=cfg.timeout)
+    return note, flops, name
 
 
 def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
@@ -163,7 +184,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return _run_distributed(cfg, progress, on_row)
     device = resolve_device(cfg.device)
-    note, flops, name = _prepare(cfg, device)
+    note, flops, name = prepare(cfg, device)
     rows, interrupted = run_modes(cfg, str(device), flops, progress, on_row, target=child_entry)
     return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
                        flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
@@ -183,9 +204,13 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
     else:
         device = resolve_device("cpu" if cfg.device == "auto" else cfg.device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # a rank that fails or dies must end the run on every rank: a collective waits at most this long
+        from datetime import timedelta
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=cfg.timeout or 1800.0))
     world = dist.get_world_size()
-    note, flops, name = _prepare(cfg, device)
+    note, flops, name = prepare(cfg, device)
     rows = []
     for mode in cfg.modes:
         row = run_mode(cfg, mode, device, flops=flops, ddp=True,
@@ -195,8 +220,13 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
         t = torch.tensor([(row.batch_size or 0) / row.samples_per_s if row.samples_per_s else float("inf"),
                           float(row.peak_memory_bytes or 0), 1.0 if row.status == "ok" else 0.0], dtype=torch.float64)
         flags = t.clone()
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        try:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        except Exception as exc:  # another rank failed or died: end this rank too, with a message
+            raise UsageError(f"rank {dist.get_rank()} of {world}: another rank stopped answering during {mode} "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                             "see the other ranks' messages") from None
         if row.status == "ok" and flags[2] > 0:
             row.samples_per_s = (row.batch_size * world) / float(t[0])
             row.peak_memory_bytes = int(t[1])

@@ -97,7 +97,7 @@ def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, mo
         metric_fn=metric_fn, on_epoch=cb), progress)
     results = summarize(records, modes, tolerance)
     return ParityReport(dataset, str(device), results, torch_environment(device), tolerance, epochs,
-                        elapsed_s=round(time.perf_counter() - t0, 3))
+                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted)
 
 
 def run_parity(cfg: ParityConfig, progress=None) -> ParityReport:

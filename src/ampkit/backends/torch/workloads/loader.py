@@ -11,6 +11,10 @@ from .base import Workload, classification_batches
 
 def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int = 10) -> Workload:
     obj = call_factory(spec)
+    model = obj.model if isinstance(obj, Workload) else obj
+    if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise UsageError(f"{spec}() returned a model with tensors on the meta device (shapes, no data); "
+                         "materialize it in the factory: model.to_empty(device='cpu'), then initialize its weights")
     if isinstance(obj, Workload):
         if obj.name == "custom":
             obj.name = spec

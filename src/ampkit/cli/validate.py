@@ -1,0 +1,113 @@
+"""Every option checked before any work starts: numbers within stated bounds, output paths,
+the distributed environment. A bad value is one line and exit 2 in well under a second."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..errors import UsageError
+from ..outputs import check_distinct, check_output, reserve_stdout
+
+#: the largest values that still describe a run someone means to finish
+MAX_STEPS = 1_000_000
+MAX_EPOCHS = 10_000
+MAX_SEEDS = 1000
+MAX_BATCH = 2**20
+MAX_CLASSES = 2**20
+MAX_SAMPLE_ELEMENTS = 2**30
+MAX_MEMORY_BYTES = 2**60
+MAX_LOSS_SCALE = 2.0**64
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
+def int_in(value, flag: str, lo: int, hi: int) -> int:
+    """An integer option within [lo, hi]; the message states the bounds."""
+    if value is None:
+        return value
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise UsageError(f"{flag} must be >= {lo} and at most {hi:,}; received {value}")
+    return value
+
+
+def float_in(value, flag: str, lo: float, hi: float, *, lo_open: bool = False) -> float:
+    """A finite number within [lo, hi] (or (lo, hi] with ``lo_open``)."""
+    if value is None:
+        return value
+    ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
+    if not ok:
+        what = ("a positive number" if lo == 0 else f"a number greater than {lo:g}") if lo_open \
+            else f"a number >= {lo:g}"
+        raise UsageError(f"{flag} must be {what}, finite and at most {hi:g}; received {value}")
+    return value
+
+
+def input_shape(shape) -> None:
+    if shape and math.prod(shape) > MAX_SAMPLE_ELEMENTS:
+        raise UsageError(f"--input-shape {','.join(map(str, shape))} is {math.prod(shape):,} values per sample; "
+                         f"at most {MAX_SAMPLE_ELEMENTS:,} are accepted")
+
+
+def memory_budget(nbytes) -> None:
+    if nbytes is not None and nbytes > MAX_MEMORY_BYTES:
+        raise UsageError(f"--memory-budget must be at most 2**60 bytes (1 EiB); received {nbytes:.3g} bytes")
+
+
+def outputs(args, *specs: tuple[str, str, str, bool]) -> None:
+    """``specs``: (attribute, what, flag, stdout allowed). Checks each path and that no two collide;
+    when one of them is stdout, reserves stdout for it (user prints go to stderr)."""
+    pairs = []
+    for attr, what, flag, stdout_ok in specs:
+        path = getattr(args, attr, None)
+        check_output(path, what, flag, stdout_ok=stdout_ok)
+        pairs.append((path, flag))
+    check_distinct(*pairs)
+    if any(p == "-" for p, _ in pairs):
+        reserve_stdout()
+
+
+def distributed_env(framework: str) -> int:
+    """The torchrun variables, consistent and numeric; returns WORLD_SIZE (1 without a launcher).
+
+    RANK=1 alone (no WORLD_SIZE) would make a rank that reports nothing; WORLD_SIZE=2 without a
+    launcher's MASTER_ADDR/MASTER_PORT would wait forever for peers that never come.
+    """
+    env = os.environ
+    values = {}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        text = env.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise UsageError(f"environment variable {name}={text!r} is not an integer; "
+                             "let torchrun set it, or unset it for a single-process run") from None
+        if values[name] < 0:
+            raise UsageError(f"environment variable {name}={text} is negative; let torchrun set it, or unset it")
+    world = values.get("WORLD_SIZE")
+    if world is None:
+        stray = [f"{k}={values[k]}" for k in ("RANK", "LOCAL_RANK") if values.get(k)]
+        if stray:
+            raise UsageError(f"{' and '.join(stray)} set without WORLD_SIZE: launch with torchrun "
+                             "(torchrun --nproc_per_node N -m ampkit bench ...) or unset it")
+        return 1
+    if world < 1:
+        raise UsageError(f"environment variable WORLD_SIZE={world} must be at least 1")
+    rank = values.get("RANK", 0)
+    if rank >= world:
+        raise UsageError(f"RANK={rank} must be below WORLD_SIZE={world}; let torchrun set them")
+    local_world = values.get("LOCAL_WORLD_SIZE")
+    if local_world is not None and values.get("LOCAL_RANK", 0) >= local_world:
+        raise UsageError(f"LOCAL_RANK={values.get('LOCAL_RANK')} must be below LOCAL_WORLD_SIZE={local_world}")
+    if world > 1:
+        if framework == "tensorflow":
+            raise UsageError(f"WORLD_SIZE={world}: a multi-process bench is PyTorch-only (torchrun); "
+                             "use --framework torch or unset WORLD_SIZE")
+        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
+        if missing:
+            raise UsageError(f"WORLD_SIZE={world} but {', '.join(missing)} not set: launch with torchrun "
+                             f"(torchrun --nproc_per_node {world} -m ampkit bench ...) or unset WORLD_SIZE")
+        if not 1 <= values["MASTER_PORT"] <= 65535:
+            raise UsageError(f"MASTER_PORT={values['MASTER_PORT']} is not a TCP port (1-65535)")
+    return world

@@ -1,0 +1,137 @@
+"""Running a user's code where its failures cannot take ampkit down.
+
+Importing ``--model MODULE:FACTORY`` and probing the model run user code: it may segfault, call
+``sys.exit()``, raise ``KeyboardInterrupt`` at import, hang, or print. :func:`run_isolated` runs
+``target(*args)`` in a fresh spawned process and returns its (picklable) result; every way the
+child can fail becomes one :class:`~ampkit.errors.UsageError` line naming what was run:
+
+* an exception (``UsageError`` keeps its own message), ``SystemExit``, ``KeyboardInterrupt``;
+* death by a signal (SIGSEGV, SIGABRT, SIGKILL from the out-of-memory killer) or a silent exit;
+* running past ``timeout`` seconds (the child is killed).
+
+The child's stdout is its stderr, so a printing model cannot corrupt ``--json -``. A Ctrl-C or
+SIGTERM of ampkit itself terminates the child and propagates.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+
+from .errors import UsageError
+
+#: the default --timeout: long enough for a big model's probe or one mode's run on a slow machine
+DEFAULT_TIMEOUT_S = 1800.0
+
+
+def describe_exit(code: int | None) -> str:
+    """'was killed by SIGSEGV (a crash in native code)', 'exited with code 3', ..."""
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        why = {"SIGSEGV": " (a crash in native code)", "SIGKILL": " (most likely the out-of-memory killer)",
+               "SIGABRT": " (an abort in native code)", "SIGBUS": " (a crash in native code)"}.get(name, "")
+        return f"was killed by {name}{why}"
+    return f"exited with code {code}"
+
+
+def die_with_parent() -> None:
+    """In a child: be killed when ampkit dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere
+    a no-op). Without it an OOM-killed ampkit would leave its children running."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort: the parent also terminates its children itself
+        pass
+
+
+def _child(conn, target, args) -> None:
+    die_with_parent()
+    os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
+    try:
+        msg = ("ok", target(*args))
+    except UsageError as exc:
+        msg = ("usage", str(exc))
+    except SystemExit as exc:
+        msg = ("error", f"it called sys.exit({exc.code!r})")
+    except KeyboardInterrupt:
+        msg = ("error", "it raised KeyboardInterrupt")
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported, not raised
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()  # no terminal colour codes
+        msg = ("error", f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500])
+        if os.environ.get("AMPKIT_DEBUG"):
+            traceback.print_exc()
+    try:
+        conn.send(msg)
+    except Exception as exc:  # an unpicklable result is ampkit's bug: say so in one line
+        conn.send(("error", f"cannot return the result: {type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip interpreter teardown: the result is sent
+
+
+def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEOUT_S):
+    """``target(*args)`` in a fresh process; its failures -> ``UsageError(f"{what}: ...")``.
+
+    ``target`` must be a module-level function (spawn pickles it by name) and its arguments and
+    result picklable. ``what`` names the run for the message, e.g. "probing --model m:f".
+    """
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, target, args), daemon=True)
+    proc.start()
+    send.close()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    msg = None
+    try:
+        while True:
+            if recv.poll(0.1):
+                try:
+                    msg = recv.recv()
+                except EOFError:
+                    msg = None
+                break
+            if not proc.is_alive() and not recv.poll(0):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                stop(proc)
+                raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")
+    except BaseException:
+        stop(proc)
+        raise
+    proc.join(10)
+    if proc.is_alive():
+        stop(proc)
+    if msg is None:
+        raise UsageError(f"{what}: the process {describe_exit(proc.exitcode)} without a result")
+    kind, value = msg
+    if kind == "ok":
+        return value
+    if kind == "usage":
+        raise UsageError(value)
+    raise UsageError(f"{what} failed: {value}")
+
+
+def stop(proc, grace: float = 5.0) -> None:
+    """Terminate a child process, then kill it if it does not go within ``grace`` seconds."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(grace)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(grace)

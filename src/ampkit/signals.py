@@ -1,0 +1,49 @@
+"""SIGTERM behaves like Ctrl-C: the run stops, keeps what finished, and exits non-zero.
+
+``timeout``, Slurm and Kubernetes stop a program with SIGTERM, whose default action kills it on
+the spot — the rows that finished would be lost. :func:`install` turns SIGTERM into
+:class:`Terminated`, a ``KeyboardInterrupt``, so every path that keeps finished work on Ctrl-C
+(bench's mode loop, parity's seed loop, doctor's framework loop) keeps it on SIGTERM too; the
+children are stopped by those paths. :func:`exit_code` is 130 after SIGINT and 143 after SIGTERM
+(128 + the signal number, as shells report them).
+"""
+
+from __future__ import annotations
+
+import signal
+
+_received: int | None = None
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM arrives."""
+
+
+def _on_sigterm(signum, frame):
+    global _received
+    if _received == signal.SIGTERM:  # a second SIGTERM while stopping: do not interrupt the cleanup
+        return
+    _received = signal.SIGTERM
+    raise Terminated()
+
+
+def install() -> None:
+    """Route SIGTERM to :class:`Terminated` (main thread only; call once, at the CLI's start)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def ignore_further() -> None:
+    """While writing the finished work, a repeated SIGTERM or Ctrl-C must not cut the write short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def exit_code(exc: BaseException | None = None) -> int:
+    """130 after Ctrl-C, 143 after SIGTERM."""
+    if isinstance(exc, Terminated) or _received == signal.SIGTERM:
+        return 128 + signal.SIGTERM
+    return 128 + signal.SIGINT
+
+
+def describe() -> str:
+    return "terminated (SIGTERM)" if _received == signal.SIGTERM else "interrupted"

@@ -1,0 +1,83 @@
+"""Issue #11: Ctrl-C and SIGTERM keep the work that finished, stop every child, exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from user_faults import write_user_files
+
+
+def _group_gone(pgid: int, within: float = 15.0) -> bool:
+    """No process of the run's process group is left (children, the resource tracker)."""
+    deadline = time.time() + within
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _start(argv, cwd) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return subprocess.Popen([sys.executable, "-m", "ampkit", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.parametrize("sig, to_group, code", [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130)],
+                         ids=["sigterm-to-ampkit", "ctrl-c-to-group"])
+def test_bench_interrupted_keeps_finished_rows(tmp_path, sig, to_group, code):
+    """fp32 finishes fast; bf16 sleeps 4 s a step (the 'sleepy' model): the signal lands in bf16."""
+    write_user_files(tmp_path)
+    out = tmp_path / "partial.json"
+    proc = _start(["bench", "--device", "cpu", "--model", "tmodels:sleepy", "--input-shape", "8", "--num-classes",
+                   "4", "--modes", "fp32,bf16", "--batch-size", "4", "--steps", "20", "--warmup", "0",
+                   "--json", str(out), "--csv", str(tmp_path / "partial.csv")], tmp_path)
+    seen, deadline = "", time.time() + 240
+    while time.time() < deadline:
+        line = proc.stdout.readline()  # with --json PATH the human lines are on stdout
+        seen += line
+        if "fp32: ok" in line or not line:
+            break
+    assert "fp32: ok" in seen, seen + proc.stderr.read()
+    time.sleep(2)  # bf16's child is training now
+    if to_group:
+        os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches every process of the group
+    else:
+        proc.send_signal(sig)  # timeout(1), Kubernetes: only ampkit itself is told
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True
+    assert [r["mode"] for r in doc["results"]] == ["fp32"] and doc["results"][0]["status"] == "ok"
+    assert (tmp_path / "partial.csv").read_text().count("\n") == 2  # header and the fp32 row
+    assert _group_gone(proc.pid), "a child of the interrupted bench is still running"
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_parity_sigterm_keeps_finished_seeds(tmp_path):
+    out = tmp_path / "parity.json"
+    proc = _start(["parity", "--device", "cpu", "--modes", "fp32,bf16", "--seeds", "1000", "--epochs", "1",
+                   "--json", str(out), "--plot", str(tmp_path / "curves.png")], tmp_path)
+    time.sleep(25)  # imports, then one seed after another (each a second or two)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and "terminated (SIGTERM)" in err, err[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True
+    results = {r["mode"]: r for r in doc["results"]}
+    assert set(results) == {"fp32", "bf16"}
+    seeds = results["fp32"]["seeds"]
+    assert 1 <= len(seeds) < 1000 and results["bf16"]["seeds"] == seeds  # complete seeds only, paired
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert _group_gone(proc.pid)
