@@ -72,7 +72,18 @@ class Flavor:
     def set_global_policy(self, policy) -> None:
         k = self.module
         if self.legacy:
-            k.mixed_precision.set_global_policy(policy)
+            # tf_keras logs a "mixed precision compatibility check" warning (this machine's GPUs for
+            # mixed_float16) the first time: ampkit measures and reports that itself, and the
+            # extra lines would break its one-line errors and clean logs
+            from .tfimport import import_tf
+
+            logger = import_tf().get_logger()
+            level = logger.level
+            logger.setLevel("ERROR")
+            try:
+                k.mixed_precision.set_global_policy(policy)
+            finally:
+                logger.setLevel(level)
         else:
             k.config.set_dtype_policy(policy)
 
