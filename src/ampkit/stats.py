@@ -2,13 +2,15 @@
 
 Speedups come from *paired* timings: in round ``r`` the fp32 time and the mode's time were taken
 next to each other, so ``ratio_r = t_fp32_r / t_mode_r`` cancels whatever the machine was doing
-in that round (another job on a shared CPU, clock drift). The point estimate is the geometric
-mean of the ratios (a ratio's natural mean: 2x and 0.5x average to 1x); the interval is a
-**bootstrap percentile interval** of that geometric mean: the rounds are resampled with
-replacement ``resamples`` times with a seeded generator, so the same timings always give the
-same interval (and a test can plant timings and get an exact answer). The interval is clamped
-to contain the point estimate. With fewer than two rounds there is no spread to estimate: the
-interval is None.
+in that round (another job on a shared CPU, clock drift). The point estimate is the median of
+the ratios, taken on the log scale (so 2x and 0.5x are symmetric, and with an even count the
+middle two are averaged geometrically); a median, not a mean, because on a shared machine a round
+that another job disturbed is an outlier that should not move the verdict. The interval is a
+**bootstrap percentile interval** of that median: the rounds are resampled with replacement
+``resamples`` times with a seeded generator, so the same timings always give the same interval
+(and a test can plant timings and get an exact answer). With 7 rounds it spans about the 2nd to
+the 6th smallest ratio; with 3 it is the range. It is clamped to contain the point estimate.
+With fewer than two rounds there is no spread to estimate: the interval is None.
 
 A decision reads the interval, never the point: :func:`classify` says "faster" only when the low
 end clears the threshold, "slower" only when the high end is below 1/threshold.
@@ -54,6 +56,11 @@ def geomean(xs: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
+def log_median(xs: Sequence[float]) -> float:
+    """The median of positive numbers on the log scale."""
+    return math.exp(statistics.median(math.log(x) for x in xs))
+
+
 def paired_ratios(base: Sequence[float], other: Sequence[float]) -> list[float]:
     """``base[i] / other[i]``: with times, how many times faster ``other`` is than ``base``, per round."""
     if len(base) != len(other):
@@ -63,20 +70,20 @@ def paired_ratios(base: Sequence[float], other: Sequence[float]) -> list[float]:
 
 def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                    seed: int = SEED) -> Estimate:
-    """Geometric mean of per-round ratios and its seeded bootstrap percentile interval."""
+    """Median (log scale) of per-round ratios and its seeded bootstrap percentile interval."""
     ratios = [float(r) for r in ratios]
     if not ratios or any(not (r > 0 and math.isfinite(r)) for r in ratios):
         raise ValueError(f"ratios must be positive and finite; received {ratios}")
     logs = [math.log(r) for r in ratios]
     n = len(logs)
-    point = math.exp(statistics.fmean(logs))
+    point = math.exp(statistics.median(logs))
     if n < 2:
         return Estimate(point, None, None, n)
     rng = random.Random(seed)
-    means = sorted(sum(rng.choices(logs, k=n)) / n for _ in range(resamples))
+    medians = sorted(statistics.median(rng.choices(logs, k=n)) for _ in range(resamples))
     alpha = (1 - confidence) / 2
-    low = math.exp(means[int(math.floor(alpha * (resamples - 1)))])
-    high = math.exp(means[int(math.ceil((1 - alpha) * (resamples - 1)))])
+    low = math.exp(medians[int(math.floor(alpha * (resamples - 1)))])
+    high = math.exp(medians[int(math.ceil((1 - alpha) * (resamples - 1)))])
     return Estimate(point, min(low, point), max(high, point), n)
 
 
