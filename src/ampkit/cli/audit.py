@@ -11,7 +11,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY", help="your own Workload or model factory")
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...", help="per-sample input shape for a bare model")
     p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
-    p.add_argument("--mode", default="fp16", metavar="fp16|bf16", help="the mode to audit (default fp16)")
+    p.add_argument("--mode", default="fp16", metavar="fp16|bf16|auto",
+                   help="the mode to audit (default fp16); auto: auto's choice when it is fp16 or bf16, else bf16")
     p.add_argument("--steps", type=int, default=1, metavar="N", help="training steps to audit (default 1)")
     p.add_argument("--loss-scale", type=float, default=None, metavar="S",
                    help="fixed loss scale to audit at (default: the engine's initial scale, 65536 for fp16)")
@@ -31,9 +32,9 @@ def run(args) -> int:
     from ..render.output import check_writable, console, write_json
 
     framework = parse_framework(args.framework)
-    mode = parse_mode(args.mode, allow_auto=False)
-    if mode not in ("fp16", "bf16"):
-        raise UsageError(f"--mode must be fp16 or bf16 for an audit; received {args.mode!r}")
+    mode = parse_mode(args.mode)
+    if mode not in ("fp16", "bf16", "auto"):
+        raise UsageError(f"--mode must be fp16, bf16 or auto for an audit; received {args.mode!r}")
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1; received {args.steps}")
     if args.batch_size is not None and args.batch_size < 1:
