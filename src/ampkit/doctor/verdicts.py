@@ -136,8 +136,9 @@ def _training_faster(rep: ModeReport) -> bool:
 
 def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Series] | None = None) -> tuple[str, str]:
     """The fastest mode (by training step) that passed its self-test, is accelerated and trains
-    faster, else fp32 (fp8 is not a training mode). Between that mode and a preferred one
-    (bf16: no loss scaling) the measurement cannot tell apart, the preferred one wins."""
+    faster, else fp32 (fp8 is not a training mode). Unless that mode's training step is at least
+    the threshold faster than a preferred one's (bf16: no loss scaling), paired by round and read
+    at the interval's low end, the preferred one wins."""
     series = series or {}
     candidates = [(m, r) for m, r in reports.items()
                   if m not in ("fp32", "fp8") and r.selftest == "pass" and r.accelerated and _training_faster(r)]
@@ -153,7 +154,8 @@ def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Ser
             if not apart:
                 return pref, (f"{pref} passed its self-test; matmul/conv {prep.speedup:.2f}x {_ci(prep.speedup_ci)} and "
                               f"training step {prep.training_speedup:.2f}x {_ci(prep.training_speedup_ci)} the speed of fp32; "
-                              f"{mode} measured {rep.training_speedup:.2f}x but the rounds cannot tell the two apart, "
+                              f"{mode} measured {rep.training_speedup:.2f}x but the rounds cannot tell the two apart "
+                              f"(not {ACCEL_THRESHOLD:.2f}x faster than {pref} at the interval's low end), "
                               f"and {pref} needs no loss scaling")
             break
         return mode, why
@@ -176,13 +178,13 @@ def _ci(ci) -> str:
 
 
 def _tell_apart(series: dict[str, Series], *, faster: str, slower: str) -> bool:
-    """Whether ``faster``'s training step is measurably faster than ``slower``'s: the interval of
-    time(slower) / time(faster), paired by round, lies above 1."""
+    """Whether ``faster``'s training step is measurably faster than ``slower``'s by the same rule as
+    everywhere: the interval of time(slower) / time(faster), paired by round, clears the threshold
+    (a switch to loss scaling must buy as much as a switch of precision)."""
     a, b = series.get(faster), series.get(slower)
     if a is None or b is None:
         return False
     ratios = round_ratios(b, a, "training")  # per round: slower's time / faster's time
     if len(ratios) < 2:
         return False
-    est = ratio_estimate(ratios)
-    return est.low is not None and est.low > 1.0
+    return classify(ratio_estimate(ratios), ACCEL_THRESHOLD) == FASTER
