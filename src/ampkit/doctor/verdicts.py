@@ -115,6 +115,8 @@ def _fill_measurements(reports: dict[str, ModeReport], series: dict[str, Series]
             continue
         if mode == "fp32":
             rep.benchmark, rep.speedup, rep.accelerated, rep.rounds = op_table(s, s), 1.0, False, len(s.rounds)
+            rep.speedup_ci = rep.training_speedup_ci = [1.0, 1.0]  # the baseline against itself
+            rep.training_speedup = 1.0
             continue
         kern, train = _estimates(series, mode)
         if kern is None:
