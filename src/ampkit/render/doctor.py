@@ -54,7 +54,8 @@ def render(report, con) -> None:
     for mode, m in report.modes.items():
         style = _VERDICT_STYLE.get(m.verdict, "")
         table.add_row(mode, "yes" if m.supported else "no", m.selftest,
-                      _speedup(m.speedup, m.speedup_ci), _speedup(m.training_speedup, m.training_speedup_ci),
+                      _speedup(m.speedup, m.speedup_ci if mode != "fp32" else None),
+                      _speedup(m.training_speedup, m.training_speedup_ci if mode != "fp32" else None),
                       {True: "yes", False: "no", None: "—"}[m.accelerated],
                       f"[{style}]{m.verdict}[/]" if style else m.verdict, m.reason)
     con.print(table)
