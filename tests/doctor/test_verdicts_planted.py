@@ -77,7 +77,7 @@ def test_a_clear_1_5x_is_accelerated_and_recommended():
     reports, recommended, reason = _doctor({"fp16": (1.0, 1.0), "bf16": (1.5, 1.5)})
     bf16 = reports["bf16"]
     assert bf16.accelerated and bf16.speedup_ci[0] >= ACCEL_THRESHOLD
-    assert bf16.speedup == pytest.approx(1.5, rel=0.08) and bf16.training_speedup_ci[0] > 1
+    assert bf16.speedup == pytest.approx(1.5, rel=0.08) and bf16.training_speedup_ci[0] > 1.05
     assert recommended == "bf16" and bf16.verdict == "recommended" and "1.5" in reason
 
 
@@ -122,13 +122,18 @@ def test_rounds_are_interleaved_and_reverse_every_round():
 def test_faster_kernels_without_faster_training_are_not_recommended():
     reports, recommended, reason = _doctor({"fp16": (1.0, 1.0), "bf16": (3.0, 1.0)})
     assert reports["bf16"].accelerated and reports["bf16"].verdict == "usable"
-    assert recommended == "fp32" and "training step is not measurably faster" in reason
+    assert recommended == "fp32" and "training step is not 1.05x faster" in reason
 
 
 def test_bf16_preferred_over_an_fp16_it_cannot_be_told_apart_from():
-    reports, recommended, reason = _doctor({"fp16": (1.55, 1.56), "bf16": (1.5, 1.5)}, noise=0.08)
-    assert reports["fp16"].accelerated and reports["bf16"].accelerated
-    assert recommended == "bf16" and "cannot tell the two apart" in reason and "no loss scaling" in reason
+    reasons = []
+    for seed in range(6):
+        reports, recommended, reason = _doctor({"fp16": (1.55, 1.56), "bf16": (1.5, 1.5)}, noise=0.08, seed=seed)
+        assert reports["fp16"].accelerated and reports["bf16"].accelerated
+        assert recommended == "bf16"
+        reasons.append(reason)
+    # where fp16's median came out ahead, the reason says why bf16 still wins
+    assert any("cannot tell the two apart" in r and "no loss scaling" in r for r in reasons)
 
 
 def test_fp16_recommended_when_measurably_faster_than_bf16():

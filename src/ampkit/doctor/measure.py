@@ -10,8 +10,9 @@ callable that has finished when it returns (or is timed by the backend's clock).
 3. keeps, per op and round, the fastest of its reps (on a shared CPU other jobs only ever add time),
 4. pairs each mode's round with the fp32 of the same round (:mod:`ampkit.stats`), and
 5. stops after ``max_rounds``, or after ``min_rounds`` once the time budget is spent; a mode whose
-   interval already says "slower" (it can never be recommended) leaves the rounds early, from the
-   second round on (an emulated mode can take a second per training step on a CPU).
+   interval already says "slower" (it can never be recommended) leaves the rounds early; from the
+   second round on when it is many times slower (an emulated mode can take a second per training
+   step on a CPU).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..stats import SLOWER, Estimate, classify, geomean, ratio_estimate
+from ..stats import SLOWER, Estimate, classify, ratio_estimate
 from ..timing import HOST, Clock
 
 KINDS = ("kernels", "training")
+#: before min_rounds, a mode leaves the rounds only when its interval's high end is below this
+EARLY_DROP = 0.5
 
 
 @dataclass
@@ -42,9 +45,9 @@ class Plan:
     """How long to measure: rounds and time boxes (CPU defaults; a GPU backend passes its own)."""
 
     min_rounds: int = 5
-    max_rounds: int = 11
+    max_rounds: int = 9
     budget_s: float = 4.0      # for all rounds together, after warm-up
-    op_box_s: float = 0.03     # reps of one op in one round fit this box (at least one rep)
+    op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
     max_reps: int = 5
 
 
@@ -80,14 +83,16 @@ def _describe(exc: BaseException) -> str:
 
 
 def round_ratios(base: Series, other: Series, kind: str) -> list[float]:
-    """Per round both measured: geometric mean over the ops of ``base`` time / ``other`` time."""
+    """Per round both measured: the summed time of the kind's ops in ``base`` over that in ``other``
+    (one fixed mix of work, each op weighted by its time: a 3 ms step's scheduling noise cannot
+    swamp what a 50 ms step measured)."""
     by_round = dict(base.rounds)
     out = []
     for idx, times in other.rounds:
         b = by_round.get(idx, {}).get(kind, {})
         ops = [op for op in times.get(kind, {}) if op in b]
         if ops:
-            out.append(geomean([b[op] / times[kind][op] for op in ops]))
+            out.append(sum(b[op] for op in ops) / sum(times[kind][op] for op in ops))
     return out
 
 
@@ -131,10 +136,13 @@ def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *,
                 active.remove(mode)
                 continue
             series[mode].rounds.append((r, times))
-        if r + 1 >= 2:  # two paired rounds already show a mode many times slower (an emulated one)
+        if r + 1 >= 2:
             for mode in list(active):
-                ests = [estimate(series["fp32"], series[mode], kind) for kind in KINDS]
-                if any(e is not None and classify(e, threshold) == SLOWER for e in ests):
+                ests = [e for e in (estimate(series["fp32"], series[mode], kind) for kind in KINDS) if e is not None]
+                # from min_rounds: slower by the threshold; before: only many times slower (an emulated
+                # mode), which two noisy rounds cannot fake
+                if any(classify(e, threshold) == SLOWER and (r + 1 >= plan.min_rounds or e.high < EARLY_DROP)
+                       for e in ests):
                     active.remove(mode)  # it can never be recommended; more rounds would not change that
     return series
 

@@ -5,8 +5,8 @@ Decisions read the confidence interval of each speedup (:mod:`ampkit.stats`), ne
 a mode is *accelerated* only when the low end of its kernel (matmul/conv) interval clears
 :data:`ACCEL_THRESHOLD`, *slower* only when the high end is below ``1/ACCEL_THRESHOLD``, and
 otherwise shows no measurable difference. It is *recommended* only when its short training
-step is measurably faster too (the low end of the training interval above 1): a fast matmul
-that does not make training faster is not worth a precision change.
+step is faster too (see :func:`_training_faster`): a fast matmul that does not make training
+faster is not worth a precision change.
 
 Why the threshold stays 1.10 now that intervals exist: the interval answers "is there a
 difference at all" (statistical); the threshold answers "is it worth switching precision for"
@@ -24,6 +24,8 @@ from .report import ModeReport
 
 #: the low end of the interval must clear this for "accelerated"; the high end below 1/this is "slower"
 ACCEL_THRESHOLD = 1.10
+#: the training step's median ratio must show at least this gain for a recommendation
+TRAINING_GAIN = 1.05
 #: between two accelerated modes the measurement cannot tell apart, the first of these wins
 PREFERENCE = ("bf16",)
 
@@ -129,11 +131,16 @@ def _fill_measurements(reports: dict[str, ModeReport], series: dict[str, Series]
 
 
 def _training_faster(rep: ModeReport) -> bool:
-    """The training step is measurably faster: its interval lies above 1 (the kernels already had to
-    clear the threshold; this checks that their gain reaches training at all)."""
+    """The training step confirms the kernels' gain: its median ratio shows at least
+    :data:`TRAINING_GAIN` and its interval does not say slower (high end >= 1).
+
+    The training step is a confirmation, not the statistical test: the kernels already had to clear
+    the threshold at their interval's low end. A full training step on a busy 2-core CPU varies too
+    much to demand the same of it within the time budget (measured: intervals 0.9-1.8x around a
+    true ~1.3x), while a mode whose training truly does not gain sits near 1.0, below the 5% bar."""
     if rep.training_speedup is None or not rep.training_speedup_ci:
         return False
-    return rep.training_speedup_ci[0] > 1.0
+    return rep.training_speedup >= TRAINING_GAIN and rep.training_speedup_ci[1] >= 1.0
 
 
 def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Series] | None = None) -> tuple[str, str]:
@@ -170,8 +177,8 @@ def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Ser
         return "fp32", "no low-precision mode is supported and working here"
     accel_only = [m for m, r in reports.items() if m not in ("fp32", "fp8") and r.accelerated and not _training_faster(r)]
     if accel_only:
-        return "fp32", (f"{', '.join(accel_only)} has faster matmul/conv but its training step is not measurably "
-                        f"faster than fp32 here ({'; '.join(measured)})")
+        return "fp32", (f"{', '.join(accel_only)} has faster matmul/conv but its training step is not "
+                        f"{TRAINING_GAIN:.2f}x faster than fp32 here ({'; '.join(measured)})")
     return "fp32", f"no low-precision mode measured faster than fp32 here ({'; '.join(measured)})"
 
 
