@@ -27,7 +27,7 @@ from ..timing import HOST, Clock
 
 KINDS = ("kernels", "training")
 #: before min_rounds, a mode leaves the rounds only when its interval's high end is below this
-EARLY_DROP = 0.5
+EARLY_DROP = 0.6
 
 
 @dataclass
@@ -46,9 +46,9 @@ class Plan:
 
     min_rounds: int = 5
     max_rounds: int = 9
-    budget_s: float = 4.0      # for all rounds together, after warm-up
+    budget_s: float = 5.0      # for all rounds together, after warm-up
     op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
-    max_reps: int = 5
+    max_reps: int = 8
 
 
 @dataclass
