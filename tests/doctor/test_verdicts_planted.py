@@ -153,3 +153,20 @@ def test_classify_words():
 
     assert classify(Estimate(1.0, 0.9, 1.1, 5), 1.1) == SAME
     assert classify(Estimate(0.5, 0.4, 0.6, 5), 1.1) == SLOWER
+
+
+def test_a_kernel_only_mode_is_measured_but_never_recommended():
+    """fp8: a scaled matmul is timed against fp32, but there is no fp8 training step to confirm it."""
+    base = make_work_for({"fp8": (4.0, 1.0)})
+
+    def work_for(mode):
+        w = base(mode)
+        if mode == "fp8":
+            w.training = {}
+        return w
+
+    reports, recommended, _ = evaluate(["fp32", "fp8"], lambda m: (True, ""), lambda m: ("pass", ""), work_for,
+                                       quick=False, plan=Plan(max_rounds=5))
+    fp8 = reports["fp8"]
+    assert fp8.accelerated and fp8.speedup_ci[0] > 3 and fp8.training_speedup is None
+    assert recommended == "fp32"

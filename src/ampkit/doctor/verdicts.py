@@ -74,7 +74,7 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
         reports[mode] = rep
     series: dict[str, Series] = {}
     if not quick and reports.get("fp32") is not None and reports["fp32"].supported:
-        measured = [m for m, r in reports.items() if m != "fp8" and r.supported and r.selftest != "fail"]
+        measured = [m for m, r in reports.items() if r.supported and r.selftest != "fail"]
         series = run_rounds(measured, work_for, plan or Plan(), threshold=ACCEL_THRESHOLD,
                             say=lambda msg: say(f"measure {msg}"))
         _fill_measurements(reports, series)
