@@ -89,16 +89,17 @@ def parse_mode(name: str, *, allow_auto: bool = True) -> str:
     return mode
 
 
-def parse_mode_list(text: str, *, choices: tuple[str, ...] = TRAINING_MODES) -> list[str]:
-    """Parse ``fp32,bf16,fp16`` or ``all`` into canonical modes, in the given order, no duplicates."""
+def parse_mode_list(text: str, *, choices: tuple[str, ...] = TRAINING_MODES, allow_auto: bool = False) -> list[str]:
+    """Parse ``fp32,bf16,fp16`` or ``all`` into canonical modes, in the given order, no duplicates
+    (with ``allow_auto``, ``auto`` stays in the list for the caller to resolve on its device)."""
     if text.strip().lower() == "all":
         return list(choices)
     modes: list[str] = []
     for part in text.split(","):
         if not part.strip():
             continue
-        mode = parse_mode(part, allow_auto=False)
-        if mode not in choices:
+        mode = parse_mode(part, allow_auto=allow_auto)
+        if mode not in choices and mode != AUTO:
             raise UsageError(f"mode {mode!r} is not available here; choose from: {', '.join(choices)}")
         if mode not in modes:
             modes.append(mode)

@@ -85,6 +85,8 @@ class AuditReport:
     workload: str | None = None
     reference_nonfinite: bool = False
     suggested_loss_scale: float | None = None
+    resolved_from: str | None = None   # "auto" when --mode auto chose the audited mode
+    note: str | None = None            # what auto resolved to and why this mode was audited
 
     @property
     def failed(self) -> bool:
@@ -103,7 +105,8 @@ class AuditReport:
                 "loss_scale": self.loss_scale, "steps": self.steps,
                 "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
                 "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
-                "suggested_loss_scale": self.suggested_loss_scale}
+                "suggested_loss_scale": self.suggested_loss_scale, "resolved_from": self.resolved_from,
+                "note": self.note}
 
     @classmethod
     def from_dict(cls, d: dict) -> AuditReport:
@@ -112,7 +115,18 @@ class AuditReport:
         findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9)) for f in d["findings"]]
         return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
                    d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
-                   d.get("suggested_loss_scale"))
+                   d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"))
+
+
+def audit_mode_for_auto(resolve) -> tuple[str, str]:
+    """``--mode auto``: the mode to audit and a note saying why. ``resolve() -> (mode, reason)`` is
+    the backend's auto choice; fp16 or bf16 is audited as chosen, anything else (fp32, tf32: no
+    low-precision numerics to audit) falls back to bf16, the mode with float32's range."""
+    mode, reason = resolve()
+    if mode in ("fp16", "bf16"):
+        return mode, f"auto resolves to {mode} here ({reason}); audited {mode}"
+    return "bf16", (f"auto resolves to {mode} here ({reason}), which has no low-precision numerics to audit; "
+                    "audited bf16 instead (float32's range, no loss scaling)")
 
 
 def format_of(mode: str) -> FloatFormat:

@@ -42,6 +42,9 @@ class BenchConfig:
     search_cap: int = 1 << 16            # the largest batch size --batch-size auto tries
     batch_size_hint: int | None = None   # where --batch-size auto starts (default: the workload's)
     timeout: float | None = 1800.0       # seconds per mode's child (and the model probe); None: no limit
+    repeats: int = 1                     # the mode sequence this many times, interleaved
+    auto_mode: str | None = None         # what "auto" in modes resolved to (set by the backend)
+    auto_reason: str | None = None
 
     def validate(self) -> BenchConfig:
         if self.workload and self.model:
@@ -58,6 +61,8 @@ class BenchConfig:
             raise UsageError(f"--warmup must be >= 0; received {self.warmup}")
         if self.search_cap < 1:
             raise UsageError(f"--max-batch-size must be >= 1; received {self.search_cap}")
+        if self.repeats < 1:
+            raise UsageError(f"--repeats must be >= 1; received {self.repeats}")
         if self.num_classes < 1:
             raise UsageError(f"--num-classes must be >= 1; received {self.num_classes}")
         return self

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 STATUSES = ("ok", "unsupported", "oom", "error")
 CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
                "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
-               "skipped_steps", "final_loss", "tflops", "mfu"]
+               "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
+               "resolved_from"]
 
 
 @dataclass
@@ -30,6 +31,11 @@ class BenchRow:
     memory_source: str | None = None  # how peak memory was measured
     device_name: str | None = None
     search: list = field(default_factory=list)  # (batch size, fits, peak bytes) tried by --batch-size auto
+    repeats: int = 1                    # runs of this mode (--repeats), folded into this row
+    speedup_ci: list | None = None      # interval of speedup_vs_fp32 over the paired repeats; None for 1
+    runs: list = field(default_factory=list)  # samples/s of each repeat
+    resolved_from: str | None = None    # "auto" when auto chose this mode
+    resolved_reason: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,6 +48,7 @@ class BenchRow:
         d = self.to_dict()
         d["step_ms_p50"] = self.step_ms.get("p50")
         d["step_ms_p90"] = self.step_ms.get("p90")
+        d["speedup_ci_low"], d["speedup_ci_high"] = self.speedup_ci or (None, None)
         return d
 
 

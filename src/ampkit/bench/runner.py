@@ -96,19 +96,26 @@ def search_batch(row: BenchRow, trial: Callable[[int], tuple[bool, int | None]],
 
 
 def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target, run_one=None) -> tuple[list, bool]:
-    """Every requested mode in turn, each in a fresh child running ``target`` (or ``run_one(mode)``,
-    which may use several); Ctrl-C keeps the rows that finished."""
-    rows: list[BenchRow] = []
+    """Every requested mode in turn, ``cfg.repeats`` times interleaved (:mod:`.repeats`), each in a
+    fresh child running ``target`` (or ``run_one(mode)``, which may use several); Ctrl-C keeps the
+    rows that finished."""
+    from .repeats import fold, mark_auto, paired_speedups, sequence
+
+    runs: dict[str, list[BenchRow]] = {}
     interrupted = False
     try:
-        for mode in cfg.modes:
+        for _, mode in sequence(cfg.modes, cfg.repeats):
             row = run_one(mode) if run_one else run_child(cfg, mode, device, flops, progress, target)
-            rows.append(row)
+            runs.setdefault(mode, []).append(row)
             if on_row:
                 on_row(row)
     except KeyboardInterrupt:
         interrupted = True
+    rows = fold(runs, cfg.modes, cfg.repeats)
     derive_relative(rows)
+    if cfg.repeats > 1:
+        paired_speedups(runs, rows)
+    mark_auto(rows, cfg)
     return rows, interrupted
 
 

@@ -11,7 +11,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY", help="your own Workload or model factory")
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...", help="per-sample input shape for a bare model")
     p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
-    p.add_argument("--mode", default="fp16", metavar="fp16|bf16", help="the mode to audit (default fp16)")
+    p.add_argument("--mode", default="fp16", metavar="fp16|bf16|auto",
+                   help="the mode to audit (default fp16); auto: auto's choice when it is fp16 or bf16, else bf16")
     p.add_argument("--steps", type=int, default=1, metavar="N", help="training steps to audit (default 1)")
     p.add_argument("--loss-scale", type=float, default=None, metavar="S",
                    help="fixed loss scale to audit at (default: the engine's initial scale, 65536 for fp16)")
@@ -42,9 +43,9 @@ def run(args) -> int:
     from . import validate as v
 
     framework = parse_framework(args.framework)
-    mode = parse_mode(args.mode, allow_auto=False)
-    if mode not in ("fp16", "bf16"):
-        raise UsageError(f"--mode must be fp16 or bf16 for an audit; received {args.mode!r}")
+    mode = parse_mode(args.mode)
+    if mode not in ("fp16", "bf16", "auto"):
+        raise UsageError(f"--mode must be fp16, bf16 or auto for an audit; received {args.mode!r}")
     v.int_in(args.steps, "--steps", 1, 10_000)
     v.int_in(args.batch_size, "--batch-size", 1, v.MAX_BATCH)
     v.int_in(args.num_classes, "--num-classes", 1, v.MAX_CLASSES)

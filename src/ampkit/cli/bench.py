@@ -13,7 +13,8 @@ def add_arguments(p) -> None:
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
                    help="per-sample input shape for a bare model, without the batch dimension")
     p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
-    p.add_argument("--modes", default="all", metavar="LIST", help="comma-separated modes or 'all' (default: all)")
+    p.add_argument("--modes", default="all", metavar="LIST",
+                   help="comma-separated modes (auto: the mode auto picks for the device) or 'all' (default: all)")
     p.add_argument("--batch-size", default=None, metavar="N|auto",
                    help="per-step batch size, or 'auto' for the largest that fits (default: the workload's)")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
@@ -22,6 +23,8 @@ def add_arguments(p) -> None:
                    help="the largest batch --batch-size auto tries (default 65536)")
     p.add_argument("--steps", type=int, default=20, metavar="N", help="timed steps per mode (default 20)")
     p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed warm-up steps (default 5)")
+    p.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="run the mode sequence N times, interleaved; rows report medians and a speedup interval (default 1)")
     add_framework(p)
     add_device(p)
     add_json(p)
@@ -66,10 +69,11 @@ def run(args) -> int:
     v.float_in(args.timeout, "--timeout", 0, v.MAX_TIMEOUT_S, lo_open=True)
     cfg = BenchConfig(
         workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
-        num_classes=args.num_classes, modes=parse_mode_list(args.modes), batch_size=_batch_size(args.batch_size),
+        num_classes=args.num_classes, modes=parse_mode_list(args.modes, allow_auto=True), batch_size=_batch_size(args.batch_size),
         memory_budget=parse_size(args.memory_budget) if args.memory_budget is not None else None,
         steps=args.steps, warmup=args.warmup, device=args.device, search_cap=args.max_batch_size,
         timeout=args.timeout,
+        repeats=args.repeats,
     ).validate()
     v.input_shape(cfg.input_shape)
     v.memory_budget(cfg.memory_budget)

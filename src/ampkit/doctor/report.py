@@ -14,11 +14,15 @@ class ModeReport:
     supported: bool
     accelerated: bool | None = None
     speedup: float | None = None
+    speedup_ci: list[float] | None = None  # 95% interval of speedup over the paired rounds
+    rounds: int | None = None              # interleaved rounds measured
     selftest: str = "skip"  # pass | fail | skip
     verdict: str = "unsupported"
     reason: str = ""
     support_reason: str = ""
     selftest_detail: str = ""
+    training_speedup: float | None = None  # a short training step through the engine vs fp32
+    training_speedup_ci: list[float] | None = None
     benchmark: dict = field(default_factory=dict)  # per-op timings behind `speedup`
 
     def to_dict(self) -> dict:

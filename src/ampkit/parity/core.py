@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..precision import parse_mode_list
+from ..stats import non_inferiority
 
 ALPHA = 0.05
 
@@ -98,24 +99,6 @@ class ParityReport:
 
 
 # ---------------------------------------------------------------- statistics
-def non_inferiority(mode_acc: list[float], base_acc: list[float], tolerance: float) -> tuple[float, float | None]:
-    """(mean difference, one-sided p-value) that the mode is not worse than fp32 by >= tolerance.
-
-    Paired by seed. With one seed there is no variance to test: p is None. When every paired
-    difference is the same, the t statistic is infinite and p is 0 or 1 by the sign.
-    """
-    diffs = [m - b for m, b in zip(mode_acc, base_acc)]
-    delta = statistics.fmean(diffs)
-    if len(diffs) < 2:
-        return delta, None
-    if max(diffs) - min(diffs) < 1e-12:
-        return delta, 0.0 if delta > -tolerance else 1.0
-    from scipy import stats
-
-    res = stats.ttest_1samp(diffs, popmean=-tolerance, alternative="greater")
-    return delta, float(res.pvalue)
-
-
 def verdict_for(delta: float, p_value: float | None, tolerance: float, alpha: float = ALPHA) -> tuple[str, str]:
     if p_value is None:
         ok = delta > -tolerance

@@ -46,6 +46,8 @@ def render(report, con) -> None:
                       _hr(lay.grad_headroom_log2), f"{lay.grad_underflow_frac:.1%}", str(lay.grad_nonfinite),
                       fmt(lay.rel_error, ".2g"), found or "—")
     print_keras_line(report, con)
+    if report.note:
+        con.print(f"--mode {report.resolved_from}: {report.note}", markup=False, highlight=False)
     con.print(table)
     if not report.findings:
         con.print(f"[green]no findings: {report.mode} is numerically healthy for this model at loss scale "

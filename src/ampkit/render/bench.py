@@ -16,8 +16,9 @@ def render(report, con) -> None:
     flops = f"  ·  {report.flops_per_sample / 1e9:.3g} GFLOP/sample (fwd+bwd)" if report.flops_per_sample else ""
     world = f"  ·  world size {report.world_size}" if report.world_size > 1 else ""
     cfg = report.config
+    repeats = f", {cfg['repeats']} interleaved repeats (medians)" if (cfg.get("repeats") or 1) > 1 else ""
     table = Table(title=f"ampkit bench — {report.workload} ({report.framework}) on {report.device}{world}{flops}  ·  "
-                        f"{cfg.get('steps')} timed steps after {cfg.get('warmup')} warm-up",
+                        f"{cfg.get('steps')} timed steps after {cfg.get('warmup')} warm-up{repeats}",
                   title_justify="left")
     table.add_column("", no_wrap=True)
     for r in report.results:
@@ -36,6 +37,8 @@ def render(report, con) -> None:
     if any(r.max_batch_size for r in res):
         line("max batch size", lambda r: fmt(r.max_batch_size, "d"))
     line("speedup vs fp32", lambda r: (fmt(r.speedup_vs_fp32, ".2f") + "x") if r.speedup_vs_fp32 is not None else "—")
+    if any(r.speedup_ci for r in res):
+        line("95% interval", lambda r: f"{r.speedup_ci[0]:.2f}-{r.speedup_ci[1]:.2f}x" if r.speedup_ci else "—")
     line("memory saving", lambda r: (fmt(r.memory_saving_vs_fp32, ".2f") + "x") if r.memory_saving_vs_fp32 else "—")
     line("skipped steps", lambda r: str(r.skipped_steps))
     line("final loss", lambda r: fmt(r.final_loss, ".4g"))
@@ -44,6 +47,9 @@ def render(report, con) -> None:
     errors = [f"  {r.mode}: {r.error}" for r in res if r.error]
     print_keras_line(report, con)
     con.print(table)
+    for r in res:
+        if r.resolved_from:
+            con.print(f"{r.mode} ran for {r.resolved_from}: {r.resolved_reason}", markup=False, highlight=False)
     for err in errors:
         con.print(err, markup=False, highlight=False)
     if report.interrupted:

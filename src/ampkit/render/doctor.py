@@ -5,7 +5,6 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..cpu import cpu_features
-from .output import fmt
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
                   "unsupported": "dim", "broken": "bold red"}
@@ -39,6 +38,12 @@ def render_variants(report, con) -> None:
             con.print(f"  {mode:5} [{style}]{v.get('selftest')}[/]  {v.get('detail', '')}")
 
 
+def _speedup(x, ci) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
 def render(report, con) -> None:
     env = report.environment
     cpu = env.get("cpu", {})
@@ -59,17 +64,21 @@ def render(report, con) -> None:
     for line in lines:
         con.print(line)
     table = Table(title=f"ampkit doctor — {report.framework} on {report.device}", title_justify="left")
-    for col in ("mode", "supported", "self-test", "speedup", "accel.", "verdict"):
+    for col in ("mode", "supported", "self-test", "matmul/conv", "training", "accel.", "verdict"):
         table.add_column(col, no_wrap=True)
     table.add_column("reason", overflow="fold", min_width=24)
     for mode, m in report.modes.items():
         style = _VERDICT_STYLE.get(m.verdict, "")
         table.add_row(mode, "yes" if m.supported else "no", m.selftest,
-                      fmt(m.speedup, ".2f") + ("x" if m.speedup is not None else ""),
+                      _speedup(m.speedup, m.speedup_ci if mode != "fp32" else None),
+                      _speedup(m.training_speedup, m.training_speedup_ci if mode != "fp32" else None),
                       {True: "yes", False: "no", None: "—"}[m.accelerated],
                       f"[{style}]{m.verdict}[/]" if style else m.verdict, m.reason)
     con.print(table)
     render_variants(report, con)
+    rounds = max((m.rounds or 0) for m in report.modes.values())
+    if rounds:
+        con.print(f"[dim]speedups vs fp32 with 95% intervals over up to {rounds} interleaved rounds[/]")
     con.print(f"recommended: [bold]{report.recommended}[/] — {report.reason}")
     if report.elapsed_s is not None:
         con.print(f"[dim]doctor took {report.elapsed_s:.1f} s[/]")

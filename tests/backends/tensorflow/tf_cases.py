@@ -17,6 +17,9 @@ def doctor_selftests():
         m = rep.modes[mode]
         assert m.supported and m.selftest == "pass", (mode, m.selftest_detail)
         assert m.speedup is not None and m.speedup > 0
+        if mode != "fp32":
+            low, high = m.speedup_ci
+            assert low <= m.speedup <= high and m.rounds >= 2 and m.training_speedup is not None
     assert "inf gradient skipped, scale 256 -> 128" in rep.modes["fp16"].selftest_detail
     assert "float32 output layer" in rep.modes["bf16"].selftest_detail
     assert rep.framework == "tensorflow"

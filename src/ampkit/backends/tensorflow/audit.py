@@ -10,9 +10,20 @@ Keras 2 (tf_keras): each is audited and trained with its own Keras's mixed-preci
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from ...audit.core import Advice, AuditConfig, AuditReport, LayerStats, check_audit_args, findings_for, format_of
+from ...audit.core import (
+    Advice,
+    AuditConfig,
+    AuditReport,
+    LayerStats,
+    audit_mode_for_auto,
+    check_audit_args,
+    findings_for,
+    format_of,
+)
 from ...errors import UsageError
 from .common import import_tf, tf_device_name, tf_environment
 
@@ -130,7 +141,16 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
 def audit_from_config_tf(cfg: AuditConfig) -> AuditReport:
     from .workloads import build_tf_workload, check_tf_workload
 
-    import_tf()
+    tf = import_tf()
+    if cfg.mode == "auto":
+        from ...cpu import auto_for_cpu
+        from .keras_engine import resolve_auto_tf
+
+        gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"
+        mode, note = audit_mode_for_auto(resolve_auto_tf if gpu else auto_for_cpu)
+        report = audit_from_config_tf(replace(cfg, mode=mode))
+        report.resolved_from, report.note = "auto", note
+        return report
     workload_name = None if cfg.model else check_tf_workload(cfg.workload or "mlp")
     probe = build_tf_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes)
     bs = cfg.batch_size or probe.batch_size

@@ -10,6 +10,7 @@ import time
 
 from ...bench.config import BenchConfig
 from ...bench.memory import HostPeak, is_oom, rss_bytes
+from ...bench.repeats import apply_auto
 from ...bench.report import BenchReport, BenchRow
 from ...bench.runner import (
     TrialFailed,
@@ -21,9 +22,11 @@ from ...bench.runner import (
     search_batch,
     serve_row,
 )
+from ...cpu import auto_for_cpu
 from ...errors import UsageError
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
 from .flavor import Flavor
+from .keras_engine import resolve_auto_tf
 from .workloads import all_layers, build_tf_workload, check_tf_workload, count_flops
 
 
@@ -216,6 +219,7 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     else:
         flops, name, cfg.batch_size_hint, keras_ran = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
     device = "cuda" if gpu else "cpu"
+    apply_auto(cfg, lambda: resolve_auto_tf() if gpu else auto_for_cpu())
     run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,

@@ -9,7 +9,7 @@ from ...cpu import cpu_emulation_note
 from ...doctor.report import DoctorReport
 from ...doctor.verdicts import evaluate
 from ...precision import MODES, get_precision
-from ...timing import HOST, median, time_calls
+from . import doctor_work
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
 
 
@@ -71,32 +71,6 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
         return "fail", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
-def microbench(mode: str) -> dict:
-    """Matmul and conv seconds per call in the mode's compute dtype (inputs already cast)."""
-    tf = import_tf()
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    n, conv = (8192, (64, 56, 56, 256, 256)) if gpu else (512, (8, 32, 32, 32, 64))
-    dtype = {"fp16": tf.float16, "bf16": tf.bfloat16}.get(mode, tf.float32)
-    budget = 0.4 if gpu else 0.25
-    a = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 1)), dtype)
-    b = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 2)), dtype)
-    bs, h, w, cin, cout = conv
-    x = tf.cast(tf.random.stateless_normal((bs, h, w, cin), seed=(1, 3)), dtype)
-    k = tf.cast(tf.random.stateless_normal((3, 3, cin, cout), seed=(1, 4)), dtype)
-    prev = tf.config.experimental.tensor_float_32_execution_enabled()
-    tf.config.experimental.enable_tensor_float_32_execution(mode == "tf32")
-    try:
-        out = {}
-        for name, fn, flops in (("matmul", lambda: tf.linalg.matmul(a, b), 2.0 * n**3),
-                                ("conv", lambda: tf.nn.conv2d(x, k, 1, "SAME"), 2.0 * bs * h * w * cin * cout * 9)):
-            # .numpy() waits for the result (a host-device sync), so host timing is right
-            secs = median(time_calls(lambda fn=fn: fn().numpy(), HOST, budget_s=budget, max_reps=30))
-            out[name] = {"seconds": secs, "tflops": flops / secs / 1e12}
-        return out
-    finally:
-        tf.config.experimental.enable_tensor_float_32_execution(prev)
-
-
 def run(*, quick: bool = False, progress=None) -> DoctorReport:
     from . import keras2
     from .keras_engine import mode_support_tf
@@ -105,7 +79,8 @@ def run(*, quick: bool = False, progress=None) -> DoctorReport:
     grow_gpu_memory()
     device = tf_device_name()
 
-    reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, microbench, quick=quick,
+    reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, doctor_work.work, quick=quick,
+                                            plan=None if quick else doctor_work.plan(),
                                             emulation_note=lambda m: cpu_emulation_note(m) if device.startswith("CPU") else "",
                                             say=(lambda msg: progress(f"tensorflow {msg}")) if progress else None)
     report = DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick)

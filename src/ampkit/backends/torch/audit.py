@@ -14,12 +14,22 @@ needs about twice the activation memory of a plain one.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from ...audit.core import Advice, AuditConfig, AuditReport, LayerStats, check_audit_args, findings_for, format_of
+from ...audit.core import (
+    Advice,
+    AuditConfig,
+    AuditReport,
+    LayerStats,
+    audit_mode_for_auto,
+    check_audit_args,
+    findings_for,
+    format_of,
+)
 from ...errors import UsageError
 from ...formats import FloatFormat
 from .devices import resolve_device
@@ -265,6 +275,13 @@ def audit_from_config(cfg: AuditConfig) -> AuditReport:
     device = resolve_device(cfg.device)
     if cfg.workload and cfg.model:
         raise UsageError("give either --workload or --model, not both")
+    if cfg.mode == "auto":
+        from .devices import resolve_auto
+
+        mode, note = audit_mode_for_auto(lambda: resolve_auto(device))
+        report = audit_from_config(replace(cfg, mode=mode))
+        report.resolved_from, report.note = "auto", note
+        return report
     workload_name = None if cfg.model else check_builtin(cfg.workload or default_workload(device))
     workload = build_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed)
     bs = cfg.batch_size or workload.batch_size

@@ -13,6 +13,7 @@ import torch
 
 from ...bench.config import BenchConfig
 from ...bench.memory import is_oom, rss_bytes
+from ...bench.repeats import apply_auto, mark_auto
 from ...bench.report import BenchReport, BenchRow, derive_relative
 from ...bench.runner import (
     check_final_loss,
@@ -24,7 +25,7 @@ from ...bench.runner import (
     serve_row,
 )
 from ...errors import AutocastDisabledError, ModeUnavailableError, UsageError
-from .devices import mode_support, resolve_device
+from .devices import mode_support, resolve_auto, resolve_device
 from .engine import MixedPrecision
 from .environment import torch_environment
 from .measure import free_memory, measure
@@ -184,6 +185,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return _run_distributed(cfg, progress, on_row)
     device = resolve_device(cfg.device)
+    apply_auto(cfg, lambda: resolve_auto(device))
     note, flops, name = prepare(cfg, device)
     rows, interrupted = run_modes(cfg, str(device), flops, progress, on_row, target=child_entry)
     return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
@@ -210,6 +212,7 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 timeout=timedelta(seconds=cfg.timeout or 1800.0))
     world = dist.get_world_size()
+    apply_auto(cfg, lambda: resolve_auto(device))
     note, flops, name = prepare(cfg, device)
     rows = []
     for mode in cfg.modes:
@@ -235,5 +238,6 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
         if on_row and dist.get_rank() == 0:
             on_row(row)
     derive_relative(rows)
+    mark_auto(rows, cfg)
     return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
                        world_size=world, flops_per_sample=flops, config=cfg.to_dict(), note=note)

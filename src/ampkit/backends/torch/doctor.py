@@ -14,15 +14,12 @@ from ...cpu import cpu_emulation_note
 from ...doctor.report import DoctorReport
 from ...doctor.verdicts import ACCEL_THRESHOLD, evaluate
 from ...precision import MODES, get_precision
-from ...timing import median, time_calls
-from . import tf32_probe
+from . import doctor_work, tf32_probe
 from .devices import mode_support
 from .engine import MixedPrecision
 from .environment import torch_environment
-from .tf32 import tf32_scope
-from .timing import clock_for
 
-__all__ = ["ACCEL_THRESHOLD", "run", "selftest", "microbench"]
+__all__ = ["ACCEL_THRESHOLD", "run", "selftest"]
 
 
 # ---------------------------------------------------------------- self-tests
@@ -113,56 +110,14 @@ def _selftest_fp8(device: torch.device) -> tuple[str, str]:
         return "fail", f"fp8 scaled matmul failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
-# ---------------------------------------------------------------- micro-benchmark
-def _sizes(device: torch.device) -> dict:
-    if device.type == "cuda":
-        return {"matmul_n": 8192, "conv": (64, 256, 56, 56, 256), "budget_s": 0.4}
-    return {"matmul_n": 512, "conv": (8, 32, 32, 32, 64), "budget_s": 0.25}
-
-
-def _ops(mode: str, device: torch.device, sizes: dict) -> dict[str, tuple[Callable[[], object], float]]:
-    """{op name: (callable, flops per call)} in the mode's math (inputs already in its dtype)."""
-    if mode == "fp8":
-        n = sizes["matmul_n"]
-        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
-        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
-        one = torch.tensor(1.0, device=device)
-        return {"matmul": (lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
-                           2.0 * n**3)}
-    dtype = _expected_dtype(mode)
-    n = sizes["matmul_n"]
-    bs, cin, h, w, cout = sizes["conv"]
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    x = torch.randn(bs, cin, h, w, device=device, dtype=dtype)
-    k = torch.randn(cout, cin, 3, 3, device=device, dtype=dtype)
-    if device.type == "cuda":
-        x, k = x.to(memory_format=torch.channels_last), k.to(memory_format=torch.channels_last)
-    return {
-        "matmul": (lambda: torch.mm(a, b), 2.0 * n**3),
-        "conv": (lambda: F.conv2d(x, k, padding=1), 2.0 * bs * cout * cin * 9 * h * w),
-    }
-
-
-def microbench(mode: str, device: torch.device) -> dict:
-    """Seconds per call and TFLOP/s of a matmul and a convolution in ``mode``'s math."""
-    sizes = _sizes(device)
-    ops = _ops(mode, device, sizes)
-    out = {}
-    precision = get_precision(mode) if mode != "fp8" else None
-    with tf32_scope(precision.tf32 if precision else None):
-        for name, (fn, flops) in ops.items():
-            secs = median(time_calls(fn, clock_for(device), budget_s=sizes["budget_s"], max_reps=30))
-            out[name] = {"seconds": secs, "tflops": flops / secs / 1e12}
-    return out
-
-
 # ---------------------------------------------------------------- the report
 def run(device: torch.device, *, quick: bool = False, modes: tuple[str, ...] = MODES,
         progress: Callable[[str], None] | None = None) -> DoctorReport:
     t_start = time.perf_counter()
-    reports, recommended, reason = evaluate(
-        modes, lambda m: mode_support(m, device), lambda m: selftest(m, device), lambda m: microbench(m, device),
-        quick=quick, emulation_note=lambda m: cpu_emulation_note(m) if device.type == "cpu" else "", say=progress)
+    with doctor_work.measuring_threads(device):
+        reports, recommended, reason = evaluate(
+            modes, lambda m: mode_support(m, device), lambda m: selftest(m, device),
+            lambda m: doctor_work.work(m, device), quick=quick, plan=doctor_work.plan(device),
+            emulation_note=lambda m: cpu_emulation_note(m) if device.type == "cpu" else "", say=progress)
     return DoctorReport("torch", str(device), reports, recommended, reason, torch_environment(device), quick,
                         round(time.perf_counter() - t_start, 3))

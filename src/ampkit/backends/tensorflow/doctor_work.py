@@ -1,0 +1,119 @@
+"""What doctor times for TensorFlow/Keras, per mode: kernels (a matmul and a convolution in the
+mode's compute dtype) and short training steps through the Keras engine (a small conv net and a
+small transformer block built under the mode's policy, one compiled ``tf.function`` step each),
+sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.doctor.measure`.
+
+Every op ends in ``.numpy()``, which waits for the result (a host-device sync), so host timing is
+right on a GPU too.
+"""
+
+from __future__ import annotations
+
+from ...doctor.measure import Plan, Work
+from .common import import_tf
+
+
+def _gpu() -> bool:
+    return bool(import_tf().config.list_physical_devices("GPU"))
+
+
+def sizes(gpu: bool) -> dict:
+    if gpu:
+        return {"matmul_n": 8192, "conv": (64, 56, 56, 256, 256), "net": (64, 64, 64), "block": (32, 256, 512)}
+    return {"matmul_n": 512, "conv": (8, 32, 32, 32, 64), "net": (8, 16, 16), "block": (8, 64, 256)}
+
+
+def plan() -> Plan:
+    return Plan(budget_s=10.0, op_box_s=0.1, max_reps=10) if _gpu() else Plan()
+
+
+def kernels(mode: str, s: dict) -> dict:
+    tf = import_tf()
+    n = s["matmul_n"]
+    dtype = {"fp16": tf.float16, "bf16": tf.bfloat16}.get(mode, tf.float32)
+    a = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 1)), dtype)
+    b = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 2)), dtype)
+    bs, h, w, cin, cout = s["conv"]
+    x = tf.cast(tf.random.stateless_normal((bs, h, w, cin), seed=(1, 3)), dtype)
+    k = tf.cast(tf.random.stateless_normal((3, 3, cin, cout), seed=(1, 4)), dtype)
+
+    def in_mode(fn):
+        def call():
+            prev = tf.config.experimental.tensor_float_32_execution_enabled()
+            tf.config.experimental.enable_tensor_float_32_execution(mode == "tf32")
+            try:
+                return fn().numpy()
+            finally:
+                tf.config.experimental.enable_tensor_float_32_execution(prev)
+        return call
+
+    return {"matmul": (in_mode(lambda: tf.linalg.matmul(a, b)), 2.0 * n**3),
+            "conv": (in_mode(lambda: tf.nn.conv2d(x, k, 1, "SAME")), 2.0 * bs * h * w * cin * cout * 9)}
+
+
+def _conv_net(keras, c: int, hw: int):
+    inputs = keras.Input((hw, hw, 3))
+    h = keras.layers.Conv2D(c, 3, padding="same", activation="relu")(inputs)
+    h = keras.layers.Conv2D(2 * c, 3, strides=2, padding="same", activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    return keras.Model(inputs, keras.layers.Dense(10, dtype="float32")(h))
+
+
+def _block(keras, seq: int, d: int):
+    """A pre-norm transformer encoder block and a float32 classifier head."""
+    inputs = keras.Input((seq, d))
+    h = keras.layers.LayerNormalization()(inputs)
+    h = inputs + keras.layers.MultiHeadAttention(max(1, d // 64), 64)(h, h)
+    f = keras.layers.LayerNormalization()(h)
+    f = keras.layers.Dense(4 * d, activation="gelu")(f)
+    h = h + keras.layers.Dense(d)(f)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    return keras.Model(inputs, keras.layers.Dense(10, dtype="float32")(h))
+
+
+def _train_step(mode: str, build, x, y):
+    from .keras_engine import MixedPrecision
+
+    tf = import_tf()
+    import keras
+
+    mp = MixedPrecision(mode)
+    keras.utils.set_random_seed(0)
+    with mp.scope():
+        model = build()
+        opt = mp.optimizer(keras.optimizers.SGD(1e-3))
+    opt.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def compiled():
+        with mp.scope():
+            return mp.train_step(model, opt, x, y, loss_fn)
+
+    compiled()  # trace here (the warm-up), where the logger is quiet: see work()
+    return lambda: compiled().numpy()
+
+
+def training(mode: str, s: dict) -> dict:
+    tf = import_tf()
+    import keras
+
+    bs, c, hw = s["net"]
+    b2, seq, d = s["block"]
+    x_img = tf.random.stateless_normal((bs, hw, hw, 3), seed=(2, 1))
+    x_seq = tf.random.stateless_normal((b2, seq, d), seed=(2, 2))
+    y1 = tf.constant([i % 10 for i in range(bs)])
+    y2 = tf.constant([i % 10 for i in range(b2)])
+    return {"train_convnet": (_train_step(mode, lambda: _conv_net(keras, c, hw), x_img, y1), None),
+            "train_transformer": (_train_step(mode, lambda: _block(keras, seq, d), x_seq, y2), None)}
+
+
+def work(mode: str) -> Work:
+    s = sizes(_gpu())
+    logger = import_tf().get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")  # one tf.function per model by design: TF's "retracing" warning does not apply
+    try:
+        return Work(kernels(mode, s), training(mode, s))
+    finally:
+        logger.setLevel(level)
