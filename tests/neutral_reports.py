@@ -27,12 +27,17 @@ DEVICES = {"torch": "cuda:0", "tensorflow": "CPU:0"}
 
 
 def doctor(framework: str) -> DoctorReport:
+    def mode(supported, accelerated, speedup, selftest, verdict, reason, ci=None):
+        return ModeReport(supported=supported, accelerated=accelerated, speedup=speedup, speedup_ci=ci,
+                          rounds=7 if ci else None, selftest=selftest, verdict=verdict, reason=reason,
+                          training_speedup=speedup, training_speedup_ci=ci)
+
     modes = {
-        "fp32": ModeReport(True, False, 1.0, "pass", "usable", "baseline"),
-        "tf32": ModeReport(False, None, None, "skip", "unsupported", "no TF32 here"),
-        "fp16": ModeReport(True, False, 0.5, "pass", "slower", "fp16 runs 2.0x slower than fp32 here"),
-        "bf16": ModeReport(True, True, 3.0, "pass", "recommended", "measured 3.00x"),
-        "fp8": ModeReport(False, None, None, "skip", "unsupported", "no fp8 here"),
+        "fp32": mode(True, False, 1.0, "pass", "usable", "baseline", [1.0, 1.0]),
+        "tf32": mode(False, None, None, "skip", "unsupported", "no TF32 here"),
+        "fp16": mode(True, False, 0.5, "pass", "slower", "fp16 runs 2.0x slower than fp32 here", [0.4, 0.6]),
+        "bf16": mode(True, True, 3.0, "pass", "recommended", "measured 3.00x", [2.5, 3.5]),
+        "fp8": mode(False, None, None, "skip", "unsupported", "no fp8 here"),
     }
     return DoctorReport(framework, DEVICES[framework], modes, "bf16", "bf16 measured 3.00x",
                         ENVIRONMENTS[framework], quick=False, elapsed_s=1.5)

@@ -15,6 +15,7 @@ SIGTERM of ampkit itself terminates the child and propagates.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -57,6 +58,23 @@ def die_with_parent() -> None:
         pass
 
 
+@contextlib.contextmanager
+def sigint_blocked():
+    """Start children inside this: they begin life with SIGINT blocked (a blocked mask survives
+    fork and exec), so a terminal's Ctrl-C, which reaches the whole process group, never raises
+    KeyboardInterrupt in a child still importing (a traceback on the user's screen); the parent
+    handles it and stops its children. A Ctrl-C that arrives meanwhile is delivered to the parent
+    when the block ends, not lost."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _child(conn, target, args) -> None:
     die_with_parent()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
@@ -94,7 +112,8 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, target, args), daemon=True)
-    proc.start()
+    with sigint_blocked():
+        proc.start()
     send.close()
     deadline = None if timeout is None else time.monotonic() + timeout
     msg = None

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
-from ..isolation import describe_exit, die_with_parent, stop
+from ..isolation import describe_exit, die_with_parent, sigint_blocked, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
@@ -129,7 +129,8 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
     saved = {k: os.environ.get(k) for k in _CHILD_ENV}
     os.environ.update(_CHILD_ENV)
     try:
-        proc.start()
+        with sigint_blocked():
+            proc.start()
     finally:
         for k, v in saved.items():
             if v is None:

@@ -48,7 +48,7 @@ def measuring_threads(device: torch.device):
 
 def _dtype(mode: str) -> torch.dtype:
     p = get_precision(mode)
-    return p.torch_compute_dtype() if p.autocast else torch.float32
+    return getattr(torch, p.compute_dtype) if p.autocast else torch.float32
 
 
 def kernels(mode: str, device: torch.device, s: dict) -> dict:
