@@ -143,3 +143,29 @@ def test_mnist5k_loads_and_trains():
 ])
 def test_bad_input_exit_2_one_line(args, needle):
     assert_usage_error(_cli(*args, timeout=120), needle)
+
+
+def test_auto_in_modes_runs_autos_choice_once_and_says_so():
+    """`auto` is a mode everywhere (contract): parity resolves it on the device, and the report says what it chose."""
+    from ampkit.backends.torch.devices import resolve_auto
+
+    chosen, _ = resolve_auto(torch.device("cpu"))
+    r = _cli("--modes", f"auto,{chosen}", "--seeds", "1", "--epochs", "1", "--json", "-")
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert [p["mode"] for p in doc["results"]] == list(dict.fromkeys(["fp32", chosen]))
+    assert doc["note"].startswith(f"auto resolves to {chosen} here")
+    assert "--modes auto: auto resolves to" in r.stderr
+
+
+def test_library_parity_and_audit_accept_auto():
+    from ampkit.backends.torch.devices import resolve_auto
+
+    chosen, _ = resolve_auto(torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 6, generator=g), torch.randint(0, 2, (64,), generator=g)
+    rep = ampkit.parity(lambda: nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2)), (x, y), (x, y),
+                        modes="auto", seeds=1, epochs=1, device="cpu")
+    assert [r.mode for r in rep.results] == list(dict.fromkeys(["fp32", chosen])) and "auto resolves to" in rep.note
+    audited = ampkit.audit(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2)), (x, y), mode="auto", device="cpu")
+    assert audited.resolved_from == "auto" and audited.mode in ("fp16", "bf16") and "auto resolves to" in audited.note

@@ -328,3 +328,27 @@ def test_report_needs_neither_torch_nor_tensorflow(docs, tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120,
                          check=False)
     assert res.returncode == 0, res.stderr
+
+
+def test_same_verdicts_from_more_documents_are_not_flagged_and_tf_keras_is_its_own_environment(docs, tmp_path):
+    sys.path.insert(0, SRC)
+    from ampkit.report import build, load_all
+
+    doctor = json.loads((docs / "doctor.json").read_text())
+    twin = tmp_path / "twin.json"
+    twin.write_text(json.dumps(doctor))
+    other = copy.deepcopy(doctor)
+    other["environment"]["python"] = "3.12.0"  # another environment with the very same verdicts
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    rep = build(load_all([str(docs / "doctor.json"), str(twin), str(tmp_path / "other.json")]))
+    assert len(rep.environments) == 2 and [len(e.docs) for e in rep.environments] == [2, 1]
+    assert not any(row["differs"] for row in rep.verdict_rows())  # two documents here, one there: same answer
+    k3, k2 = copy.deepcopy(doctor), copy.deepcopy(doctor)
+    for d, keras in ((k3, "keras 3.15.1"), (k2, "tf_keras 2.21.0")):
+        d["framework"] = "tensorflow"
+        d["environment"].update(framework="tensorflow", framework_version="2.21.0", keras_version="3.15.1", keras=keras)
+    (tmp_path / "k3.json").write_text(json.dumps(k3))
+    (tmp_path / "k2.json").write_text(json.dumps(k2))
+    rep = build(load_all([str(tmp_path / "k3.json"), str(tmp_path / "k2.json")]))
+    assert [e.fields["framework"] for e in rep.environments] == ["tensorflow 2.21.0, keras 3.15.1",
+                                                                  "tensorflow 2.21.0, tf_keras 2.21.0"]

@@ -58,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not args.command:
-            parser.print_help(sys.stderr)
-            return 2
+            raise UsageError(f"no command given; choose one of: {', '.join(COMMANDS)} (see 'ampkit --help')")
         return int(_module(args.command).run(args) or 0)
     except UsageError as exc:
         return error_exit(str(exc))

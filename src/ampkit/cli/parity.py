@@ -36,7 +36,7 @@ def run(args) -> int:
     v.int_in(args.seeds, "--seeds", 1, v.MAX_SEEDS)
     v.int_in(args.epochs, "--epochs", 1, v.MAX_EPOCHS)
     v.float_in(args.tolerance, "--tolerance", 0, 1)
-    modes = parse_mode_list(args.modes) if args.modes is not None else None
+    modes = parse_mode_list(args.modes, allow_auto=True) if args.modes is not None else None
     cfg = ParityConfig(dataset=args.dataset, modes=modes, seeds=args.seeds, epochs=args.epochs,
                        tolerance=args.tolerance, device=args.device).validate()
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))

@@ -72,6 +72,7 @@ class ParityReport:
     alpha: float = ALPHA
     elapsed_s: float | None = None
     interrupted: bool = False
+    note: str | None = None        # what "auto" in the modes resolved to
 
     @property
     def failed(self) -> bool:
@@ -89,13 +90,14 @@ class ParityReport:
                 "framework": self.framework, "dataset": self.dataset, "device": self.device,
                 "tolerance": self.tolerance, "alpha": self.alpha, "epochs": self.epochs,
                 "results": [r.to_dict() for r in self.results], "elapsed_s": self.elapsed_s,
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "note": self.note}
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityReport:
         return cls(dataset=d["dataset"], device=d["device"], results=[ParityResult.from_dict(r) for r in d["results"]],
                    environment=d.get("environment", {}), tolerance=d["tolerance"], epochs=d["epochs"],
-                   alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"), interrupted=d.get("interrupted", False))
+                   alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"), interrupted=d.get("interrupted", False),
+                   note=d.get("note"))
 
 
 # ---------------------------------------------------------------- statistics
@@ -179,22 +181,31 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
 
 
 # ---------------------------------------------------------------- entry points
-def resolve_modes(modes, support, where: str) -> list[str]:
+def resolve_modes(modes, support, where: str, auto=None) -> tuple[list[str], str | None]:
     """The modes to compare, fp32 (the baseline) first: the given ones, each of which must run
     here (else a usage error saying why), or, when none are given, every mode that runs here.
 
     ``support(mode) -> (ok, why)`` is the framework's capability check; ``where`` ends the error
-    ("on cpu", "in TensorFlow here").
+    ("on cpu", "in TensorFlow here"); ``auto() -> (mode, reason)`` resolves ``auto`` in the list
+    (the mode it names is compared once, wherever it stands). Returns the modes and, when ``auto``
+    was asked for, a note saying what it resolved to.
     """
+    note = None
     if modes is None:
         chosen = [m for m in ("fp32", "tf32", "bf16", "fp16") if support(m)[0]]
     else:
-        chosen = parse_mode_list(modes) if isinstance(modes, str) else list(modes)
+        chosen = parse_mode_list(modes, allow_auto=True) if isinstance(modes, str) else list(modes)
+        if "auto" in chosen:
+            if auto is None:
+                raise UsageError("mode 'auto' needs the framework's auto choice; name the modes instead")
+            resolved, reason = auto()
+            note = f"auto resolves to {resolved} here ({reason})"
+            chosen = list(dict.fromkeys(resolved if m == "auto" else m for m in chosen))
         for m in chosen:
             ok, why = support(m)
             if not ok:
                 raise UsageError(f"mode {m!r} cannot run {where}: {why}")
-    return chosen if "fp32" in chosen else ["fp32"] + chosen
+    return (chosen if "fp32" in chosen else ["fp32"] + chosen), note
 
 
 @dataclass

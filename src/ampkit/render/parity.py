@@ -10,6 +10,8 @@ _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 
 
 def render(report, con) -> None:
+    if getattr(report, "note", None):
+        con.print(f"--modes auto: {report.note}", markup=False, highlight=False)
     r0 = report.results[0] if report.results else None
     n = len(r0.seeds) if r0 else 0
     table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x {report.epochs} epochs"

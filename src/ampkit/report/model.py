@@ -70,7 +70,9 @@ def _isa(env: dict) -> str | None:
 def _framework(env: dict, doc: Document | None = None) -> str:
     fw = env.get("framework") or (doc.framework if doc else None) or "?"
     text = f"{fw} {env.get('framework_version') or ''}".strip()
-    if env.get("keras_version"):
+    if env.get("keras"):  # the Keras that ran ("keras 3.15.1" or "tf_keras 2.21.0"), where the document says
+        text += f", {env['keras']}"
+    elif env.get("keras_version"):
         text += f", keras {env['keras_version']}"
     return text
 
@@ -359,12 +361,13 @@ class Report:
             cells.append(by_key)
         rows = []
         for key in keys:
-            values = []
+            values, present = [], set()
             for by_key in cells:
                 found = by_key.get(key, [])
                 values.append({"text": " / ".join(r["text"] for r in found) if found else "—",
                                "tone": found[-1]["tone"] if found else "none"})
-            present = {v["text"] for v in values if v["tone"] != "none"}
+                if found:  # what this environment says, however many documents say it
+                    present.add(frozenset(r["text"] for r in found))
             rows.append({"label": key, "values": values, "differs": len(present) > 1})
         return rows
 

@@ -200,6 +200,8 @@ def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor]:
 def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
 
     cfg.validate()
+    if cfg.workload:  # a wrong name is refused before TensorFlow is imported (and prints its notices)
+        cfg.workload = check_tf_workload(cfg.workload)
     grow_gpu_memory()  # this parent only validates: leave the GPU's memory to each mode's child
     tf = import_tf()
     gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"

@@ -64,16 +64,16 @@ def train_one_tf(ds, mode: str, seed: int, *, epochs: int, on_epoch=None) -> Run
 
 def run_parity_tf(cfg: ParityConfig, progress=None) -> ParityReport:
     from ...parity.datasets import load
-    from .keras_engine import mode_support_tf
+    from .keras_engine import mode_support_tf, resolve_auto_tf
 
     cfg.validate()
     import_tf()
     ds = load(cfg.dataset)
-    modes = resolve_modes(cfg.modes, mode_support_tf, "in TensorFlow here")
+    modes, note = resolve_modes(cfg.modes, mode_support_tf, "in TensorFlow here", auto=resolve_auto_tf)
     epochs = cfg.epochs or ds.epochs
     t0 = time.perf_counter()
     records = run_seeds(modes, list(range(cfg.seeds)),
                         lambda mode, seed, cb: train_one_tf(ds, mode, seed, epochs=epochs, on_epoch=cb), progress)
     results = summarize(records, modes, cfg.tolerance)
     return ParityReport(ds.name, tf_device_name(), results, tf_environment(), cfg.tolerance, epochs,
-                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted)
+                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted, note=note)

@@ -170,11 +170,21 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
     Args:
         model_or_workload: an ``ampkit.Workload`` (its model, batch maker and loss are used), or
             a model together with ``batch=(inputs, targets)`` and ``loss_fn(output, targets)``.
-        mode: ``fp16`` or ``bf16`` (aliases accepted).
+        mode: ``fp16``, ``bf16`` (aliases accepted) or ``auto`` (auto's choice when it is fp16 or
+            bf16, else bf16; the report's ``resolved_from`` and ``note`` say so).
         loss_scale: the fixed loss scale to audit at (default: the engine's initial scale,
             2**16 for fp16; 1 for bf16, which uses no scaling).
         steps: training steps to audit; the optimizer (AdamW) steps after each audited step.
     """
+    if isinstance(mode, str) and mode.strip().lower() == "auto":
+        from .devices import resolve_auto
+
+        dev = resolve_device(device)
+        chosen, note = audit_mode_for_auto(lambda: resolve_auto(dev))
+        report = audit(model_or_workload, batch, loss_fn, mode=chosen, loss_scale=loss_scale, steps=steps,
+                       device=dev, lr=lr)
+        report.resolved_from, report.note = "auto", note
+        return report
     mode, loss_scale = check_audit_args(mode, steps, loss_scale, DEFAULT_LOSS_SCALE)
     device = resolve_device(device)
     if isinstance(model_or_workload, Workload):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ...errors import UsageError
 from ...parity.core import ParityConfig, ParityReport, RunRecord, loader_order, resolve_modes, run_seeds, summarize
-from .devices import mode_support, resolve_device
+from .devices import mode_support, resolve_auto, resolve_device
 from .engine import MixedPrecision
 from .environment import torch_environment
 
@@ -79,13 +79,15 @@ def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, mo
         make_model: zero-argument callable returning a fresh float32 model (called after seeding,
             so each seed gives the same initial weights in every mode).
         train, test: ``(inputs, targets)`` tensors.
-        modes: list or comma string; fp32 is the baseline and is added when missing.
+        modes: list or comma string; fp32 is the baseline and is added when missing; ``auto``
+            stands for the mode auto picks on this device (the report's ``note`` says which).
         seeds: how many seeds (0, 1, 2, ...) or an explicit list.
         metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better (default accuracy).
         tolerance: how much worse than fp32 (absolute metric) still counts as parity.
     """
     device = resolve_device(device)
-    modes = resolve_modes(modes, lambda m: mode_support(m, device), f"on {device}")
+    modes, note = resolve_modes(modes, lambda m: mode_support(m, device), f"on {device}",
+                                auto=lambda: resolve_auto(device))
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise UsageError("parity needs at least one seed")
@@ -97,7 +99,7 @@ def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, mo
         metric_fn=metric_fn, on_epoch=cb), progress)
     results = summarize(records, modes, tolerance)
     return ParityReport(dataset, str(device), results, torch_environment(device), tolerance, epochs,
-                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted)
+                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted, note=note)
 
 
 def run_parity(cfg: ParityConfig, progress=None) -> ParityReport:
