@@ -240,3 +240,10 @@ def test_auto_in_bench_and_audit_and_doctor_intervals():
     assert r.returncode in (0, 1), r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc["resolved_from"] == "auto" and doc["mode"] in ("fp16", "bf16") and "auto resolves to" in doc["note"]
+
+
+def test_a_bad_workload_name_is_one_line_before_tensorflow_loads():
+    """Refused before TensorFlow is imported, so not even its native start-up notices reach stderr."""
+    r = _cli("bench", "--framework", "tensorflow", "--workload", "nope", timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("ampkit: error: unknown workload 'nope'"), r.stderr

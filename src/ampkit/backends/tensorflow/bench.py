@@ -26,7 +26,6 @@ from ...cpu import auto_for_cpu
 from ...errors import UsageError
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
 from .flavor import Flavor
-from .keras_engine import resolve_auto_tf
 from .workloads import all_layers, build_tf_workload, check_tf_workload, count_flops
 
 
@@ -221,6 +220,8 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     else:
         flops, name, cfg.batch_size_hint, keras_ran = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
     device = "cuda" if gpu else "cpu"
+    from .keras_engine import resolve_auto_tf  # imports Keras: after the cheap checks above
+
     apply_auto(cfg, lambda: resolve_auto_tf() if gpu else auto_for_cpu())
     run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
