@@ -46,14 +46,6 @@ def dumps(doc: dict) -> str:
     return json.dumps(_clean(doc), indent=2, allow_nan=False)
 
 
-def check_writable(path: str | None, what: str = "output") -> None:
-    """Fail early (exit 2) on an output path that cannot be written, before any long run."""
-    from ..outputs import check_output
-
-    flag = {"JSON": "--json", "CSV": "--csv", "plot": "--plot"}.get(what, "output")
-    check_output(path, what, flag, stdout_ok=what != "plot")
-
-
 def write_json(doc: dict, path: str | None) -> None:
     """The document to ``path`` (atomically) or, for ``-``, alone to stdout."""
     from ..outputs import atomic_write, write_stdout
