@@ -16,3 +16,9 @@ class ModeUnavailableError(RuntimeError):
 
 class AutocastDisabledError(RuntimeError):
     """torch.autocast switched itself off (it only warns): never let that pass silently."""
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """``TypeName: first line of the message``, at most ``limit`` characters: how a report row or a
+    self-test says what broke."""
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:limit]

@@ -52,15 +52,6 @@ class Estimate:
         return f"{self.point:.2f}x{ci}"
 
 
-def geomean(xs: Sequence[float]) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs))
-
-
-def log_median(xs: Sequence[float]) -> float:
-    """The median of positive numbers on the log scale."""
-    return math.exp(statistics.median(math.log(x) for x in xs))
-
-
 def paired_ratios(base: Sequence[float], other: Sequence[float]) -> list[float]:
     """``base[i] / other[i]``: with times, how many times faster ``other`` is than ``base``, per round."""
     if len(base) != len(other):

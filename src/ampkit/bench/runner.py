@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
+from ..errors import one_line
 from ..isolation import describe_exit, die_with_parent, sigint_blocked, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
@@ -59,7 +60,7 @@ def check_final_loss(row: BenchRow, loss: float, cfg: BenchConfig) -> None:
 
 
 def describe_failure(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    return one_line(exc, 500)
 
 
 class TrialFailed(Exception):

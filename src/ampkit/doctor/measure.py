@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import one_line
 from ..stats import SLOWER, Estimate, classify, ratio_estimate
 from ..timing import HOST, Clock
 
@@ -79,7 +80,7 @@ class _Timed:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    return one_line(exc, 300)
 
 
 def round_ratios(base: Series, other: Series, kind: str) -> list[float]:

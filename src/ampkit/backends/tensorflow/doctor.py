@@ -8,6 +8,7 @@ import time
 from ...cpu import cpu_emulation_note
 from ...doctor.report import DoctorReport
 from ...doctor.verdicts import evaluate
+from ...errors import one_line
 from ...precision import MODES, get_precision
 from . import doctor_work
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
@@ -68,7 +69,7 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
             checks.append(f"inf gradient skipped, scale {before:g} -> {after:g}")
         return "pass", "; ".join(checks)
     except Exception as exc:
-        return "fail", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return "fail", one_line(exc, 300)
 
 
 def run(*, quick: bool = False, progress=None) -> DoctorReport:

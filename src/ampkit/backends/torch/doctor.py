@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ...cpu import cpu_emulation_note
 from ...doctor.report import DoctorReport
 from ...doctor.verdicts import ACCEL_THRESHOLD, evaluate
+from ...errors import one_line
 from ...precision import MODES, get_precision
 from . import doctor_work, tf32_probe
 from .devices import mode_support
@@ -35,7 +36,7 @@ def selftest(mode: str, device: torch.device) -> tuple[str, str]:
     try:
         return _selftest_training(mode, device)
     except Exception as exc:  # a self-test reports, it never crashes the doctor
-        return "fail", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return "fail", one_line(exc, 300)
 
 
 def _selftest_training(mode: str, device: torch.device) -> tuple[str, str]:
@@ -107,7 +108,7 @@ def _selftest_fp8(device: torch.device) -> tuple[str, str]:
             return "fail", f"fp8 scaled matmul relative error {rel:.3g} (expected < 0.15)"
         return "pass", f"fp8 e4m3 scaled matmul runs, relative error {rel:.3g} vs fp32"
     except Exception as exc:
-        return "fail", f"fp8 scaled matmul failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return "fail", f"fp8 scaled matmul failed: {one_line(exc)}"[:300]
 
 
 # ---------------------------------------------------------------- the report
