@@ -163,6 +163,93 @@ def test_disabled_autocast_is_refused(monkeypatch):
             pass
 
 
+def _autocast_state():
+    return torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+
+
+def test_reused_region_nests_and_restores_exactly():
+    """mp.autocast() hands back one reused region per thread; entering it inside itself, inside a
+    disabled torch.autocast, or twice in a row must behave like fresh torch.autocast objects."""
+    mp = MixedPrecision("bf16", "cpu")
+    lin = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    outside = _autocast_state()
+    region = mp.autocast()
+    assert mp.autocast() is region  # reused: its torch.autocast is built once
+    with region:
+        assert lin(x).dtype == torch.bfloat16
+        with torch.autocast("cpu", enabled=False):
+            assert lin(x).dtype == torch.float32
+            with mp.autocast():  # the same object, entered while entered
+                assert lin(x).dtype == torch.bfloat16
+            assert lin(x).dtype == torch.float32, "the inner region did not restore the disabled state"
+        w = torch.randn(4, 4)  # not a parameter: autocast's weight cache keeps no cast of it
+        with torch.autocast("cpu", dtype=torch.float16):
+            with mp.autocast():
+                assert (x @ w).dtype == torch.bfloat16
+            assert (x @ w).dtype == torch.float16, "the inner region did not restore float16"
+        assert lin(x).dtype == torch.bfloat16
+    assert _autocast_state() == outside, "the outer region restored an inner region's state"
+    for _ in range(3):  # sequential reuse
+        with mp.autocast():
+            assert lin(x).dtype == torch.bfloat16
+        assert _autocast_state() == outside
+    with pytest.raises(RuntimeError, match="boom"):  # an exception inside leaves nothing behind
+        with mp.autocast():
+            raise RuntimeError("boom")
+    assert _autocast_state() == outside
+    with mp.autocast():
+        assert lin(x).dtype == torch.bfloat16
+
+
+def test_regions_in_two_threads_are_independent():
+    """The worker enters, the main thread enters (from inside a float16 autocast), the worker
+    leaves first: each thread must get back exactly its own state."""
+    import threading
+
+    mp = MixedPrecision("bf16", "cpu")
+    x, w = torch.randn(2, 4), torch.randn(4, 4)
+    entered, release, seen = threading.Event(), threading.Event(), {}
+
+    def worker():
+        with mp.autocast():
+            entered.set()
+            release.wait(10)
+            seen["worker"] = (x @ w).dtype
+        seen["worker_after"] = _autocast_state()
+
+    outside = _autocast_state()
+    t = threading.Thread(target=worker)
+    t.start()
+    assert entered.wait(10)
+    with torch.autocast("cpu", dtype=torch.float16):
+        with mp.autocast():  # this thread's region while the worker's is entered
+            release.set()
+            t.join(10)  # the worker leaves its region first
+            seen["main"] = (x @ w).dtype
+        seen["main_after"] = (x @ w).dtype
+    assert seen == {"worker": torch.bfloat16, "worker_after": outside,
+                    "main": torch.bfloat16, "main_after": torch.float16}
+    assert _autocast_state() == outside
+
+
+def test_alternating_optimizers_each_report_their_own_skip():
+    """Two optimizers stepped in turn (one per call, the one-entry cache switching every step)."""
+    mp = MixedPrecision("fp16", "cpu", init_scale=2.0**4, growth_interval=1000)
+    models = [tiny_model(0), tiny_model(1)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in models]
+    x, y = batches(1)[0]
+    skips = []
+    for i in range(6):
+        k = i % 2
+        with mp.autocast():
+            loss = nn.functional.cross_entropy(models[k](x), y)
+        mp.backward(loss * (float("inf") if i in (1, 4) else 1.0))
+        skips.append(mp.step(opts[k], zero_grad=True).skipped)
+    assert skips == [False, True, False, False, True, False]
+    assert mp.stats["skipped"] == 2 and mp.get_scale() == 4.0
+
+
 # ---------------------------------------------------------------- acceptance 3
 @pytest.mark.parametrize("mode", ["fp32", "fp16"])
 def test_accumulation_equals_whole_batch_and_steps_once(mode):

@@ -41,6 +41,7 @@ import contextlib
 import math
 import numbers
 import struct
+import threading
 import warnings
 import weakref
 from collections.abc import Iterable, Sequence
@@ -62,36 +63,40 @@ _NULL = contextlib.nullcontext()
 
 
 class _Region:
-    """``mp.autocast()``: TF32 flags for fp32/tf32, or torch.autocast checked to be really on."""
+    """``mp.autocast()``: TF32 flags for fp32/tf32, or torch.autocast checked to be really on.
 
-    __slots__ = ("_mp", "_ctx", "_math")
+    One region per engine and thread is reused from step to step (its ``torch.autocast`` is built
+    once: its argument checks cost about as much as entering it); entering a region that is
+    already entered (nesting) stacks a fresh ``torch.autocast``, so any nesting stays exact.
+    """
+
+    __slots__ = ("_mp", "_ctx", "_stack")
 
     def __init__(self, mp: MixedPrecision):
         self._mp = mp
         dtype = mp._dtype
-        if dtype is None:  # fp32 / tf32: only the TF32 flags change
-            self._ctx = None
-            self._math = mp._math()
-        else:  # fp16 / bf16: autocast; these modes leave the TF32 flags alone
-            self._ctx = torch.autocast(mp._device_type, dtype=dtype)
-            self._math = None
+        # fp32 / tf32: only the TF32 flags change (a fresh scope per entry); fp16 / bf16: autocast,
+        # and these modes leave the TF32 flags alone
+        self._ctx = None if dtype is None else torch.autocast(mp._device_type, dtype=dtype)
+        self._stack: list = []
 
     def __enter__(self):
-        ctx = self._ctx
-        if ctx is None:
-            self._math.__enter__()
+        mp = self._mp
+        if self._ctx is None:
+            ctx = mp._math()
+            ctx.__enter__()
+            self._stack.append(ctx)
             return self
+        ctx = torch.autocast(mp._device_type, dtype=mp._dtype) if self._stack else self._ctx
         ctx.__enter__()
-        if not torch.is_autocast_enabled(self._mp._device_type):
+        if not torch.is_autocast_enabled(mp._device_type):
             ctx.__exit__(None, None, None)
-            self._mp._raise_autocast_disabled()
+            mp._raise_autocast_disabled()
+        self._stack.append(ctx)
         return self
 
     def __exit__(self, *exc):
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)
-        else:
-            self._math.__exit__(*exc)
+        self._stack.pop().__exit__(*exc)
         return False
 
 
@@ -253,14 +258,6 @@ def _is_plateau(sched) -> bool:
     return isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-def _as_list(obj) -> list:
-    if obj is None:
-        return []
-    if isinstance(obj, (list, tuple)):
-        return list(obj)
-    return [obj]
-
-
 def _is_fsdp(model) -> bool:
     if model is None:
         return False
@@ -362,8 +359,10 @@ class MixedPrecision:
         #: optimizers seen by step(), by identity; an entry dies with its optimizer
         self._followed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         weakref.finalize(self, _unfollow_all, self._followed)  # an engine gone leaves no hook behind
+        self._last_followed: tuple | None = None
         self.model = None
         self._locator = None
+        self._local = threading.local()  # the reused autocast region, one per thread
         if model is not None:
             self.prepare(model)
 
@@ -446,7 +445,11 @@ class MixedPrecision:
         Raises AutocastDisabledError if torch switched autocast off (it only warns, e.g. CUDA
         autocast without CUDA): a mode is never allowed to fall back silently.
         """
-        return _Region(self)
+        local = self._local
+        region = getattr(local, "region", None)
+        if region is None:
+            region = local.region = _Region(self)
+        return region
 
     @contextlib.contextmanager
     def accumulate(self, model: torch.nn.Module | None = None):
@@ -478,10 +481,12 @@ class MixedPrecision:
         """Backward of one micro-batch: loss / accumulation_steps, scaled in fp16 mode."""
         if self.accumulation_steps > 1:
             loss = loss / self.accumulation_steps
-        with self._math():
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward(**kwargs)
-            else:
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        if self.precision.tf32 is None:
+            loss.backward(**kwargs)
+        else:
+            with tf32_scope(self.precision.tf32):
                 loss.backward(**kwargs)
         self._micro += 1
 
@@ -544,15 +549,22 @@ class MixedPrecision:
         opts = optimizer if isinstance(optimizer, (list, tuple)) else (optimizer,)
         if not opts:
             raise ValueError("step() needs at least one optimizer")
-        scheds = _as_list(scheduler)
-        if metric is None:
-            for sched in scheds:
-                if _is_plateau(sched):
-                    raise ValueError(
-                        "ReduceLROnPlateau needs the monitored value: call mp.step(optimizer, scheduler, "
-                        "metric=val_loss) (or step that scheduler yourself with sched.step(val_loss))"
-                    )
-        followed = [self._follow(opt) for opt in opts]
+        if scheduler is None:
+            scheds = ()
+        else:
+            scheds = scheduler if isinstance(scheduler, (list, tuple)) else (scheduler,)
+            if metric is None and any(_is_plateau(sched) for sched in scheds):
+                raise ValueError(
+                    "ReduceLROnPlateau needs the monitored value: call mp.step(optimizer, scheduler, "
+                    "metric=val_loss) (or step that scheduler yourself with sched.step(val_loss))"
+                )
+        last = self._last_followed  # (weak reference to the optimizers, their records): the usual case
+        if last is not None and len(opts) == 1 and last[0]() is opts[0]:
+            followed = last[1]
+        else:
+            known = self._followed
+            followed = [known.get(opt) or self._follow(opt) for opt in opts]  # master weights checked first
+            self._last_followed = (weakref.ref(opts[0]), followed) if len(opts) == 1 else None
         scaler = self.scaler
         grad_norm = None
         if max_grad_norm is not None:
@@ -560,18 +572,14 @@ class MixedPrecision:
                 for opt in opts:
                     self._unscale(scaler, opt)
             grad_norm = self._clip(opts, max_grad_norm)
-        with self._math():
-            if scaler is None:
-                for opt in opts:
-                    opt.step()
-                skipped = False
-                scale = 1.0
-            else:
-                skipped = self._scaled_step(scaler, opts, followed)
-                scaler.update()
-                scale = self._mirror.update(found_inf=skipped)
+        if self.precision.tf32 is None:
+            skipped, scale = self._step_all(scaler, opts, followed)
+        else:
+            with tf32_scope(self.precision.tf32):
+                skipped, scale = self._step_all(scaler, opts, followed)
         self._steps += 1
-        self._skipped += int(skipped)
+        if skipped:
+            self._skipped += 1
         self._micro = 0
         if not skipped:
             for sched in scheds:
@@ -589,8 +597,12 @@ class MixedPrecision:
             self._locator.reset()
         return StepResult(skipped, scale, grad_norm, overflow)
 
-    def _scaled_step(self, scaler, opts, followed) -> bool:
-        """``scaler.step`` every optimizer; True when the step was skipped (found inf/NaN)."""
+    def _step_all(self, scaler, opts, followed) -> tuple[bool, float]:
+        """Step every optimizer (through the scaler in fp16); (skipped, the scale after the update)."""
+        if scaler is None:
+            for opt in opts:
+                opt.step()
+            return False, 1.0
         skipped = False
         device_found = []
         for opt, f in zip(opts, followed):
@@ -604,10 +616,12 @@ class MixedPrecision:
             else:
                 f.stepped = False
                 scaler.step(opt)  # GradScaler's one found_inf.item() sync for this optimizer
-                skipped = skipped or not f.stepped
+                if not f.stepped:
+                    skipped = True
         if device_found and not skipped:
             skipped = _any_inf(device_found)
-        return skipped
+        scaler.update()
+        return skipped, self._mirror.update(skipped)
 
     def _unscale(self, scaler, opt) -> None:
         """``scaler.unscale_(opt)`` once per step (no sync; ShardedGradScaler all-reduces found_inf)."""
