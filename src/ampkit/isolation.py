@@ -10,7 +10,11 @@ child can fail becomes one :class:`~ampkit.errors.UsageError` line naming what w
 * running past ``timeout`` seconds (the child is killed).
 
 The child's stdout is its stderr, so a printing model cannot corrupt ``--json -``. A Ctrl-C or
-SIGTERM of ampkit itself terminates the child and propagates.
+SIGTERM of ampkit itself terminates the child and propagates — or, for a run that can end early
+with what it has (``keep_partial``), first asks the child to stop (SIGUSR1): the child's loop sees
+:func:`stop_requested` between units of work, returns what finished, and the parent raises
+:class:`PartialResult` with it. A second Ctrl-C, or no answer within the grace period, stops the
+child at once.
 """
 
 from __future__ import annotations
@@ -28,6 +32,34 @@ from .errors import UsageError
 
 #: the default --timeout: long enough for a big model's probe or one mode's run on a slow machine
 DEFAULT_TIMEOUT_S = 1800.0
+
+#: the signal a parent sends to ask a child to stop early and return what finished
+STOP_SIGNAL = getattr(signal, "SIGUSR1", None)
+
+_stop_requested = False
+
+
+def stop_requested() -> bool:
+    """In a child run by :func:`run_isolated`: True once the parent asked it to stop early. Loops
+    that can return a partial result check it between units of work (an audited step)."""
+    return _stop_requested
+
+
+def _on_stop_request(signum, frame) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+class PartialResult(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a ``keep_partial`` run, and the child returned what finished.
+
+    ``result`` is the child's return value; ``cause`` the KeyboardInterrupt (or
+    :class:`ampkit.signals.Terminated`) that stopped the parent."""
+
+    def __init__(self, result, cause: BaseException):
+        super().__init__("stopped early; the finished part is kept")
+        self.result = result
+        self.cause = cause
 
 
 def describe_exit(code: int | None) -> str:
@@ -75,10 +107,17 @@ def sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _child(conn, target, args) -> None:
+def _child(conn, target, args, term_is_request: bool = False) -> None:
     die_with_parent()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
+    if STOP_SIGNAL is not None:
+        signal.signal(STOP_SIGNAL, _on_stop_request)  # "stop early": only a flag, checked by the loops
+    if term_is_request:
+        # a SIGTERM sent to the whole process group (timeout(1), a batch system's stop) reaches this
+        # child too: like the parent's request it only asks for an early stop, so that what finished
+        # can still come back; the parent ends this process with SIGKILL when it must
+        signal.signal(signal.SIGTERM, _on_stop_request)
     try:
         msg = ("ok", target(*args))
     except UsageError as exc:
@@ -103,15 +142,20 @@ def _child(conn, target, args) -> None:
         os._exit(0)  # skip interpreter teardown: the result is sent
 
 
-def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEOUT_S):
+def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEOUT_S,
+                 keep_partial: float | None = None):
     """``target(*args)`` in a fresh process; its failures -> ``UsageError(f"{what}: ...")``.
 
     ``target`` must be a module-level function (spawn pickles it by name) and its arguments and
     result picklable. ``what`` names the run for the message, e.g. "probing --model m:f".
+
+    ``keep_partial``: on Ctrl-C or SIGTERM, ask the child to stop early and wait up to this many
+    seconds for what finished; it comes back as :class:`PartialResult`. Without it (or without an
+    answer in time, or on a second Ctrl-C) the child is stopped and the interrupt propagates.
     """
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, target, args), daemon=True)
+    proc = ctx.Process(target=_child, args=(send, target, args, bool(keep_partial)), daemon=True)
     with sigint_blocked():
         proc.start()
     send.close()
@@ -128,14 +172,22 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
             if not proc.is_alive() and not recv.poll(0):
                 break
             if deadline is not None and time.monotonic() > deadline:
-                stop(proc)
+                stop(proc, hard=bool(keep_partial))
                 raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")
+    except KeyboardInterrupt as exc:
+        partial = _ask_to_stop(proc, recv, keep_partial) if keep_partial else None
+        if partial is not None:
+            proc.join(5)  # it exits by itself once its result is sent
+        stop(proc, hard=bool(keep_partial))
+        if partial is not None:
+            raise PartialResult(partial, exc) from None
+        raise
     except BaseException:
-        stop(proc)
+        stop(proc, hard=bool(keep_partial))
         raise
     proc.join(10)
     if proc.is_alive():
-        stop(proc)
+        stop(proc, hard=bool(keep_partial))
     if msg is None:
         raise UsageError(f"{what}: the process {describe_exit(proc.exitcode)} without a result")
     kind, value = msg
@@ -146,9 +198,34 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     raise UsageError(f"{what} failed: {value}")
 
 
-def stop(proc, grace: float = 5.0) -> None:
-    """Terminate a child process, then kill it if it does not go within ``grace`` seconds."""
-    if proc.is_alive():
+def _ask_to_stop(proc, recv, grace: float):
+    """Send the stop request and wait up to ``grace`` s for the child's result; None without one."""
+    if STOP_SIGNAL is None or (not proc.is_alive() and not recv.poll(0)):
+        return None
+    try:
+        if proc.is_alive():
+            os.kill(proc.pid, STOP_SIGNAL)
+        print(f"ampkit: stopping after the current step (up to {grace:g} s; Ctrl-C again to stop now)",
+              file=sys.stderr)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if recv.poll(0.1):
+                kind, value = recv.recv()
+                return value if kind == "ok" else None
+            if not proc.is_alive() and not recv.poll(0):
+                return None
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now
+        return None
+    except (EOFError, OSError):
+        return None
+    return None
+
+
+def stop(proc, grace: float = 5.0, hard: bool = False) -> None:
+    """Terminate a child process, then kill it if it does not go within ``grace`` seconds.
+
+    ``hard``: SIGKILL at once (a child that takes SIGTERM as a request to stop early)."""
+    if proc.is_alive() and not hard:
         proc.terminate()
         proc.join(grace)
     if proc.is_alive():

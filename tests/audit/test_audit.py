@@ -202,3 +202,32 @@ def test_cli_default_workload_is_clean():
 ])
 def test_bad_input_exit_2_one_line(args, needle):
     assert_usage_error(_cli(*args, timeout=120), needle)
+
+
+def test_stop_request_keeps_the_steps_that_finished(monkeypatch):
+    """The stop request (what the parent's STOP_SIGNAL sets in the audit's process) lands during the
+    second optimizer step: that step finishes, the third never starts, the report says so."""
+    from ampkit import isolation
+
+    calls = {"n": 0}
+    real_step = MixedPrecision.step
+
+    def step_then_stop(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            isolation._on_stop_request(None, None)
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(MixedPrecision, "step", step_then_stop)
+    monkeypatch.setattr(isolation, "_stop_requested", False)
+    rep = ampkit.audit(overflowing(), batch(), mode="bf16", steps=5, device="cpu")
+    assert rep.interrupted and rep.completed == 2 and rep.steps == 5
+    assert {lay.calls for lay in rep.layers} == {2}
+    doc = rep.to_dict()
+    assert doc["interrupted"] is True and doc["steps_completed"] == 2
+    assert type(rep).from_dict(json.loads(json.dumps(doc))).completed == 2
+    rep = ampkit.audit(overflowing(), batch(), mode="bf16", steps=5, device="cpu")  # still set: nothing runs
+    assert rep.completed == 0 and rep.layers == [] and rep.first_nonfinite is None
+    monkeypatch.setattr(isolation, "_stop_requested", False)
+    rep = ampkit.audit(overflowing(), batch(), mode="bf16", steps=2, device="cpu")
+    assert not rep.interrupted and rep.completed == 2 and rep.to_dict()["steps_completed"] == 2

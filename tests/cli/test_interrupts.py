@@ -81,3 +81,34 @@ def test_parity_sigterm_keeps_finished_seeds(tmp_path):
     assert 1 <= len(seeds) < 1000 and results["bf16"]["seeds"] == seeds  # complete seeds only, paired
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert _group_gone(proc.pid)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm-to-group", "ctrl-c-to-group"])
+def test_audit_interrupted_keeps_finished_steps(tmp_path, sig, code):
+    """Each audited step of the 'sleepy' model takes 4 s under autocast; the signal lands after two
+    steps, on the whole process group as timeout(1) and a terminal send it (so the audit's child
+    gets it too): the audit finishes the step it is in, writes those steps, says it was interrupted."""
+    write_user_files(tmp_path)
+    out = tmp_path / "audit.json"
+    proc = _start(["audit", "--device", "cpu", "--model", "tmodels:sleepy", "--input-shape", "8", "--num-classes",
+                   "4", "--mode", "bf16", "--steps", "50", "--json", str(out)], tmp_path)
+    calls, deadline = tmp_path / "sleepy_calls.log", time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if calls.exists() and calls.read_text().count("\n") >= 2:  # two audited steps are done
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read()
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True and doc["steps"] == 50
+    done = doc["steps_completed"]
+    assert 2 <= done < 50, done
+    assert f"kept the {done} audited step(s)" in err, err[-2000:]
+    assert calls.read_text().count("\n") == done, "a step the report counts did not run, or the other way round"
+    names = {lay["name"] for lay in doc["layers"]}
+    assert "lin" in names and all(lay["calls"] == done for lay in doc["layers"] if lay["name"] == "lin")
+    assert _group_gone(proc.pid), "the audit's child is still running"

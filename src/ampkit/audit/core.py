@@ -87,6 +87,8 @@ class AuditReport:
     suggested_loss_scale: float | None = None
     resolved_from: str | None = None   # "auto" when --mode auto chose the audited mode
     note: str | None = None            # what auto resolved to and why this mode was audited
+    interrupted: bool = False          # Ctrl-C or SIGTERM stopped the run; the statistics cover steps_completed
+    steps_completed: int | None = None  # audited steps that finished (None: all of them)
 
     @property
     def failed(self) -> bool:
@@ -106,7 +108,12 @@ class AuditReport:
                 "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
                 "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
                 "suggested_loss_scale": self.suggested_loss_scale, "resolved_from": self.resolved_from,
-                "note": self.note}
+                "note": self.note, "interrupted": self.interrupted, "steps_completed": self.completed}
+
+    @property
+    def completed(self) -> int:
+        """Audited steps whose statistics the report holds."""
+        return self.steps if self.steps_completed is None else self.steps_completed
 
     @classmethod
     def from_dict(cls, d: dict) -> AuditReport:
@@ -115,7 +122,8 @@ class AuditReport:
         findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9)) for f in d["findings"]]
         return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
                    d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
-                   d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"))
+                   d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"),
+                   bool(d.get("interrupted", False)), d.get("steps_completed"))
 
 
 def audit_mode_for_auto(resolve) -> tuple[str, str]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 from .common import add_device, add_framework, add_json, add_timeout
+
+#: after Ctrl-C or SIGTERM, how long the audit may take to finish its current step and answer
+STOP_GRACE_S = 60.0
 
 
 def add_arguments(p) -> None:
@@ -32,11 +37,12 @@ def audit_in_child(framework: str, cfg):
 
 
 def run(args) -> int:
+    from .. import signals
     from ..audit.core import AuditConfig
     from ..backends import get_backend, parse_framework
     from ..errors import UsageError
     from ..factory import parse_shape
-    from ..isolation import run_isolated
+    from ..isolation import PartialResult, run_isolated
     from ..precision import parse_mode
     from ..render import audit as render_audit
     from ..render.output import console, write_json
@@ -60,8 +66,19 @@ def run(args) -> int:
     v.input_shape(cfg.input_shape)
     con = console(json_to_stdout=args.json == "-")
     backend = get_backend(framework)  # a missing framework: one line here, not from the child
-    report = run_isolated(audit_in_child, backend.name, cfg, timeout=args.timeout,
-                          what=f"auditing {args.model or args.workload or 'the default workload'}")
+    try:
+        report = run_isolated(audit_in_child, backend.name, cfg, timeout=args.timeout,
+                              what=f"auditing {args.model or args.workload or 'the default workload'}",
+                              keep_partial=STOP_GRACE_S)
+    except PartialResult as stopped:  # Ctrl-C or SIGTERM: the steps that finished are kept
+        signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
+        report = stopped.result
+        render_audit.render(report, con)
+        if args.json:
+            write_json(report.to_dict(), args.json)
+        print(f"ampkit: {signals.describe()}: kept the {report.completed} audited step(s) that finished",
+              file=sys.stderr)
+        return signals.exit_code(stopped.cause)
     render_audit.render(report, con)
     if args.json:
         write_json(report.to_dict(), args.json)

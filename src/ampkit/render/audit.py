@@ -18,6 +18,12 @@ def _hr(x) -> str:
     return f"{x:.1f}"
 
 
+def _steps(report) -> str:
+    if report.interrupted:
+        return f"{report.completed} of {report.steps} step(s), interrupted"
+    return f"{report.steps} step(s)"
+
+
 def render(report, con) -> None:
     worst: dict[str, int] = {}
     for f in report.findings:
@@ -27,7 +33,7 @@ def render(report, con) -> None:
     # headroom: log2(max finite / amax) in bits; underflow: share of the fp32 reference's nonzero values
     # that the format flushes to zero or subnormal (gradients at the loss scale)
     title = (f"ampkit audit — {report.workload or 'model'} ({report.framework}) in {report.mode} on {report.device}  ·  loss scale "
-             f"{report.loss_scale:g}  ·  {report.steps} step(s)  ·  {len(report.layers)} modules")
+             f"{report.loss_scale:g}  ·  {_steps(report)}  ·  {len(report.layers)} modules")
     table = Table(title=title, title_justify="left")
     table.add_column("module", overflow="fold", min_width=12)
     # two-line headers keep the 11 fixed columns narrow enough for a 140-column log, so the module
@@ -52,9 +58,12 @@ def render(report, con) -> None:
     if report.note:
         con.print(f"--mode {report.resolved_from}: {report.note}", markup=False, highlight=False)
     con.print(table)
-    if not report.findings:
+    if not report.findings and report.completed == 0:
+        con.print("[yellow]no audited step finished: nothing was measured[/]")
+    elif not report.findings:
+        within = f" in the {report.completed} step(s) that finished" if report.interrupted else ""
         con.print(f"[green]no findings: {report.mode} is numerically healthy for this model at loss scale "
-                  f"{report.loss_scale:g}[/]")
+                  f"{report.loss_scale:g}{within}[/]")
     for f in report.findings:
         con.print(f"[{_KIND_STYLE[f.kind]}]{f.kind}[/] {f.layer or '(model)'}: ", end="")
         con.print(f.advice, markup=False, highlight=False)

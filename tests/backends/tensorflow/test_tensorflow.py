@@ -77,6 +77,10 @@ KMODELS = textwrap.dedent('''
 ''')
 
 
+def test_audit_keeps_the_steps_that_finished_when_asked_to_stop():
+    _case("audit_keeps_the_steps_that_finished")
+
+
 def test_audit_names_the_overflowing_keras_layer(tmp_path):
     (tmp_path / "kmodels.py").write_text(KMODELS)
     r = _cli("audit", "--framework", "tensorflow", "--model", "kmodels:hot", "--input-shape", "12",

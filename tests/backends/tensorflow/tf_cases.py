@@ -260,3 +260,39 @@ def keras2_engine_scope_fit_callback():
     assert isinstance(opt3, tf_keras.mixed_precision.LossScaleOptimizer)
     loss = mp3.train_step(model, opt3, x[:8], np.arange(8) % 3, ce)
     assert np.isfinite(float(loss)) and ak.loss_scale_of(opt3) == 16.0
+
+
+def audit_keeps_the_steps_that_finished():
+    """The stop request (Ctrl-C or SIGTERM of ampkit, relayed to the audit's process) lands during
+    the first training step: that step finishes, the second never starts, the report says so."""
+    import keras
+    import numpy as np
+
+    from ampkit import isolation
+    from ampkit.backends.tensorflow import audit as tf_audit
+    from ampkit.backends.tensorflow.keras_engine import MixedPrecision
+
+    def build():
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+
+    x = np.random.default_rng(0).normal(size=(16, 6)).astype("float32")
+    y = np.arange(16) % 3
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    real_train_step = MixedPrecision.train_step
+
+    def train_step_then_stop(self, *args, **kwargs):
+        out = real_train_step(self, *args, **kwargs)
+        isolation._on_stop_request(None, None)  # what the STOP_SIGNAL handler does
+        return out
+
+    MixedPrecision.train_step = train_step_then_stop
+    try:
+        rep = tf_audit.audit_keras(build, x, y, loss, mode="bf16", steps=3)
+    finally:
+        MixedPrecision.train_step = real_train_step
+    assert rep.interrupted is True and rep.completed == 1 and rep.steps == 3, rep.to_dict()
+    assert [lay.calls for lay in rep.layers] == [1] * len(rep.layers) and rep.layers
+    doc = rep.to_dict()
+    assert doc["interrupted"] is True and doc["steps_completed"] == 1
+    rep0 = tf_audit.audit_keras(build, x, y, loss, mode="bf16", steps=3)  # the flag is still set: no step
+    assert rep0.completed == 0 and rep0.layers == [] and rep0.interrupted

@@ -25,6 +25,7 @@ from ...audit.core import (
     format_of,
 )
 from ...errors import UsageError
+from ...isolation import stop_requested
 from .common import import_tf, tf_device_name, tf_environment
 
 #: Keras's LossScaleOptimizer's default initial_scale: an fp16 audit looks at what a default run sees
@@ -82,7 +83,10 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
     names = [lay.name for lay in aud_layers]
     stats = {n: LayerStats(n, type(lay).__name__) for n, lay in zip(names, aud_layers)}
     first_nonfinite, reference_nonfinite = None, False
+    done = 0
     for step in range(steps):
+        if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
+            break
         ref.set_weights(aud.get_weights())
         with mp_ref.scope():  # the reference runs with TF32 off, as fp32 means
             with tf.GradientTape() as tape:
@@ -129,13 +133,14 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
         with mp.scope():
             opt = mp.optimizer(flavor.module.optimizers.SGD(lr))
             mp.train_step(aud, opt, x, y, loss_fn)
-    layers = [stats[n] for n in names]
+        done += 1
+    layers = [stats[n] for n in names] if done else []
     for st in layers:
         st.finish(fmt)
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite,
                                        Advice(keras_fp32_hint, "LossScaleOptimizer", "initial_scale"))
     return AuditReport(mode, scale, layers, first_nonfinite, findings, tf_device_name(), steps, tf_environment(flavor),
-                       name, reference_nonfinite, suggested)
+                       name, reference_nonfinite, suggested, interrupted=stop_requested(), steps_completed=done)
 
 
 def audit_from_config_tf(cfg: AuditConfig) -> AuditReport:

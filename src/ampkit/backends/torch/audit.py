@@ -32,6 +32,7 @@ from ...audit.core import (
 )
 from ...errors import UsageError
 from ...formats import FloatFormat
+from ...isolation import stop_requested
 from .devices import resolve_device
 from .engine import MixedPrecision
 from .environment import torch_environment
@@ -202,7 +203,10 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
     names_in_order: list[str] = []
     first_nonfinite = None
     reference_nonfinite = False
+    done = 0
     for step in range(steps):
+        if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
+            break
         # reference: fp32, same weights, no optimizer step
         ref_probe = _StepProbe(fmt, loss_scale, None)
         order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
@@ -237,11 +241,13 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
                 first_nonfinite = origin_backward(events, meta["depth"], order_index)
             if first_nonfinite is not None:
                 first_nonfinite["step"] = step
+        done += 1
     ordered = [layers[n] for n in names_in_order if n in layers]
     findings, suggested = findings_for(ordered, fmt, mode, loss_scale, first_nonfinite, reference_nonfinite,
                                        Advice(torch_fp32_hint(device.type), "GradScaler", "init_scale"))
     return AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
-                       torch_environment(device), workload.name, reference_nonfinite, suggested)
+                       torch_environment(device), workload.name, reference_nonfinite, suggested,
+                       interrupted=stop_requested(), steps_completed=done)
 
 
 def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
