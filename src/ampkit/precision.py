@@ -75,6 +75,8 @@ def parse_mode(name: str, *, allow_auto: bool = True) -> str:
     Raises:
         UsageError (a ValueError) naming the valid modes when ``name`` is unknown.
     """
+    if isinstance(name, int) and not isinstance(name, bool) and str(name) in _ALIASES:
+        name = str(name)  # Lightning's precision=16 / precision=32
     if not isinstance(name, str):
         raise UsageError(f"precision mode must be a string, received {name!r}; valid modes: {valid_names()}")
     key = name.strip().lower()

@@ -383,6 +383,19 @@ def test_aliases(alias, mode):
     assert ampkit.parse_mode(alias) == mode
 
 
+def test_lightning_int_precisions_and_indexed_cpu_devices():
+    """precision=16 / 32 as Lightning takes them; "cpu:0" and torch.device("cpu", 0) are the CPU."""
+    mp = MixedPrecision(16, "cpu:0")
+    assert mp.mode == "fp16" and mp.device == torch.device("cpu") and mp.scaler is not None
+    assert MixedPrecision(32, torch.device("cpu", 0)).mode == "fp32"
+    for bad in (True, 8, 16.0):
+        with pytest.raises(ValueError, match="valid modes"):
+            MixedPrecision(bad, "cpu")
+    for bad in ("cpu:x", "cpu0", "cpu:0:1"):
+        with pytest.raises(ValueError, match="unknown device"):
+            MixedPrecision("bf16", bad)
+
+
 def test_unknown_mode_lists_valid_ones():
     with pytest.raises(ValueError, match="valid modes: fp32, tf32, fp16, bf16, fp8, auto"):
         MixedPrecision("fp12", "cpu")

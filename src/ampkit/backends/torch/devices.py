@@ -29,7 +29,7 @@ def resolve_device(spec="auto"):
     text = spec.strip().lower()
     if text in ("", AUTO):
         return torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
-    if text == "cpu":
+    if re.fullmatch(r"cpu(?::\d+)?", text):  # torch.device("cpu", 0) prints as "cpu:0": one CPU device
         return torch.device("cpu")
     match = re.fullmatch(r"cuda(?::(\d+))?", text)
     if not match:
