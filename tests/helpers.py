@@ -10,3 +10,12 @@ def assert_usage_error(result, needle: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ampkit: error: ") and needle in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a process a test will Ctrl-C: SIGINT back to its default action. A shell
+    starts background jobs with SIGINT ignored, and an ignored signal stays ignored across exec, so
+    without this an ampkit under a backgrounded pytest would never see the test's Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

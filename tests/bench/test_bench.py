@@ -16,7 +16,7 @@ from ampkit.bench.batch_search import largest_fitting
 from ampkit.bench.config import parse_size
 from ampkit.bench.peaks import peak_tflops
 from ampkit.errors import UsageError
-from helpers import assert_usage_error
+from helpers import assert_usage_error, default_sigint
 
 ROW_KEYS = {"mode", "status", "error", "batch_size", "samples_per_s", "step_ms", "peak_memory_bytes",
             "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32", "skipped_steps", "final_loss",
@@ -224,7 +224,8 @@ def test_ctrl_c_keeps_finished_rows(user_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ampkit", "bench", "--device", "cpu", "--model",
                              "usermodels:wide", "--input-shape", "256", "--modes", "fp32,fp16",
                              "--batch-size", "64", "--steps", "400", "--warmup", "1", "--json", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     deadline = time.time() + 240
     seen = ""
     while time.time() < deadline:

@@ -12,6 +12,8 @@ import time
 import pytest
 from user_faults import write_user_files
 
+from helpers import default_sigint
+
 
 def _group_gone(pgid: int, within: float = 15.0) -> bool:
     """No process of the run's process group is left (children, the resource tracker)."""
@@ -28,7 +30,8 @@ def _group_gone(pgid: int, within: float = 15.0) -> bool:
 def _start(argv, cwd) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     return subprocess.Popen([sys.executable, "-m", "ampkit", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
 
 
 @pytest.mark.parametrize("sig, to_group, code", [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130)],
