@@ -27,8 +27,8 @@ def _group_gone(pgid: int, within: float = 15.0) -> bool:
     return False
 
 
-def _start(argv, cwd) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+def _start(argv, cwd, **extra_env) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")} | extra_env
     return subprocess.Popen([sys.executable, "-m", "ampkit", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=default_sigint)
@@ -89,13 +89,13 @@ def test_parity_sigterm_keeps_finished_seeds(tmp_path):
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["sigterm-to-group", "ctrl-c-to-group"])
 def test_audit_interrupted_keeps_finished_steps(tmp_path, sig, code):
-    """Each audited step of the 'sleepy' model takes 4 s under autocast; the signal lands after two
+    """Each audited step of the 'sleepy' model takes 1 s under autocast; the signal lands after two
     steps, on the whole process group as timeout(1) and a terminal send it (so the audit's child
     gets it too): the audit finishes the step it is in, writes those steps, says it was interrupted."""
     write_user_files(tmp_path)
     out = tmp_path / "audit.json"
     proc = _start(["audit", "--device", "cpu", "--model", "tmodels:sleepy", "--input-shape", "8", "--num-classes",
-                   "4", "--mode", "bf16", "--steps", "50", "--json", str(out)], tmp_path)
+                   "4", "--mode", "bf16", "--steps", "50", "--json", str(out)], tmp_path, SLEEPY_SECONDS="1")
     calls, deadline = tmp_path / "sleepy_calls.log", time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if calls.exists() and calls.read_text().count("\n") >= 2:  # two audited steps are done

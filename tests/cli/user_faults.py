@@ -2,6 +2,7 @@
 
 TORCH_MODELS = '''
 import ctypes
+import os
 import time
 
 import torch
@@ -43,7 +44,7 @@ def meta():
 
 
 class _Sleepy(nn.Module):
-    """Fast in fp32, 4 s per step under autocast: a bench that is interrupted in its second mode."""
+    """Fast in fp32, 4 s per step under autocast (SLEEPY_SECONDS): a bench interrupted in its second mode."""
 
     def __init__(self):
         super().__init__()
@@ -51,7 +52,7 @@ class _Sleepy(nn.Module):
 
     def forward(self, x):
         if torch.is_autocast_enabled("cpu"):
-            time.sleep(4)
+            time.sleep(float(os.environ.get("SLEEPY_SECONDS", "4")))
             with open("sleepy_calls.log", "a") as f:  # in the working directory: a test can follow the run
                 f.write("autocast forward\\n")
         return self.lin(x)

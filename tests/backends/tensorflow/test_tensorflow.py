@@ -43,12 +43,13 @@ def test_doctor_framework_all_holds_both_documents():
     assert doc["frameworks"]["tensorflow"]["environment"]["keras_version"].startswith("3.")
 
 
-def test_bench_mlp_three_modes_ok():
-    r = _cli("bench", "--framework", "tensorflow", "--workload", "mlp", "--modes", "fp32,bf16,fp16",
+def test_bench_mlp_fp32_and_fp16_rows_ok():
+    """(bf16 rows: the TensorFlow-only machine test in tests/architecture runs fp32,bf16.)"""
+    r = _cli("bench", "--framework", "tensorflow", "--workload", "mlp", "--modes", "fp32,fp16",
              "--steps", "3", "--warmup", "1", "--json", "-")
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
-    assert doc["framework"] == "tensorflow" and [x["mode"] for x in doc["results"]] == ["fp32", "bf16", "fp16"]
+    assert doc["framework"] == "tensorflow" and [x["mode"] for x in doc["results"]] == ["fp32", "fp16"]
     for row in doc["results"]:
         assert row["status"] == "ok", row
         assert row["samples_per_s"] > 0 and row["peak_memory_bytes"] > 0 and row["batch_size"] == 64
@@ -183,11 +184,11 @@ K2MODELS = textwrap.dedent('''
 def test_keras2_factory_bench_rows_ok_and_audit_names_the_overflow(tmp_path):
     (tmp_path / "k2models.py").write_text(K2MODELS)
     r = _cli("bench", "--framework", "tensorflow", "--model", "k2models:small", "--input-shape", "12",
-             "--num-classes", "3", "--modes", "fp32,bf16,fp16", "--steps", "2", "--warmup", "1", "--json", "-", cwd=tmp_path)
+             "--num-classes", "3", "--modes", "fp32,fp16", "--steps", "2", "--warmup", "1", "--json", "-", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["environment"]["keras"].startswith("tf_keras 2.") and "Keras: tf_keras 2." in r.stderr
-    assert [row["mode"] for row in doc["results"]] == ["fp32", "bf16", "fp16"]
+    assert [row["mode"] for row in doc["results"]] == ["fp32", "fp16"]
     for row in doc["results"]:
         assert row["status"] == "ok" and row["final_loss"] > 0, row
     audit = ("audit", "--framework", "tensorflow", "--model", "k2models:hot", "--input-shape", "12", "--num-classes", "3")
@@ -197,9 +198,6 @@ def test_keras2_factory_bench_rows_ok_and_audit_names_the_overflow(tmp_path):
     assert doc["first_nonfinite"]["name"] == "boom" and doc["first_nonfinite"]["phase"] == "forward"
     assert [lay["name"] for lay in doc["layers"]] == ["first", "boom", "head"]
     assert doc["environment"]["keras"].startswith("tf_keras 2.")
-    r = _cli(*audit, "--mode", "bf16", "--json", "-", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout)["first_nonfinite"] is None
 
 
 @needs_tf_keras
