@@ -228,6 +228,15 @@ def test_stop_request_keeps_the_steps_that_finished(monkeypatch):
     assert type(rep).from_dict(json.loads(json.dumps(doc))).completed == 2
     rep = ampkit.audit(overflowing(), batch(), mode="bf16", steps=5, device="cpu")  # still set: nothing runs
     assert rep.completed == 0 and rep.layers == [] and rep.first_nonfinite is None
+    from rich.console import Console
+
+    from ampkit.render import audit as render_audit
+
+    con = Console(record=True, width=120)
+    render_audit.render(rep, con)
+    text = con.export_text()
+    assert "0 of 5 step(s), interrupted" in text and "no audited step finished" in text
+    assert "┏" not in text and "healthy" not in text  # no empty table, no clean bill of health
     monkeypatch.setattr(isolation, "_stop_requested", False)
     rep = ampkit.audit(overflowing(), batch(), mode="bf16", steps=2, device="cpu")
     assert not rep.interrupted and rep.completed == 2 and rep.to_dict()["steps_completed"] == 2

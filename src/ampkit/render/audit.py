@@ -57,7 +57,10 @@ def render(report, con) -> None:
     print_keras_line(report, con)
     if report.note:
         con.print(f"--mode {report.resolved_from}: {report.note}", markup=False, highlight=False)
-    con.print(table)
+    if report.layers or not report.interrupted:
+        con.print(table)
+    else:
+        con.print(title, markup=False, highlight=False)
     if not report.findings and report.completed == 0:
         con.print("[yellow]no audited step finished: nothing was measured[/]")
     elif not report.findings:
