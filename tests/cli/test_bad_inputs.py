@@ -158,6 +158,9 @@ def outcomes(tmp_path_factory, request):
         r, seconds = _run(argv, env, folder)
         return name, (r, seconds, before, _files(folder))
 
+    # pytest makes its base folder on first use, unguarded: four threads making it at once race
+    # (FileExistsError) when this module is the first of its xdist worker to need a tmp_path
+    tmp_path_factory.getbasetemp()
     with ThreadPoolExecutor(max_workers=4) as pool:
         return dict(pool.map(one, [c for c in CASES if c[0] in chosen]))
 
