@@ -155,7 +155,8 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     """
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, target, args, bool(keep_partial)), daemon=True)
+    hard = bool(keep_partial)  # the child takes SIGTERM as a stop request: end it with SIGKILL
+    proc = ctx.Process(target=_child, args=(send, target, args, hard), daemon=True)
     with sigint_blocked():
         proc.start()
     send.close()
@@ -172,22 +173,22 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
             if not proc.is_alive() and not recv.poll(0):
                 break
             if deadline is not None and time.monotonic() > deadline:
-                stop(proc, hard=bool(keep_partial))
+                stop(proc, hard=hard)
                 raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")
     except KeyboardInterrupt as exc:
-        partial = _ask_to_stop(proc, recv, keep_partial) if keep_partial else None
+        partial = _ask_to_stop(proc, recv, keep_partial) if hard else None
         if partial is not None:
             proc.join(5)  # it exits by itself once its result is sent
-        stop(proc, hard=bool(keep_partial))
+        stop(proc, hard=hard)
         if partial is not None:
             raise PartialResult(partial, exc) from None
         raise
     except BaseException:
-        stop(proc, hard=bool(keep_partial))
+        stop(proc, hard=hard)
         raise
     proc.join(10)
     if proc.is_alive():
-        stop(proc, hard=bool(keep_partial))
+        stop(proc, hard=hard)
     if msg is None:
         raise UsageError(f"{what}: the process {describe_exit(proc.exitcode)} without a result")
     kind, value = msg

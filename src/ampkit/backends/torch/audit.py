@@ -14,7 +14,6 @@ needs about twice the activation memory of a plain one.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -291,13 +290,6 @@ def audit_from_config(cfg: AuditConfig) -> AuditReport:
     device = resolve_device(cfg.device)
     if cfg.workload and cfg.model:
         raise UsageError("give either --workload or --model, not both")
-    if cfg.mode == "auto":
-        from .devices import resolve_auto
-
-        mode, note = audit_mode_for_auto(lambda: resolve_auto(device))
-        report = audit_from_config(replace(cfg, mode=mode))
-        report.resolved_from, report.note = "auto", note
-        return report
     workload_name = None if cfg.model else check_builtin(cfg.workload or default_workload(device))
     workload = build_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed)
     bs = cfg.batch_size or workload.batch_size
