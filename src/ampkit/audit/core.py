@@ -19,7 +19,9 @@ from ..precision import parse_mode
 UNDERFLOW_THRESHOLD = 0.05
 #: relative error against fp32 above which a leaf module counts as precision-sensitive
 PRECISION_THRESHOLD = 0.1
-SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "precision": 3}
+SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
+#: the words of each rank: a precision note never reads like an overflow
+SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
 
 
 @dataclass
@@ -63,13 +65,23 @@ class LayerStats:
 
 @dataclass
 class Finding:
+    """One thing the audit found. ``code``, when set, is the fix as code in the framework's own
+    syntax (it parses as Python); ``advice`` says the same in words."""
+
     layer: str
     kind: str
     advice: str
     severity: int = 0
+    code: str | None = None
+
+    @property
+    def level(self) -> str:
+        """``error`` (non-finite, overflow), ``warning`` (underflow, contract) or ``note`` (precision)."""
+        return SEVERITY_LABEL.get(self.severity, "note")
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "kind": self.kind, "advice": self.advice}
+        return {"layer": self.layer, "kind": self.kind, "severity": self.level, "advice": self.advice,
+                "code": self.code}
 
 
 @dataclass
@@ -119,7 +131,8 @@ class AuditReport:
     def from_dict(cls, d: dict) -> AuditReport:
         layers = [LayerStats(**{k: v for k, v in lay.items() if k in LayerStats.__dataclass_fields__})
                   for lay in d["layers"]]
-        findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9)) for f in d["findings"]]
+        findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9), f.get("code"))
+                    for f in d["findings"]]
         return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
                    d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
                    d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"),
@@ -164,7 +177,7 @@ def check_audit_args(mode: str, steps: int, loss_scale: float | None, default_sc
 class Advice:
     """How a framework says the fixes: keeping one layer in float32, and its loss scaler's names."""
 
-    fp32_hint: Callable[[str], str]   # name -> how to keep that module/layer in float32
+    fp32_hint: Callable[[str], str]   # name -> code (valid Python, no backticks) keeping that module/layer in float32
     scaler: str                       # "GradScaler" / "LossScaleOptimizer"
     init_arg: str                     # "init_scale" / "initial_scale"
 
