@@ -15,10 +15,48 @@ from ..errors import UsageError
 from ..formats import BF16, FP16, FloatFormat
 from ..precision import parse_mode
 
-#: a finding is raised when more than this share of nonzero values under/overflows
+#: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
+#: to zero or kept as a subnormal with fewer than LOST_BITS significant bits
 UNDERFLOW_THRESHOLD = 0.05
-#: relative error against fp32 above which a leaf module counts as precision-sensitive
-PRECISION_THRESHOLD = 0.1
+LOST_BITS = 4
+
+
+def lost_below(fmt: FloatFormat) -> float:
+    """Magnitudes under this keep fewer than ``LOST_BITS`` significant bits in ``fmt`` (subnormals
+    ``k * smallest_subnormal`` with ``k < 2**(LOST_BITS-1)``, and what rounds to zero): a rounding
+    error of 1/16 or more. Subnormals above it keep a usable value, so a model whose gradients are
+    merely subnormal (attention queries at initialisation, measured on HF BERT: 96% subnormal at
+    GradScaler's 2**16, 0.1% flushed) is not told it underflows."""
+    return fmt.smallest_subnormal * 2.0 ** (LOST_BITS - 1)
+#: a leaf module counts as precision-sensitive when its output differs from the fp32 reference by
+#: more than this many of the format's rounding units (2**-(mantissa_bits+1)): 64 units is 25% in
+#: bf16 and 3.1% in fp16. Errors of a few to ~15 units are what rounding every layer's output costs
+#: in a deep network (measured on torchvision/timm ResNets, MobileNet, HF BERT/GPT-2: 0.4-5% in
+#: bf16, 0.05-0.7% in fp16); far above that a module cancels or amplifies what the format lost.
+PRECISION_UNITS = 64
+#: a module is the origin of its error when its output error is at least this many times its inputs'
+AMPLIFICATION = 2.0
+
+
+def rounding_unit(fmt: FloatFormat) -> float:
+    """The format's unit roundoff, 2**-(mantissa_bits+1): the relative error of one rounding."""
+    return 2.0 ** -(fmt.mantissa_bits + 1)
+
+
+def precision_threshold(fmt: FloatFormat) -> float:
+    """The relative error above which a module's output is imprecise *for this format*."""
+    return PRECISION_UNITS * rounding_unit(fmt)
+
+
+def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) -> float:
+    """``||low - fp32|| / ||fp32||``, meaningful near zero: the denominator is at least what a
+    tensor of ``size`` elements at the format's smallest normal would have, so an output that is
+    zero in fp32 (a zero-initialised BatchNorm, a ReLU of negatives) and tiny in the mode reads
+    as the small error it is, not as 10**34."""
+    if dist == 0:
+        return 0.0
+    floor = math.sqrt(max(size, 1)) * fmt.smallest_normal
+    return float(dist / max(ref_norm, floor))
 SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
 #: the words of each rank: a precision note never reads like an overflow
 SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
@@ -36,7 +74,10 @@ class LayerStats:
     grad_underflow_frac: float = 0.0
     grad_nonfinite: int = 0
     grad_headroom_log2: float = math.inf   # at the loss scale
+    fwd_lost_frac: float = 0.0             # share of nonzero outputs flushed or left with < LOST_BITS bits
+    grad_lost_frac: float = 0.0            # the same for gradients, at the loss scale
     rel_error: float | None = None         # audited output vs the fp32 reference (max over calls)
+    input_rel_error: float | None = None   # its inputs likewise, measured where rel_error is large for the format
     calls: int = 0
     leaf: bool = True
     # accumulators (not serialised)
@@ -44,23 +85,31 @@ class LayerStats:
     _fwd_under: float = field(default=0.0, repr=False)
     _grad_nz: float = field(default=0.0, repr=False)
     _grad_under: float = field(default=0.0, repr=False)
+    _fwd_lost: float = field(default=0.0, repr=False)
+    _grad_lost: float = field(default=0.0, repr=False)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
-    def count_forward(self, nonzero: float, under: float) -> None:
+    def count_forward(self, nonzero: float, under: float, lost: float | None = None) -> None:
+        """``under``: nonzero values below the smallest normal; ``lost``: below :func:`lost_below`
+        (a backend that does not count it passes None: every underflowing value counts as lost)."""
         self._fwd_nz += nonzero
         self._fwd_under += under
+        self._fwd_lost += under if lost is None else lost
 
-    def count_grad(self, nonzero: float, under: float) -> None:
+    def count_grad(self, nonzero: float, under: float, lost: float | None = None) -> None:
         self._grad_nz += nonzero
         self._grad_under += under
+        self._grad_lost += under if lost is None else lost
 
     def finish(self, fmt: FloatFormat) -> None:
         """Derive headroom and underflow shares from what was accumulated over the audited steps."""
         self.fwd_headroom_log2 = fmt.headroom_log2(self.fwd_amax)
         self.fwd_underflow_frac = float(self._fwd_under / self._fwd_nz) if self._fwd_nz else 0.0
         self.grad_underflow_frac = float(self._grad_under / self._grad_nz) if self._grad_nz else 0.0
+        self.fwd_lost_frac = float(self._fwd_lost / self._fwd_nz) if self._fwd_nz else 0.0
+        self.grad_lost_frac = float(self._grad_lost / self._grad_nz) if self._grad_nz else 0.0
 
 
 @dataclass
@@ -101,6 +150,8 @@ class AuditReport:
     note: str | None = None            # what auto resolved to and why this mode was audited
     interrupted: bool = False          # Ctrl-C or SIGTERM stopped the run; the statistics cover steps_completed
     steps_completed: int | None = None  # audited steps that finished (None: all of them)
+    initial_loss_scale: float | None = None  # fp16 without a fixed scale: where the scaler started...
+    skipped_steps: int = 0                   # ...and the steps it skipped (halving) before loss_scale
 
     @property
     def failed(self) -> bool:
@@ -120,7 +171,8 @@ class AuditReport:
                 "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
                 "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
                 "suggested_loss_scale": self.suggested_loss_scale, "resolved_from": self.resolved_from,
-                "note": self.note, "interrupted": self.interrupted, "steps_completed": self.completed}
+                "note": self.note, "interrupted": self.interrupted, "steps_completed": self.completed,
+                "initial_loss_scale": self.initial_loss_scale or self.loss_scale, "skipped_steps": self.skipped_steps}
 
     @property
     def completed(self) -> int:
@@ -136,7 +188,16 @@ class AuditReport:
         return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
                    d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
                    d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"),
-                   bool(d.get("interrupted", False)), d.get("steps_completed"))
+                   bool(d.get("interrupted", False)), d.get("steps_completed"), d.get("initial_loss_scale"),
+                   int(d.get("skipped_steps", 0)))
+
+
+def backoff_note(scaler: str, initial: float, final: float, skipped: int) -> str:
+    """What a default fp16 run does at its start, said as the audit saw it (not a finding: it is how
+    dynamic loss scaling is meant to work)."""
+    return (f"at {scaler}'s initial scale {initial:g} some gradients overflow fp16, as dynamic loss scaling "
+            f"expects: a default run skips its first {skipped} step(s), halving the scale each time, and trains at "
+            f"{final:g}; the audit follows it and reports loss scale {final:g}")
 
 
 def audit_mode_for_auto(resolve) -> tuple[str, str]:
@@ -180,13 +241,23 @@ class Advice:
     fp32_hint: Callable[[str], str]   # name -> code (valid Python, no backticks) keeping that module/layer in float32
     scaler: str                       # "GradScaler" / "LossScaleOptimizer"
     init_arg: str                     # "init_scale" / "initial_scale"
+    scale_code: Callable[[float], str] | None = None   # scale -> code making the scaler start there
 
 
 def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,
                  reference_nonfinite: bool, advice: Advice) -> tuple[list[Finding], float | None]:
     """Findings with advice from per-layer statistics (framework-neutral; ``advice`` words the fixes
     in the user's framework)."""
-    fp32_hint, scaler, init_arg = advice.fp32_hint, advice.scaler, advice.init_arg
+    fp32_hint, scaler, init_arg, scale_code = advice.fp32_hint, advice.scaler, advice.init_arg, advice.scale_code
+    limit = precision_threshold(fmt)
+
+    def _fp32(name: str) -> str:
+        one_line = fp32_hint(name)
+        return f"`{one_line}`" if "\n" not in one_line else "autocast off for it, its inputs cast to float32: the finding's code"
+
+    def _scale(value: float | None) -> str | None:
+        return scale_code(value) if scale_code and value else None
+
     by_name = {lay.name: lay for lay in layers}
     out: list[Finding] = []
     for lay in layers:
@@ -194,6 +265,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     if first_nonfinite is not None:
         name, phase = first_nonfinite["name"], first_nonfinite["phase"]
         lay = by_name.get(name)
+        code = None
         if reference_nonfinite:
             advice = (f"the first inf/NaN appears in the {phase} of {name or '(model)'}, and the fp32 reference is "
                       "non-finite too: this is not a precision problem — look for log/sqrt/division at 0 or an "
@@ -201,14 +273,15 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         elif phase == "forward":
             advice = (f"the first inf/NaN of the {mode} run appears in the forward output of {name or '(model)'}"
                       + (f" (its fp32 outputs reach {lay.fwd_amax:.3g}, {fmt.name}'s max is {fmt.max_finite:g})" if lay else "")
-                      + f": run it in float32 ({fp32_hint(name)})"
+                      + f": run it in float32 ({_fp32(name)})"
                       + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
+            code = fp32_hint(name)
         else:
             advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
                       + (f"{scaler} skips such a step and halves the scale; if it happens every step, lower "
                          f"{init_arg} or train in bf16" if mode == "fp16" else
                          "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
-        out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"]))
+        out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"], code))
     # overflow: the innermost modules whose fp32 outputs exceed the format's range
     over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite]
     for lay in over:
@@ -218,8 +291,8 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         out.append(Finding(lay.name, "overflow",
                            f"outputs reach {lay.fwd_amax:.3g}, beyond {fmt.name}'s max {fmt.max_finite:g} "
                            f"(headroom {lay.fwd_headroom_log2:.1f} bits): keep {lay.name or 'the model'} in float32 "
-                           f"({fp32_hint(lay.name)})"
-                           + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"]))
+                           f"({_fp32(lay.name)})"
+                           + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"], fp32_hint(lay.name)))
     # gradient overflow at this loss scale (leaf modules: where the scaled gradient is produced)
     for lay in layers:
         if mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0:
@@ -228,9 +301,10 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
                                f"beyond fp16's max {fmt.max_finite:g}: {scaler} skips such steps and halves the "
                                f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
-                                           "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"]))
+                                           "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
+                               _scale(fit if fit and fit >= 1 else None)))
     # gradient underflow at this loss scale
-    under = [lay for lay in layers if lay.grad_underflow_frac > UNDERFLOW_THRESHOLD]
+    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD]
     suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
     for lay in under:
         if mode == "fp16":
@@ -240,21 +314,34 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         else:
             fix = "keep this module in float32"
         out.append(Finding(lay.name, "underflow",
-                           f"{lay.grad_underflow_frac:.0%} of its nonzero gradients fall below {fmt.name}'s smallest "
-                           f"normal ({fmt.smallest_normal:.2g}) at loss scale {scale:g}: {fix}", SEVERITY["underflow"]))
+                           f"{lay.grad_lost_frac:.0%} of its nonzero gradients are lost at loss scale {scale:g}: "
+                           f"flushed to zero or below {lost_below(fmt):.2g} in {fmt.name}, where fewer than {LOST_BITS} "
+                           f"significant bits remain ({lay.grad_underflow_frac:.0%} below the smallest normal "
+                           f"{fmt.smallest_normal:.2g}): {fix}", SEVERITY["underflow"],
+                           _scale(suggested) if mode == "fp16" else fp32_hint(lay.name)))
     for lay in layers:
-        if lay.fwd_underflow_frac > UNDERFLOW_THRESHOLD and lay.leaf:
+        if lay.fwd_lost_frac > UNDERFLOW_THRESHOLD and lay.leaf:
             out.append(Finding(lay.name, "underflow",
-                               f"{lay.fwd_underflow_frac:.0%} of its nonzero outputs are below {fmt.name}'s smallest "
-                               f"normal ({fmt.smallest_normal:.2g}) and are flushed or denormal: keep it in float32"
-                               + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"]))
-    # precision: leaf modules whose output differs from the fp32 reference by more than the threshold
+                               f"{lay.fwd_lost_frac:.0%} of its nonzero outputs are lost in {fmt.name}: flushed to zero "
+                               f"or below {lost_below(fmt):.2g}, where fewer than {LOST_BITS} significant bits remain "
+                               f"({lay.fwd_underflow_frac:.0%} below the smallest normal): keep it in float32"
+                               + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"], fp32_hint(lay.name)))
+    # precision: leaf modules whose output differs from the fp32 reference by more than the format's
+    # threshold and that make that error themselves (at least twice what their inputs bring: a module
+    # that passes on an upstream error is not the one to keep in float32)
     for lay in layers:
-        if lay.leaf and lay.rel_error is not None and lay.rel_error > PRECISION_THRESHOLD and lay.fwd_nonfinite == 0:
-            out.append(Finding(lay.name, "precision",
-                               f"its output differs from float32 by {lay.rel_error:.1%} (relative) under {mode}, "
-                               f"whose {fmt.mantissa_bits}-bit mantissa loses what this module needs: keep it in float32"
-                               f" ({fp32_hint(lay.name)})", SEVERITY["precision"]))
+        if not (lay.leaf and lay.rel_error is not None and lay.rel_error > limit and lay.fwd_nonfinite == 0):
+            continue
+        received = lay.input_rel_error
+        if received is not None and received * AMPLIFICATION > lay.rel_error:
+            continue
+        came_in = f"; its inputs differ by {received:.2%}" if received is not None else ""
+        out.append(Finding(lay.name, "precision",
+                           f"its output differs from float32 by {lay.rel_error:.1%} (relative) under {mode}, "
+                           f"{lay.rel_error / rounding_unit(fmt):.0f}x {fmt.name}'s rounding unit "
+                           f"(findings from {PRECISION_UNITS}x, {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
+                           f"mantissa this module cancels or amplifies rounding; keep it in float32: {_fp32(lay.name)}",
+                           SEVERITY["precision"], fp32_hint(lay.name)))
     out.sort(key=lambda f: f.severity)
     return out, suggested
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import textwrap
+from collections import Counter
 
 from rich.table import Table
 
 from ..audit.core import SEVERITY
 from .output import fmt, print_keras_line
 
-_KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "precision": "magenta"}
+_KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "contract": "yellow",
+               "precision": "magenta"}
 
 
 def _hr(x) -> str:
@@ -27,7 +30,7 @@ def _steps(report) -> str:
 def render(report, con) -> None:
     worst: dict[str, int] = {}
     for f in report.findings:
-        worst[f.layer] = min(worst.get(f.layer, 9), SEVERITY[f.kind])
+        worst[f.layer] = min(worst.get(f.layer, 9), SEVERITY.get(f.kind, 9))
     layers = sorted(report.layers, key=lambda lay: (worst.get(lay.name, 9), lay.fwd_headroom_log2))
     origin = report.first_nonfinite
     # headroom: log2(max finite / amax) in bits; underflow: share of the fp32 reference's nonzero values
@@ -49,7 +52,7 @@ def render(report, con) -> None:
         mark = ""
         if origin and origin["name"] == lay.name:
             mark = f" ← first inf/NaN ({origin['phase']})"
-        found = ", ".join(f"[{_KIND_STYLE[k]}]{k}[/]" for k in dict.fromkeys(kinds.get(lay.name, [])))
+        found = ", ".join(f"[{_KIND_STYLE.get(k, 'white')}]{k}[/]" for k in dict.fromkeys(kinds.get(lay.name, [])))
         table.add_row((lay.name or "(model)") + mark, lay.type, fmt(lay.fwd_amax, ".3g"), _hr(lay.fwd_headroom_log2),
                       f"{lay.fwd_underflow_frac:.1%}", str(lay.fwd_nonfinite), fmt(lay.grad_amax, ".3g"),
                       _hr(lay.grad_headroom_log2), f"{lay.grad_underflow_frac:.1%}", str(lay.grad_nonfinite),
@@ -67,6 +70,12 @@ def render(report, con) -> None:
         within = f" in the {report.completed} step(s) that finished" if report.interrupted else ""
         con.print(f"[green]no findings: {report.mode} is numerically healthy for this model at loss scale "
                   f"{report.loss_scale:g}{within}[/]")
+    if report.findings:
+        levels = Counter(f.level for f in report.findings)
+        con.print(f"{len(report.findings)} finding(s): " + ", ".join(f"{n} {lvl}" for lvl, n in levels.items()),
+                  markup=False, highlight=False)
     for f in report.findings:
-        con.print(f"[{_KIND_STYLE[f.kind]}]{f.kind}[/] {f.layer or '(model)'}: ", end="")
+        con.print(f"[{_KIND_STYLE.get(f.kind, 'white')}]{f.level} {f.kind}[/] {f.layer or '(model)'}: ", end="")
         con.print(f.advice, markup=False, highlight=False)
+        if f.code:
+            con.print(textwrap.indent(f.code, "    "), markup=False, highlight=False)

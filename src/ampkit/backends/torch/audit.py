@@ -13,7 +13,10 @@ needs about twice the activation memory of a plain one.
 
 from __future__ import annotations
 
+import contextlib
+import keyword
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,9 +28,13 @@ from ...audit.core import (
     AuditReport,
     LayerStats,
     audit_mode_for_auto,
+    backoff_note,
     check_audit_args,
     findings_for,
     format_of,
+    lost_below,
+    precision_threshold,
+    relative_error,
 )
 from ...errors import UsageError
 from ...formats import FloatFormat
@@ -35,7 +42,7 @@ from ...isolation import stop_requested
 from .devices import resolve_device
 from .engine import MixedPrecision
 from .environment import torch_environment
-from .numerics.hooks import Recorder, origin_backward
+from .numerics.hooks import Recorder, float_tensors, origin_backward
 from .workloads import Workload, build_workload, check_builtin, cross_entropy, default_workload
 
 #: GradScaler's default init_scale: an fp16 audit looks at what a default run sees
@@ -65,16 +72,21 @@ class _StepProbe:
         self._by_tid: dict = {}   # tensor id -> index of its gradient probe
         self.outputs: dict = {}   # reference outputs kept for the distance
         self.norms: dict = {}     # key -> [norm of each reference output] (host floats after host())
+        self.sizes: dict = {}     # key -> [element count of each reference output]
         self._saw = False
 
     def _put(self, *tensors: torch.Tensor) -> int:
         self._vals.extend(tensors)
         return len(self._vals) - len(tensors)
 
-    def _magnitudes(self, x: torch.Tensor, threshold: float) -> tuple[int, int]:
+    def _magnitudes(self, x: torch.Tensor, scale: float) -> tuple[int, int]:
+        """amax, nonzero count, count below the smallest normal and below :func:`lost_below`, the
+        last two for ``x * scale`` (zeros included: :meth:`host` takes them out)."""
         a = x.abs()
         amax = a.max() if a.numel() else a.new_zeros(())
-        return self._put(amax.float(), torch.count_nonzero(a).float(), torch.count_nonzero(a < threshold).float()), a.numel()
+        under, lost = self.fmt.smallest_normal / scale, lost_below(self.fmt) / scale
+        return self._put(amax.float(), torch.count_nonzero(a).float(), torch.count_nonzero(a < under).float(),
+                         torch.count_nonzero(a < lost).float()), a.numel()
 
     def _probe(self, x: torch.Tensor) -> torch.Tensor:
         if self.exact:
@@ -87,17 +99,19 @@ class _StepProbe:
         if self.reference is None:
             for t in tensors:
                 x = t.detach().float()
-                self._fwd.setdefault(key, []).append(self._magnitudes(x, self.fmt.smallest_normal))
-                # keep a copy: a later in-place op (ReLU(inplace=True)) must not change it
-                kept = x.clone() if x is t else x
+                # keep a copy as produced: a later in-place op (ReLU(inplace=True), `out += identity`)
+                # changes the module's output tensor, and .detach()/.float() share its storage
+                kept = x.clone()
+                self._fwd.setdefault(key, []).append(self._magnitudes(kept, 1.0))
                 self.outputs.setdefault(key, []).append(kept)
-                self.norms.setdefault(key, []).append(self._put(kept.norm()))
+                self.sizes.setdefault(key, []).append(kept.numel())
+                self.norms.setdefault(key, []).append(self._put(torch.linalg.vector_norm(kept)))
             return
         ref = self.reference.outputs.get(key, [])
         for i, t in enumerate(tensors):
             x = t.detach()
             same = i < len(ref) and ref[i].shape == x.shape
-            dist = torch.dist(x.float(), ref[i]) if same else None
+            dist = torch.linalg.vector_norm(x.float() - ref[i]) if same else None
             idx = self._put(self._probe(x), dist) if same else self._put(self._probe(x))
             self._fwd.setdefault(key, []).append((idx, i if same else None))
 
@@ -105,7 +119,7 @@ class _StepProbe:
         g = grad.detach()
         if self.reference is None:  # reference: magnitudes of output gradients only
             if kind == "output":
-                self._grad.setdefault(key, []).append(self._magnitudes(g.float(), self.fmt.smallest_normal / self.scale))
+                self._grad.setdefault(key, []).append(self._magnitudes(g.float(), self.scale))
             return
         idx = self._by_tid.get(tid)
         if idx is None:  # one probe per gradient tensor, however many modules it belongs to
@@ -127,7 +141,8 @@ class _StepProbe:
         flat = torch.stack(self._vals).tolist() if self._vals else []
         if self.reference is None:
             def mags(recs):
-                return [[flat[i], flat[i + 1], flat[i + 2] - (n - flat[i + 1])] for i, n in recs]
+                return [[flat[i], flat[i + 1], flat[i + 2] - (n - flat[i + 1]), flat[i + 3] - (n - flat[i + 1])]
+                        for i, n in recs]
             self.norms = {k: [flat[i] for i in v] for k, v in self.norms.items()}
             return ({k: mags(v) for k, v in self._fwd.items()}, {k: mags(v) for k, v in self._grad.items()}, [])
         norms = self.reference.norms
@@ -139,12 +154,52 @@ class _StepProbe:
                 if ref_i is None:
                     rows.append([bad])
                 else:
-                    rows.append([bad, flat[idx + 1] / max(norms[key][ref_i], 1e-30)])
+                    rows.append([bad, relative_error(flat[idx + 1], norms[key][ref_i], self.reference.sizes[key][ref_i],
+                                                     self.fmt)])
             fwd[key] = rows
         grad = {k: [[self._bad(flat[i])] for i in v] for k, v in self._grad.items()}
         events = [(k, kind, tid, self._bad(flat[i]) > 0) for k, kind, tid, i in self._events]
         self._saw = any(e[3] for e in events) or any(r[0] > 0 for v in fwd.values() for r in v)
         return fwd, grad, events
+
+
+class _InputProbe:
+    """The error each candidate module *receives*: its floating inputs in the audited pass against
+    the fp32 reference's. Run only when some leaf's output error is large for the format (forward
+    passes only, no gradients), so that a module that merely passes on an error made upstream is
+    not told to run in float32."""
+
+    def __init__(self, model: nn.Module, names: set[str], fmt: FloatFormat):
+        self.model, self.names, self.fmt = model, names, fmt
+        self.kept: dict = {}
+        self.errors: dict[str, float] = {}
+
+    def _hook(self, name: str, reference: bool, calls: dict):
+        def hook(module, args):
+            idx = calls[name] = calls.get(name, -1) + 1
+            xs = float_tensors(args)
+            if reference:
+                self.kept[(name, idx)] = [x.detach().float().clone() for x in xs]
+                return
+            refs = self.kept.get((name, idx), [])
+            worst = 0.0
+            for x, r in zip(xs, refs):
+                if x.shape == r.shape:
+                    dist = float(torch.linalg.vector_norm(x.detach().float() - r))
+                    worst = max(worst, relative_error(dist, float(torch.linalg.vector_norm(r)), r.numel(), self.fmt))
+            self.errors[name] = max(self.errors.get(name, 0.0), worst)
+        return hook
+
+    def run(self, workload, batch, mp: MixedPrecision, reference: bool) -> None:
+        calls: dict = {}
+        handles = [m.register_forward_pre_hook(self._hook(n, reference, calls))
+                   for n, m in self.model.named_modules() if n in self.names]
+        try:
+            with torch.no_grad(), mp.autocast():
+                workload.loss(batch)
+        finally:
+            for h in handles:
+                h.remove()
 
 
 def _run(model, workload, batch, mp: MixedPrecision, probe: _StepProbe) -> tuple[list, dict]:
@@ -164,7 +219,8 @@ def _run(model, workload, batch, mp: MixedPrecision, probe: _StepProbe) -> tuple
 
 
 def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
-          loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None) -> AuditReport:
+          loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None,
+          seed: int = 0) -> AuditReport:
     """Audit the numerics of ``mode`` layer by layer against an fp32 reference.
 
     Args:
@@ -175,6 +231,11 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
         loss_scale: the fixed loss scale to audit at (default: the engine's initial scale,
             2**16 for fp16; 1 for bf16, which uses no scaling).
         steps: training steps to audit; the optimizer (AdamW) steps after each audited step.
+        seed: step ``i`` runs both its fp32 reference and the audited pass from seed ``seed + i``,
+            so dropout masks (and any other random draw of the model) are identical in both; the
+            caller's random stream is left as it was.
+
+    The model runs in train mode (as training does; its previous mode is restored afterwards).
     """
     if isinstance(mode, str) and mode.strip().lower() == "auto":
         from .devices import resolve_auto
@@ -182,9 +243,10 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
         dev = resolve_device(device)
         chosen, note = audit_mode_for_auto(lambda: resolve_auto(dev))
         report = audit(model_or_workload, batch, loss_fn, mode=chosen, loss_scale=loss_scale, steps=steps,
-                       device=dev, lr=lr)
-        report.resolved_from, report.note = "auto", note
+                       device=dev, lr=lr, seed=seed)
+        report.resolved_from, report.note = "auto", note + (f"; {report.note}" if report.note else "")
         return report
+    scale_fixed = loss_scale is not None
     mode, loss_scale = check_audit_args(mode, steps, loss_scale, DEFAULT_LOSS_SCALE)
     device = resolve_device(device)
     if isinstance(model_or_workload, Workload):
@@ -196,57 +258,148 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
             raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
         workload = Workload(model_or_workload.to(device), lambda *a: batch, loss_fn=loss_fn)
     model = workload.model
+    was_training = model.training
+    model.train()  # audited as training runs: dropout on, BatchNorm on batch statistics
+    try:
+        return _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, seed, scale_fixed)
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def _same_randomness(device, seed: int):
+    """Both passes of a step draw the same random numbers (dropout masks, anything a model draws):
+    the global generators are seeded alike inside a fork, so the user's random stream is untouched."""
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def _restore(buffers) -> None:
+    with torch.no_grad():
+        for b, saved in buffers:
+            b.copy_(saved)
+
+
+@dataclass
+class _StepRun:
+    order: list
+    meta: dict
+    ref_fwd: dict
+    ref_grad: dict
+    fwd: dict
+    grad: dict
+    events: list
+    mp: MixedPrecision
+
+    @property
+    def forward_nonfinite(self) -> bool:
+        return any(r[0] > 0 for rows in self.fwd.values() for r in rows)
+
+    @property
+    def backward_nonfinite(self) -> bool:
+        return any(e[3] for e in self.events)
+
+    @property
+    def reference_nonfinite(self) -> bool:
+        return any(not math.isfinite(st[0]) for d in (self.ref_fwd, self.ref_grad) for v in d.values() for st in v)
+
+
+def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffers) -> _StepRun:
+    """One step at loss scale ``scale``: the fp32 reference (same weights, same random numbers, no
+    optimizer step; the buffers it updates, BatchNorm's running statistics, are put back), then the
+    audited mode at that fixed scale (a fresh engine keeps the scale where it was asked); a pass
+    that saw inf/NaN runs again counting them exactly. Gradients are left in ``.grad``."""
+    ref_probe = _StepProbe(fmt, scale, None)
+    with _same_randomness(device, seed):
+        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
+    _restore(buffers)
+    model.zero_grad(set_to_none=True)
+    ref_fwd, ref_grad, _ = ref_probe.host()
+    exact = False
+    while True:
+        mp = MixedPrecision(mode, device, init_scale=scale, model=model)
+        probe = _StepProbe(fmt, scale, ref_probe, exact=exact)
+        with _same_randomness(device, seed):
+            order2, _ = _run(model, workload, batch, mp, probe)
+        fwd, grad, events = probe.host()
+        if exact or not probe.saw_nonfinite:
+            return _StepRun(order2, dict(meta, ref_order=order), ref_fwd, ref_grad, fwd,
+                            grad, events, mp)
+        exact = True
+        _restore(buffers)
+        model.zero_grad(set_to_none=True)
+
+
+def _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, seed, scale_fixed) -> AuditReport:
     fmt = format_of(mode)
     opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
     layers: dict[str, LayerStats] = {}
     names_in_order: list[str] = []
     first_nonfinite = None
     reference_nonfinite = False
+    initial_scale, backoffs = loss_scale, 0
     done = 0
     for step in range(steps):
         if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
             break
-        # reference: fp32, same weights, no optimizer step
-        ref_probe = _StepProbe(fmt, loss_scale, None)
-        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
-        opt.zero_grad(set_to_none=True)
-        ref_fwd, ref_grad, _ = ref_probe.host()
-        # audited mode at a fixed scale: a fresh engine each step keeps the scale where it was asked
-        mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
-        probe = _StepProbe(fmt, loss_scale, ref_probe)
-        order2, _ = _run(model, workload, batch, mp, probe)
-        fwd, grad, events = probe.host()
-        if probe.saw_nonfinite:  # the same step again (same weights), counting inf/NaN exactly
-            opt.zero_grad(set_to_none=True)
-            mp = MixedPrecision(mode, device, init_scale=loss_scale, model=model)
-            probe = _StepProbe(fmt, loss_scale, ref_probe, exact=True)
-            order2, _ = _run(model, workload, batch, mp, probe)
-            fwd, grad, events = probe.host()
-        mp.step(opt, zero_grad=True)
-        del ref_probe
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        while True:
+            run = _audited_step(model, workload, batch, mode, fmt, loss_scale, device, seed + step, buffers)
+            # GradScaler's own start: gradients that overflow only at the scale (forward and fp32
+            # reference finite) make it skip the step and halve the scale. Unless the user fixed the
+            # scale, the audit does the same and audits the scale a default run trains at.
+            if (mode == "fp16" and not scale_fixed and run.backward_nonfinite and not run.forward_nonfinite
+                    and not run.reference_nonfinite and loss_scale / 2 >= 1.0):
+                loss_scale /= 2
+                backoffs += 1
+                _restore(buffers)
+                model.zero_grad(set_to_none=True)
+                continue
+            break
+        order, order2, meta = run.meta["ref_order"], run.order, run.meta
+        candidates = {k[0] for k, rows in run.fwd.items() if meta["leaf"].get(k[0], True)
+                      and any(len(r) > 1 and r[0] == 0 and r[1] > precision_threshold(fmt) for r in rows)}
+        if candidates:  # what error reaches them? (the same step's forward twice more, same randomness)
+            inputs = _InputProbe(model, candidates, fmt)
+            for engine in (MixedPrecision("fp32", device), MixedPrecision(mode, device, init_scale=loss_scale)):
+                _restore(buffers)
+                with _same_randomness(device, seed + step):
+                    inputs.run(workload, batch, engine, reference=engine.mode == "fp32")
+            _restore(buffers)
+            for name, err in inputs.errors.items():
+                lay = layers.setdefault(name, LayerStats(name, meta["types"].get(name, "?"), leaf=True))
+                lay.input_rel_error = max(lay.input_rel_error or 0.0, err)
+            del inputs
+        run.mp.step(opt, zero_grad=True)
+        del buffers
         if step == 0:
             for name, _ in order:
                 if name not in names_in_order:
                     names_in_order.append(name)
         order_index = {k: i for i, k in enumerate(order2)}
-        _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad)
-        reference_nonfinite = reference_nonfinite or any(
-            not math.isfinite(st[0]) for d in (ref_fwd, ref_grad) for v in d.values() for st in v)
+        _accumulate(layers, meta, fmt, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
+        reference_nonfinite = reference_nonfinite or run.reference_nonfinite
         if first_nonfinite is None:
-            fwd_bad = next((k for k in order2 if any(s[0] > 0 for s in fwd.get(k, []))), None)
+            fwd_bad = next((k for k in order2 if any(s[0] > 0 for s in run.fwd.get(k, []))), None)
             if fwd_bad is not None:
                 first_nonfinite = {"name": fwd_bad[0], "phase": "forward"}
             else:
-                first_nonfinite = origin_backward(events, meta["depth"], order_index)
+                first_nonfinite = origin_backward(run.events, meta["depth"], order_index)
             if first_nonfinite is not None:
                 first_nonfinite["step"] = step
         done += 1
     ordered = [layers[n] for n in names_in_order if n in layers]
     findings, suggested = findings_for(ordered, fmt, mode, loss_scale, first_nonfinite, reference_nonfinite,
-                                       Advice(torch_fp32_hint(device.type), "GradScaler", "init_scale"))
-    return AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
-                       torch_environment(device), workload.name, reference_nonfinite, suggested,
-                       interrupted=stop_requested(), steps_completed=done)
+                                       Advice(torch_fp32_hint(model, device.type), "GradScaler", "init_scale",
+                                              lambda s: f"scaler = torch.amp.GradScaler({device.type!r}, init_scale={s:g})"))
+    report = AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
+                         torch_environment(device), workload.name, reference_nonfinite, suggested,
+                         interrupted=stop_requested(), steps_completed=done)
+    if backoffs:
+        report.initial_loss_scale, report.skipped_steps = float(initial_scale), backoffs
+        report.note = backoff_note("GradScaler", initial_scale, loss_scale, backoffs)
+    return report
 
 
 def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
@@ -254,9 +407,9 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         name = key[0]
         lay = layers.setdefault(name, LayerStats(name, meta["types"].get(name, "?"), leaf=meta["leaf"].get(name, True)))
         lay.calls += 1
-        for amax, nz, under in stats:
+        for amax, nz, under, lost in stats:
             lay.fwd_amax = max(lay.fwd_amax, amax)
-            lay.count_forward(nz, under)
+            lay.count_forward(nz, under, lost)
     for key, stats in fwd.items():
         lay = layers.get(key[0])
         if lay is None:
@@ -269,9 +422,9 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         lay = layers.get(key[0])
         if lay is None:
             continue
-        for amax, nz, under in stats:
+        for amax, nz, under, lost in stats:
             lay.grad_amax = max(lay.grad_amax, amax)
-            lay.count_grad(nz, under)
+            lay.count_grad(nz, under, lost)
     for key, stats in grad.items():
         lay = layers.get(key[0])
         if lay is not None:
@@ -280,9 +433,37 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         lay.finish(fmt)
 
 
-def torch_fp32_hint(device_type: str):
-    """How to keep one module in float32 under torch.autocast."""
-    return lambda name: (f"`with torch.autocast('{device_type}', enabled=False): y = self.{name}(x.float())`")
+def module_expr(model: nn.Module, name: str, root: str = "model") -> str:
+    """Python that reaches the submodule ``name`` from ``root``: ``model.layer1[0].bn1`` where every
+    step can be written so (attributes, Sequential/ModuleList indices, ModuleDict keys), else
+    ``model.get_submodule('...')``, which always works."""
+    if not name:
+        return root
+    expr, parent = root, model
+    for part in name.split("."):
+        child = parent._modules.get(part) if parent is not None else None
+        if isinstance(parent, (nn.Sequential, nn.ModuleList)) and part.isdigit():
+            expr += f"[{part}]"
+        elif isinstance(parent, nn.ModuleDict):
+            expr += f"[{part!r}]"
+        elif part.isidentifier() and not keyword.iskeyword(part) and child is not None and getattr(parent, part, None) is child:
+            expr += f".{part}"
+        else:
+            return f"{root}.get_submodule({name!r})"
+        parent = child
+    return expr
+
+
+def torch_fp32_hint(model: nn.Module, device_type: str):
+    """Code that keeps one module of ``model`` in float32 under torch.autocast, run on the model
+    object from outside (no edit of its source): its floating inputs cast to float32, autocast
+    off inside its forward."""
+    def hint(name: str) -> str:
+        return (f"m = {module_expr(model, name)}\n"
+                "m.register_forward_pre_hook(lambda mod, args: tuple(a.float() if isinstance(a, torch.Tensor) "
+                "and a.is_floating_point() else a for a in args))\n"
+                f"m.forward = torch.autocast({device_type!r}, enabled=False)(m.forward)")
+    return hint
 
 
 def audit_from_config(cfg: AuditConfig) -> AuditReport:
@@ -295,7 +476,8 @@ def audit_from_config(cfg: AuditConfig) -> AuditReport:
     bs = cfg.batch_size or workload.batch_size
     batch = workload.make_batch(bs, device, torch.Generator().manual_seed(cfg.seed))
     try:
-        return audit(workload, batch, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps, device=device)
+        return audit(workload, batch, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps, device=device,
+                     seed=cfg.seed)
     except UsageError:
         raise
     except Exception as exc:

@@ -1,0 +1,149 @@
+"""The audit on real third-party models built without weights (torchvision, timm, HuggingFace),
+checked against an independent computation (tests/audit/realmodels.py), and on a planted
+precision problem whose advice, run as code, fixes it."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+import realmodels as rm
+import torch
+import torch.nn as nn
+
+import ampkit
+from ampkit.audit.core import precision_threshold
+from ampkit.backends.torch.workloads.base import call_model, cross_entropy
+from ampkit.formats import BF16, FP16
+
+pytestmark = pytest.mark.slow
+
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+FMT = {"bf16": BF16, "fp16": FP16}
+
+
+def _image(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g)
+
+
+def _tokens(targets_per_token: bool, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 512, (2, 16), generator=g)
+    y = torch.randint(0, 512, (2, 16), generator=g) if targets_per_token else torch.randint(0, 3, (2,), generator=g)
+    return {"input_ids": ids}, y
+
+
+MODELS = {
+    "torchvision-resnet18": (rm.resnet18, _image),
+    "torchvision-mobilenet_v3_small": (rm.mobilenet, _image),
+    "timm-resnet18": (rm.timm_resnet, _image),
+    "hf-bert": (rm.hf_bert, lambda: _tokens(False)),
+    "hf-gpt2": (rm.hf_gpt2, lambda: _tokens(True)),
+}
+
+
+def _build(name):
+    factory, data = MODELS[name]
+    try:
+        torch.manual_seed(0)
+        return factory(), data()
+    except ImportError as exc:  # the test extra brings all of them; a trimmed install skips
+        pytest.skip(f"{name}: {exc}")
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp16"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_real_model_has_no_false_alarm_and_errors_match_an_independent_computation(name, mode):
+    model, (x, y) = _build(name)
+    if hasattr(model, "config"):  # HF models keep their default dropout: the audit must make masks agree
+        assert model.config.to_dict().get("hidden_dropout_prob", model.config.to_dict().get("resid_pdrop")) > 0
+    model.eval()  # the audit runs train mode as training does, and gives the model back as it found it
+    oracle = rm.independent_rel_errors(model, lambda m: cross_entropy(call_model(m, x), y).backward(), DTYPE[mode])
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    rep = ampkit.audit(model, (x, y), mode=mode, device="cpu", seed=0)
+    assert not model.training
+    assert rep.first_nonfinite is None
+    bad = [f.to_dict() for f in rep.findings if f.kind in ("overflow", "nonfinite", "underflow")]
+    assert bad == []
+    measured = {lay.name: lay.rel_error for lay in rep.layers}
+    assert set(measured) == set(oracle)
+    for lname, want in oracle.items():
+        got = measured[lname]
+        assert got == pytest.approx(want, rel=1e-3, abs=1e-7), lname
+    limit = precision_threshold(FMT[mode])
+    for f in rep.findings:
+        assert f.kind == "precision" and oracle[f.layer] > limit and f.level == "note"
+        ast.parse(f.code)
+
+
+class Cancel(nn.Module):
+    """Catastrophic cancellation: adding and removing 1000 keeps 10 - log2(1000) ~ 0 bits of x in fp16."""
+
+    def forward(self, x):
+        return (x + 1e3) - 1e3
+
+
+def _cancelling():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), Cancel(), nn.Linear(32, 4))
+
+
+def test_planted_cancellation_is_found_at_its_origin_and_its_code_fixes_it():
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    model = _cancelling()
+    rep = ampkit.audit(model, batch, mode="fp16", device="cpu")
+    found = [f for f in rep.findings if f.kind == "precision"]
+    # the module that cancels, not the Linear after it that only inherits its error
+    assert [f.layer for f in found] == ["1"]
+    lay = {lay.name: lay for lay in rep.layers}
+    assert lay["1"].rel_error > 0.05 and lay["1"].input_rel_error < 0.01
+    assert lay["2"].rel_error > precision_threshold(FP16) and lay["2"].input_rel_error > lay["2"].rel_error / 2
+    doc = rep.to_dict()
+    assert doc["findings"][0]["severity"] == "note" and doc["findings"][0]["code"] == found[0].code
+    code = found[0].code
+    ast.parse(code)
+    assert "model[1]" in code
+    exec(code, {"torch": torch, "model": model})  # the advice, run as the user would
+    fixed = ampkit.audit(model, batch, mode="fp16", device="cpu")
+    assert not [f for f in fixed.findings if f.kind == "precision"]
+    assert {la.name: la for la in fixed.layers}["1"].rel_error < 0.01
+
+
+def test_advice_code_reaches_nested_modules_the_python_way():
+    from ampkit.backends.torch.audit import module_expr
+
+    model = rm.resnet18()
+    assert module_expr(model, "layer1.0.bn1") == "model.layer1[0].bn1"
+    assert eval(module_expr(model, "layer1.0.bn1"), {"model": model}) is model.layer1[0].bn1
+    odd = nn.Module()
+    odd.add_module("my-block", nn.ModuleDict({"a b": nn.Linear(2, 2)}))
+    expr = module_expr(odd, "my-block.a b")
+    assert eval(expr, {"model": odd}) is odd.get_submodule("my-block.a b")
+    assert module_expr(model, "") == "model"
+
+
+def test_default_fp16_scale_backs_off_like_gradscaler_and_a_fixed_scale_does_not():
+    """Gradients of 1.5 overflow fp16 at GradScaler's 2**16 (98304 > 65504), not at 2**15: a default
+    run skips one step and trains at 32768, which the audit reports without a finding; a scale the
+    user fixes is audited as given."""
+    def loss(out, y):
+        return out.float().sum() * 1.5
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(16, 4))
+
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g) * 0.1, None
+    rep = ampkit.audit(model(), batch, loss_fn=loss, mode="fp16", device="cpu")
+    assert (rep.loss_scale, rep.skipped_steps) == (32768.0, 1)
+    assert rep.to_dict()["initial_loss_scale"] == 65536.0
+    assert rep.findings == [] and rep.first_nonfinite is None
+    assert "skips its first 1 step(s)" in rep.note
+    fixed = ampkit.audit(model(), batch, loss_fn=loss, mode="fp16", loss_scale=65536.0, device="cpu")
+    assert fixed.loss_scale == 65536.0 and fixed.skipped_steps == 0
+    assert fixed.first_nonfinite is not None and fixed.first_nonfinite["phase"] == "backward"
+    assert any(f.kind == "nonfinite" and f.level == "error" for f in fixed.findings)
