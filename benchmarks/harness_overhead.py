@@ -5,7 +5,12 @@ Bench's figure comes from ``ampkit.backends.torch.measure.measure`` (what every 
 engine, the timing, the memory poller); the hand loop is plain PyTorch timed end to end.
 Target: within 5%.
 
-    python benchmarks/harness_overhead.py [--workload mlp] [--device auto] [--rounds 7] [--steps 30]
+Besides the built-in workloads, two real third-party models built from code with random weights:
+``tv-resnet18`` (torchvision ResNet-18, 3x64x64 images, 10 classes) and ``hf-bert`` (a HuggingFace
+BERT classifier from a config: 4 layers, hidden 256, sequence 64, its default dropout).
+
+    python benchmarks/harness_overhead.py [--workload mlp|cnn|tv-resnet18|hf-bert|...] [--device auto]
+                                          [--rounds 7] [--steps 30] [--batch-size N]
 """
 
 from __future__ import annotations
@@ -19,7 +24,33 @@ import torch
 from ampkit.backends.torch.devices import resolve_device
 from ampkit.backends.torch.measure import measure
 from ampkit.backends.torch.timing import synchronize
-from ampkit.backends.torch.workloads import build_builtin
+from ampkit.backends.torch.workloads import Workload, build_builtin
+from ampkit.backends.torch.workloads.base import classification_batches
+
+
+def _tv_resnet18() -> Workload:
+    import torchvision
+
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    return Workload(model, classification_batches((3, 64, 64), 10), name="tv-resnet18", batch_size=16)
+
+
+def _hf_bert() -> Workload:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    cfg = BertConfig(vocab_size=8192, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                     intermediate_size=1024, max_position_embeddings=128, num_labels=4)
+    model = BertForSequenceClassification(cfg)
+
+    def make_batch(batch_size, device, generator):
+        ids = torch.randint(0, cfg.vocab_size, (batch_size, 64), generator=generator)
+        y = torch.randint(0, cfg.num_labels, (batch_size,), generator=generator)
+        return {"input_ids": ids.to(device)}, y.to(device)
+
+    return Workload(model, make_batch, name="hf-bert", batch_size=16)
+
+
+EXTRA = {"tv-resnet18": _tv_resnet18, "hf-bert": _hf_bert}
 
 
 def hand_loop(model, batch, loss_of, opt, steps, device) -> float:
@@ -44,7 +75,7 @@ def main() -> None:
     args = p.parse_args()
     device = resolve_device(args.device)
     torch.manual_seed(0)
-    wl = build_builtin(args.workload)
+    wl = EXTRA[args.workload]() if args.workload in EXTRA else build_builtin(args.workload)
     wl.model.to(device)
     bs = args.batch_size or wl.batch_size
     batch = wl.make_batch(bs, device, torch.Generator().manual_seed(1))

@@ -59,7 +59,8 @@ def render(report, con) -> None:
                       fmt(lay.rel_error, ".2g"), found or "—")
     print_keras_line(report, con)
     if report.note:
-        con.print(f"--mode {report.resolved_from}: {report.note}", markup=False, highlight=False)
+        prefix = f"--mode {report.resolved_from}: " if report.resolved_from else "note: "
+        con.print(prefix + report.note, markup=False, highlight=False)
     if report.layers or not report.interrupted:
         con.print(table)
     else:
