@@ -1,6 +1,29 @@
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
+
+
+def _private_auto_cache() -> str:
+    """Where `auto` caches measured verdicts during the tests (ampkit.auto_cache): never a developer's
+    real ~/.cache/ampkit. One folder per test run, shared by its xdist workers and the subprocesses
+    they start (they inherit the environment), so a test that resolves `auto` in-process and then in
+    a CLI child sees the same verdict."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run:
+        path = os.path.join(tempfile.gettempdir(), f"ampkit-test-cache-{run}")
+        os.makedirs(path, exist_ok=True)
+        return path
+    path = tempfile.mkdtemp(prefix="ampkit-test-cache-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+os.environ["AMPKIT_CACHE_DIR"] = _private_auto_cache()
 
 
 def _has_cuda() -> bool:

@@ -10,7 +10,8 @@ import functools
 import os
 import platform
 
-__all__ = ["cpu_info", "cpu_has_fast_bf16", "cpu_has_fast_fp16", "auto_for_cpu", "auto_for_gpu"]
+__all__ = ["cpu_info", "cpu_has_fast_bf16", "cpu_has_fast_fp16", "auto_for_cpu", "auto_for_gpu", "cpu_mode_support",
+           "cpu_emulation_note", "labelled_guess"]
 
 _FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile")
 
@@ -58,19 +59,51 @@ def auto_for_gpu(major: int, minor: int, name: str, bf16_native: bool = True) ->
     return "fp32", f"{name} has compute capability {major}.{minor} < 7.0: no tensor cores, low precision gains nothing"
 
 
-def auto_for_cpu(info: dict | None = None) -> tuple[str, str]:
+#: how a choice made from a table, not a measurement, is labelled wherever it is shown
+GUESS = "capability guess"
+MEASURE_HINT = "run `ampkit doctor` to measure"
+
+
+def labelled_guess(mode: str, why: str) -> tuple[str, str]:
+    """``(mode, "capability guess (why); run `ampkit doctor` to measure")``."""
+    return mode, f"{GUESS} ({why}); {MEASURE_HINT}"
+
+
+def cpu_capability_choice(info: dict | None = None) -> tuple[str, str]:
+    """What the CPU's instructions suggest for training, unlabelled: capability, never speed."""
     if cpu_has_fast_bf16(info):
-        return "bf16", "this CPU has AVX512-BF16/AMX: bf16 runs natively"
-    return "fp32", "bf16 on this CPU is emulated (no AVX512-BF16 or AMX), so fp32 is faster"
+        return "bf16", "this CPU has AVX512-BF16/AMX instructions for bf16 matmuls: bf16"
+    return "fp32", "this CPU has no AVX512-BF16 or AMX, so bf16 would be emulated: fp32"
+
+
+def auto_for_cpu(info: dict | None = None) -> tuple[str, str]:
+    """``auto`` on a CPU from its instructions alone, labelled as the guess it is.
+
+    The backends resolve ``auto`` from a measurement first (:mod:`ampkit.doctor.auto`); this is the
+    fallback where nothing was or can be measured."""
+    return labelled_guess(*cpu_capability_choice(info))
+
+
+def _instructions(mode: str, info: dict | None = None) -> str:
+    """The capability in words: which instructions this CPU has (or lacks) for ``mode``."""
+    if mode == "bf16":
+        return ("this CPU has AVX512-BF16/AMX instructions" if cpu_has_fast_bf16(info)
+                else "this CPU has no AVX512-BF16 or AMX, so bf16 is emulated")
+    if mode == "fp16":
+        return ("this CPU has AVX512-FP16/AMX-FP16 instructions" if cpu_has_fast_fp16(info)
+                else "this CPU has no AVX512-FP16 or AMX-FP16, so fp16 is emulated")
+    return ""
 
 
 def cpu_emulation_note(mode: str, info: dict | None = None) -> str:
-    """Why a low-precision mode is slow on this CPU, when the CPU lacks the instructions for it."""
-    if mode == "bf16" and not cpu_has_fast_bf16(info):
-        return ": this CPU has no AVX512-BF16 or AMX, so bf16 is emulated"
-    if mode == "fp16" and not cpu_has_fast_fp16(info):
-        return ": this CPU has no AVX512-FP16 or AMX-FP16, so fp16 is emulated"
-    return ""
+    """Goes after "<mode> is slower than fp32 here" (a mode MEASURED slower): the capability, never a
+    speed claim the measurement contradicts. ``": this CPU has no AVX512-BF16 or AMX, so bf16 is
+    emulated"``, or ``" although this CPU has AVX512-FP16/AMX-FP16 instructions"`` (having the
+    instructions does not make the kernels that ran use them)."""
+    words = _instructions(mode, info)
+    if not words:
+        return ""
+    return f": {words}" if "emulated" in words else f" although {words}"
 
 
 def cpu_mode_support(mode: str, framework_words: str) -> tuple[bool, str] | None:
@@ -84,12 +117,9 @@ def cpu_mode_support(mode: str, framework_words: str) -> tuple[bool, str] | None
         return False, "TF32 is a tensor-core math mode of NVIDIA GPUs (compute capability >= 8.0); this is a CPU"
     if mode == "fp8":
         return False, "fp8 matmuls need an NVIDIA GPU with compute capability >= 8.9; this is a CPU"
-    if mode == "bf16":
-        native = cpu_has_fast_bf16()
-        return True, f"{framework_words} bfloat16" + (
-            " (native AVX512-BF16/AMX)" if native else " (this CPU has no AVX512-BF16 or AMX: bf16 is emulated)")
-    if mode == "fp16":
-        native = cpu_has_fast_fp16()
-        return True, f"{framework_words} float16" + (
-            " (native AVX512-FP16/AMX-FP16)" if native else " (this CPU has no AVX512-FP16 or AMX-FP16: fp16 is emulated)")
+    if mode in ("bf16", "fp16"):
+        # capability only: whether the mode is FAST here is for the doctor to measure (its verdict
+        # reason says "slower" with the measured figures when it is)
+        dtype = "bfloat16" if mode == "bf16" else "float16"
+        return True, f"{framework_words} {dtype}; {_instructions(mode)}"
     return None

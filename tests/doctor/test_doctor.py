@@ -54,7 +54,7 @@ def test_emulated_fp16_is_measured_slower(cpu_report):
     assert fp16.verdict == "slower" and fp16.training_speedup < 1 and "emulated" in fp16.reason
 
 
-@pytest.mark.skipif(cpu_has_fast_bf16(), reason="this CPU has AVX512-BF16/AMX: bf16 is native here")
+@pytest.mark.skipif(cpu_has_fast_bf16(), reason="this CPU has AVX512-BF16/AMX instructions")
 def test_development_machine_without_bf16_features(cpu_report):
     """Acceptance 1: AVX2-only CPU -> fp16/bf16 pass but are slower; fp32 recommended."""
     m = cpu_report.modes

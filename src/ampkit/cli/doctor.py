@@ -46,6 +46,9 @@ def run(args) -> int:
         return signals.exit_code()
     for report in reports.values():
         render_doctor.render(report, con)
+        if report.auto_cache:  # `auto` (engine, bench, parity, audit) follows this measurement from now on
+            con.print(f"auto will follow this measurement for {report.framework} on {report.device}: "
+                      f"{report.recommended} (cached in {report.auto_cache})")
     if args.json:
         if framework == "all":
             from .._version import __version__

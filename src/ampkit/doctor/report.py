@@ -46,6 +46,8 @@ class DoctorReport:
     # other builds of the framework self-tested as well, e.g. {"tf_keras": {"label": "tf_keras 2.21.0",
     # "modes": {"fp16": {"selftest": "pass", "detail": "..."}}}} (TensorFlow's Keras 2 next to Keras 3)
     variants: dict = field(default_factory=dict)
+    #: where this measured verdict was cached for ``auto`` (:mod:`ampkit.auto_cache`), None when not
+    auto_cache: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -68,6 +70,7 @@ class DoctorReport:
             "quick": self.quick,
             "elapsed_s": self.elapsed_s,
             "variants": self.variants,
+            "auto_cache": self.auto_cache,
         }
 
     @classmethod
@@ -82,4 +85,5 @@ class DoctorReport:
             quick=d.get("quick", False),
             elapsed_s=d.get("elapsed_s"),
             variants=d.get("variants", {}),
+            auto_cache=d.get("auto_cache"),
         )

@@ -59,7 +59,10 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
 
     ``support(mode) -> (ok, why)``, ``selftest(mode) -> ("pass"|"fail"|"skip", detail)``,
     ``work_for(mode) -> measure.Work`` (the mode's kernels and training steps, built and ready to
-    call); a mode whose work raises is reported with the error, never fatal.
+    call); a mode whose work raises is reported with the error, never fatal. ``emulation_note(mode)``
+    goes after "<mode> is slower than fp32 here" in a slower mode's reason: the device's capability
+    in words (:func:`ampkit.cpu.cpu_emulation_note`), never a speed claim, since the measured
+    figures follow it.
     """
     say = say or (lambda msg: None)
     reports: dict[str, ModeReport] = {}

@@ -22,7 +22,6 @@ from ...bench.runner import (
     search_batch,
     serve_row,
 )
-from ...cpu import auto_for_cpu
 from ...errors import UsageError
 from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
 from .flavor import Flavor
@@ -222,7 +221,7 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     device = "cuda" if gpu else "cpu"
     from .keras_engine import resolve_auto_tf  # imports Keras: after the cheap checks above
 
-    apply_auto(cfg, lambda: resolve_auto_tf() if gpu else auto_for_cpu())
+    apply_auto(cfg, lambda: resolve_auto_tf(cpu=not gpu))  # the measured verdict for the device that runs
     run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,

@@ -6,6 +6,7 @@ import math
 import time
 
 from ...cpu import cpu_emulation_note
+from ...doctor.auto import remember_for_auto
 from ...doctor.report import DoctorReport
 from ...doctor.verdicts import evaluate
 from ...errors import one_line
@@ -74,7 +75,7 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
 
 def run(*, quick: bool = False, progress=None) -> DoctorReport:
     from . import keras2
-    from .keras_engine import mode_support_tf
+    from .keras_engine import auto_fingerprint_tf, mode_support_tf
 
     t0 = time.perf_counter()
     grow_gpu_memory()
@@ -87,4 +88,5 @@ def run(*, quick: bool = False, progress=None) -> DoctorReport:
     report = DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick)
     keras2.add_selftest(report, selftest, progress)  # tf_keras's mixed-precision path, where installed
     report.elapsed_s = round(time.perf_counter() - t0, 3)
+    remember_for_auto(report, auto_fingerprint_tf(cpu=device.startswith("CPU")))  # auto follows this measurement
     return report

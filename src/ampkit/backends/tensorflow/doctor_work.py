@@ -1,7 +1,8 @@
 """What doctor times for TensorFlow/Keras, per mode: kernels (a matmul and a convolution in the
 mode's compute dtype) and short training steps through the Keras engine (a small conv net and a
 small transformer block built under the mode's policy, one compiled ``tf.function`` step each),
-sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.doctor.measure`.
+sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.doctor.measure`; the
+kernels themselves: :mod:`.doctor_ops` (shared with the quick check behind ``auto``).
 
 Every op ends in ``.numpy()``, which waits for the result (a host-device sync), so host timing is
 right on a GPU too.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from ...doctor.measure import Plan, Work
 from .common import import_tf
+from .doctor_ops import conv_op, matmul_op
 
 
 def _gpu() -> bool:
@@ -28,27 +30,7 @@ def plan() -> Plan:
 
 
 def kernels(mode: str, s: dict) -> dict:
-    tf = import_tf()
-    n = s["matmul_n"]
-    dtype = {"fp16": tf.float16, "bf16": tf.bfloat16}.get(mode, tf.float32)
-    a = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 1)), dtype)
-    b = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 2)), dtype)
-    bs, h, w, cin, cout = s["conv"]
-    x = tf.cast(tf.random.stateless_normal((bs, h, w, cin), seed=(1, 3)), dtype)
-    k = tf.cast(tf.random.stateless_normal((3, 3, cin, cout), seed=(1, 4)), dtype)
-
-    def in_mode(fn):
-        def call():
-            prev = tf.config.experimental.tensor_float_32_execution_enabled()
-            tf.config.experimental.enable_tensor_float_32_execution(mode == "tf32")
-            try:
-                return fn().numpy()
-            finally:
-                tf.config.experimental.enable_tensor_float_32_execution(prev)
-        return call
-
-    return {"matmul": (in_mode(lambda: tf.linalg.matmul(a, b)), 2.0 * n**3),
-            "conv": (in_mode(lambda: tf.nn.conv2d(x, k, 1, "SAME")), 2.0 * bs * h * w * cin * cout * 9)}
+    return {"matmul": matmul_op(mode, s["matmul_n"]), "conv": conv_op(mode, s["conv"])}
 
 
 def _conv_net(keras, c: int, hw: int):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from ...cpu import auto_for_cpu, auto_for_gpu, cpu_mode_support
+from ...cpu import auto_for_gpu, cpu_capability_choice, cpu_mode_support
 from ...errors import ModeUnavailableError
 from ...precision import AUTO, Precision, get_precision, parse_mode
 from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
@@ -61,11 +61,49 @@ def mode_support_tf(mode: str) -> tuple[bool, str]:
     return False, "fp8 is not offered through Keras policies"
 
 
-def resolve_auto_tf() -> tuple[str, str]:
-    caps = gpu_capabilities()
-    if caps:
-        return auto_for_gpu(*caps[0], "the first GPU")
-    return auto_for_cpu()
+def _first_gpu() -> tuple[tuple[int, int], str] | None:
+    """(compute capability, name) of the first GPU TensorFlow sees, None without one."""
+    tf = _tf()
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        if details.get("compute_capability"):
+            return tuple(details["compute_capability"]), details.get("device_name") or "the first GPU"
+    return None
+
+
+def auto_fingerprint_tf(cpu: bool = False) -> dict:
+    """The environment a measured ``auto`` verdict holds for (:mod:`ampkit.auto_cache`): TensorFlow and
+    its version, the device it runs on (the first GPU by name and capability, else the CPU), the CPU
+    and its features. ``cpu``: the CPU even where a GPU is visible (``--device cpu``)."""
+    from ... import auto_cache
+
+    tf = _tf()
+    gpu = None if cpu else _first_gpu()
+    if gpu is None:
+        return auto_cache.fingerprint("tensorflow", tf.__version__, "cpu")
+    (major, minor), name = gpu
+    return auto_cache.fingerprint("tensorflow", tf.__version__, f"{name} (compute capability {major}.{minor})",
+                                  cuda=dict(tf.sysconfig.get_build_info()).get("cuda_version"))
+
+
+def resolve_auto_tf(cpu: bool = False) -> tuple[str, str]:
+    """``auto`` for Keras here, from a measurement wherever one exists (:mod:`ampkit.doctor.auto`): the
+    TensorFlow doctor's cached verdict for this environment; else, on the CPU, a quick fp32-vs-bf16
+    matmul check (cached for next time); else (a GPU nobody measured) the capability rule, labelled
+    as a guess. ``cpu``: resolve for the CPU even where TensorFlow sees a GPU."""
+    from ...doctor.auto import resolve
+
+    gpu = None if cpu else _first_gpu()
+    fp = auto_fingerprint_tf(cpu=cpu)
+    if gpu is not None:
+        (major, minor), name = gpu
+        return resolve(fp, name, lambda: auto_for_gpu(major, minor, name))
+
+    def measure():
+        from .doctor_ops import quick_auto
+
+        return quick_auto(on_cpu=True)
+    return resolve(fp, "this CPU", cpu_capability_choice, measure)
 
 
 class MixedPrecision:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ...cpu import auto_for_cpu, auto_for_gpu, cpu_mode_support
+from ...cpu import auto_for_gpu, cpu_capability_choice, cpu_mode_support
 from ...errors import UsageError
 from ...precision import AUTO
 
@@ -125,12 +125,48 @@ def mode_support(mode: str, device) -> tuple[bool, str]:
     raise UsageError(f"unknown mode {mode!r}")
 
 
-def resolve_auto(device) -> tuple[str, str]:
-    """Pick the training mode for ``device`` by capability, with the reason in words."""
+def auto_fingerprint(device) -> dict:
+    """The environment a measured ``auto`` verdict holds for (:mod:`ampkit.auto_cache`): torch and its
+    version, the device (a GPU by name, capability and CUDA version), the CPU and its features."""
+    import torch
+
+    from ... import auto_cache
+
+    if device.type == "cuda":
+        major, minor = cuda_capability(device)
+        name = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+        return auto_cache.fingerprint("torch", torch.__version__, name, cuda=torch.version.cuda)
+    return auto_cache.fingerprint("torch", torch.__version__, device.type)
+
+
+def _where(device) -> str:
+    import torch
+
+    return "this CPU" if device.type == "cpu" else f"{torch.cuda.get_device_name(device)} ({device})"
+
+
+def capability_auto(device) -> tuple[str, str]:
+    """What the device's capability suggests for ``auto``, unlabelled (a table, not a measurement)."""
     import torch
 
     if device.type == "cuda":
         major, minor = cuda_capability(device)
         native = (major, minor) >= (8, 0) and _cuda_bf16_native(device)  # only ask a GPU that may have it
         return auto_for_gpu(major, minor, torch.cuda.get_device_name(device), native)
-    return auto_for_cpu()
+    return cpu_capability_choice()
+
+
+def resolve_auto(device) -> tuple[str, str]:
+    """Pick the training mode for ``device`` with the reason in words, from a measurement wherever
+    one exists (:mod:`ampkit.doctor.auto`): the doctor's cached verdict for this environment; else,
+    on a CPU, a quick fp32-vs-bf16 check (cached for next time); else (a GPU nobody measured) the
+    capability rule, labelled as a guess."""
+    from ...doctor.auto import resolve
+
+    measure = None
+    if device.type == "cpu":
+        def measure():
+            from .doctor_ops import quick_auto
+
+            return quick_auto(device)
+    return resolve(auto_fingerprint(device), _where(device), lambda: capability_auto(device), measure)

@@ -11,12 +11,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ...cpu import cpu_emulation_note
+from ...doctor.auto import remember_for_auto
 from ...doctor.report import DoctorReport
 from ...doctor.verdicts import ACCEL_THRESHOLD, evaluate
 from ...errors import one_line
 from ...precision import MODES, get_precision
 from . import doctor_work, tf32_probe
-from .devices import mode_support
+from .devices import auto_fingerprint, mode_support
 from .engine import MixedPrecision
 from .environment import torch_environment
 
@@ -120,5 +121,7 @@ def run(device: torch.device, *, quick: bool = False, modes: tuple[str, ...] = M
             modes, lambda m: mode_support(m, device), lambda m: selftest(m, device),
             lambda m: doctor_work.work(m, device), quick=quick, plan=doctor_work.plan(device),
             emulation_note=lambda m: cpu_emulation_note(m) if device.type == "cpu" else "", say=progress)
-    return DoctorReport("torch", str(device), reports, recommended, reason, torch_environment(device), quick,
-                        round(time.perf_counter() - t_start, 3))
+    report = DoctorReport("torch", str(device), reports, recommended, reason, torch_environment(device), quick,
+                          round(time.perf_counter() - t_start, 3))
+    remember_for_auto(report, auto_fingerprint(device))  # auto follows this measurement from now on
+    return report
