@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import keyword
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +74,19 @@ class _StepProbe:
         self.outputs: dict = {}   # reference outputs kept for the distance
         self.norms: dict = {}     # key -> [norm of each reference output] (host floats after host())
         self.sizes: dict = {}     # key -> [element count of each reference output]
+        self._clones: dict = {}   # id(output) -> (weakref, in-place version, float32 copy)
         self._saw = False
+
+    def _clone(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """A copy of ``x`` (``t`` as float32) as it is now, shared by every module that returns the
+        same unchanged tensor (a container passing on its last child's output, HF tuples): the
+        same live object at the same in-place version is the same values."""
+        seen = self._clones.get(id(t))
+        if seen is not None and seen[0]() is t and seen[1] == t._version:
+            return seen[2]
+        kept = x.clone()
+        self._clones[id(t)] = (weakref.ref(t), t._version, kept)
+        return kept
 
     def _put(self, *tensors: torch.Tensor) -> int:
         self._vals.extend(tensors)
@@ -101,7 +114,7 @@ class _StepProbe:
                 x = t.detach().float()
                 # keep a copy as produced: a later in-place op (ReLU(inplace=True), `out += identity`)
                 # changes the module's output tensor, and .detach()/.float() share its storage
-                kept = x.clone()
+                kept = self._clone(t, x)
                 self._fwd.setdefault(key, []).append(self._magnitudes(kept, 1.0))
                 self.outputs.setdefault(key, []).append(kept)
                 self.sizes.setdefault(key, []).append(kept.numel())
@@ -466,6 +479,24 @@ def torch_fp32_hint(model: nn.Module, device_type: str):
     return hint
 
 
+#: the default batch of an audit of a zoo workload on a CPU: an audited step keeps a float32 copy of
+#: every module's output besides two graphs (measured: bert-base at batch 4, sequence 128, peaks at
+#: 4.5 GB; at its bench batch of 32 it was killed for memory on a 24 GiB machine)
+CPU_ZOO_AUDIT_BATCH = 4
+ZOO = ("resnet50", "vit_b_16", "bert-base", "gpt2")
+
+
+def audit_batch_size(workload: Workload, name: str | None, device) -> tuple[int, str | None]:
+    """The batch to audit at and a note when it is not the workload's own: the zoo's on a CPU is
+    capped (``--batch-size`` overrides it). Gradient magnitudes depend on the batch (a mean loss),
+    so the note says so."""
+    if device.type == "cpu" and name in ZOO and workload.batch_size > CPU_ZOO_AUDIT_BATCH:
+        return CPU_ZOO_AUDIT_BATCH, (f"audited at batch {CPU_ZOO_AUDIT_BATCH}, not {name}'s {workload.batch_size}, "
+                                     "to fit a CPU's memory; gradients scale with 1/batch, so pass --batch-size "
+                                     "to audit the batch you train with")
+    return workload.batch_size, None
+
+
 def audit_from_config(cfg: AuditConfig) -> AuditReport:
     """The CLI's entry: a built-in workload or MODULE:FACTORY, built as bench builds them."""
     device = resolve_device(cfg.device)
@@ -473,11 +504,14 @@ def audit_from_config(cfg: AuditConfig) -> AuditReport:
         raise UsageError("give either --workload or --model, not both")
     workload_name = None if cfg.model else check_builtin(cfg.workload or default_workload(device))
     workload = build_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed)
-    bs = cfg.batch_size or workload.batch_size
+    bs, batch_note = (cfg.batch_size, None) if cfg.batch_size else audit_batch_size(workload, workload_name, device)
     batch = workload.make_batch(bs, device, torch.Generator().manual_seed(cfg.seed))
     try:
-        return audit(workload, batch, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps, device=device,
-                     seed=cfg.seed)
+        report = audit(workload, batch, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps, device=device,
+                       seed=cfg.seed)
+        if batch_note:
+            report.note = f"{report.note}; {batch_note}" if report.note else batch_note
+        return report
     except UsageError:
         raise
     except Exception as exc:
