@@ -24,6 +24,7 @@ __all__ = [
     "StepResult",
     "Workload",
     "audit",
+    "bench",
     "parity",
 ]
 
@@ -32,8 +33,9 @@ _LAZY = {
     "StepResult": ("ampkit.backends.torch.engine", "StepResult"),
     "Workload": ("ampkit.backends.torch.workloads", "Workload"),
 }
-#: command packages that are callable: ampkit.audit(...) and ampkit.parity(...) run the PyTorch entry points
-_CALLABLE_PACKAGES = ("audit", "parity")
+#: command packages that are callable: ampkit.audit(...) and ampkit.parity(...) run the PyTorch entry points,
+#: ampkit.bench(...) the bench of either framework; each shows its real signature (help, inspect.signature)
+_CALLABLE_PACKAGES = ("audit", "bench", "parity")
 
 
 def __getattr__(name: str):

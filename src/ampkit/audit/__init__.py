@@ -1,12 +1,15 @@
-"""``ampkit audit``: per-layer numerics of a mixed-precision step against an fp32 reference.
+"""``ampkit.audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", ...)``: per-layer
+numerics of a mixed-precision step against an fp32 reference.
 
 This package holds what both frameworks share (statistics, findings, the report); the measuring
 lives in each backend. The module itself is callable, so ``ampkit.audit(model, batch)`` is the
 PyTorch audit (see :func:`ampkit.backends.torch.audit.audit`) whether or not this package has
-been imported.
+been imported; ``help(ampkit.audit)`` and ``inspect.signature(ampkit.audit)`` show its parameters.
 """
 
 from __future__ import annotations
+
+import inspect
 
 from .._callable import make_callable
 from .core import AuditConfig, AuditReport, Finding, LayerStats
@@ -14,11 +17,42 @@ from .core import AuditConfig, AuditReport, Finding, LayerStats
 __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
 
-def audit(*args, **kwargs):
-    """``ampkit.audit(model_or_workload, batch=None, loss_fn=..., mode="fp16", ...)`` for PyTorch."""
+def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scale=None, steps=1, device="auto",
+          lr=None, seed=0) -> AuditReport:
+    """Audit the numerics of ``mode`` layer by layer against an fp32 reference (PyTorch).
+
+    The model runs twice per step on the same batch and weights -- an fp32 reference and the mode
+    -- with hooks on every module: output and gradient amax, headroom, the share flushed to zero or
+    subnormal (gradients at the loss scale), inf/NaN counts, the error against fp32, the first
+    module holding inf/NaN, and findings with advice.
+
+    Args:
+        model_or_workload: an ``ampkit.Workload`` (its model, batch maker and loss are used), or
+            a ``torch.nn.Module`` together with ``batch=(inputs, targets)`` and ``loss_fn``.
+        batch: ``(inputs, targets)`` for a bare model (a Workload makes its own when omitted).
+        loss_fn: ``loss_fn(output, targets) -> scalar`` (default: cross-entropy).
+        mode: ``fp16``, ``bf16`` (aliases accepted) or ``auto`` (auto's choice when it is fp16 or
+            bf16, else bf16; the report's ``resolved_from`` and ``note`` say so).
+        loss_scale: the fixed loss scale to audit at (default: the engine's initial scale,
+            2**16 for fp16; 1 for bf16, which uses no scaling).
+        steps: training steps to audit; the optimizer (AdamW) steps after each audited step.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        lr: the optimizer's learning rate between audited steps (default: the workload's).
+        seed: step ``i`` runs both passes from seed ``seed + i`` (identical dropout masks).
+
+    Returns:
+        AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
+        ``.to_dict()`` is the JSON document ``ampkit audit --json`` writes.
+    """
     from ..backends.torch.audit import audit as _audit
 
-    return _audit(*args, **kwargs)
+    extra = {"loss_fn": loss_fn} if loss_fn is not None else {}
+    if seed:
+        extra["seed"] = seed
+    return _audit(model_or_workload, batch, mode=mode, loss_scale=loss_scale, steps=steps, device=device, lr=lr,
+                  **extra)
 
 
 make_callable(__name__, audit)
+#: ``inspect.signature(ampkit.audit)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
+__signature__ = inspect.signature(audit)

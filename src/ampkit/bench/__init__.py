@@ -1,1 +1,62 @@
-"""``ampkit bench``: training steps side by side in every mode."""
+"""``ampkit bench``: training steps side by side in every mode.
+
+The module itself is callable: ``ampkit.bench(workload="cnn", modes="fp32,bf16", steps=10)`` runs
+the same bench as the command and returns its :class:`~ampkit.bench.report.BenchReport`
+(``help(ampkit.bench)`` and ``inspect.signature(ampkit.bench)`` show the parameters).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from .._callable import make_callable
+from .report import BenchReport, BenchRow
+
+__all__ = ["BenchReport", "BenchRow", "bench"]
+
+
+def bench(workload: str | None = None, *, model: str | None = None, input_shape=None, num_classes: int = 10,
+          modes="all", batch_size: int | str | None = None, memory_budget: int | str | None = None, steps: int = 20,
+          warmup: int = 5, repeats: int = 1, seq_len: int | None = None, image_size: int | None = None,
+          framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None) -> BenchReport:
+    """Train the same model on the same batch in each mode, each mode in a fresh process.
+
+    Args:
+        workload: a built-in workload (``mlp``, ``cnn``, ``resnet50``, ``vit_b_16``, ``bert-base``,
+            ``gpt2``); default: ``mlp`` on a CPU, ``resnet50`` on a GPU.
+        model: ``"MODULE:FACTORY"`` instead of a workload (a zero-argument factory returning an
+            ``ampkit.Workload`` or a model; a bare model needs ``input_shape``).
+        input_shape, num_classes: per-sample input shape and classes for a bare model.
+        modes: a list or comma string of modes (``auto`` allowed), or ``"all"``.
+        batch_size: per-step batch size, ``"auto"`` (the largest that fits; on a CPU with
+            ``memory_budget``), or None for the workload's default.
+        memory_budget: bytes or a size string such as ``"2GiB"`` (implies ``batch_size="auto"``).
+        steps, warmup: timed steps and untimed warm-up steps per mode.
+        repeats: run the mode sequence this many times, interleaved (medians, paired interval).
+        seq_len, image_size: the input size of a built-in sequence or image workload.
+        framework: ``auto``, ``torch`` or ``tensorflow``; device: ``auto``, ``cpu``, ``cuda[:N]``.
+        timeout: seconds per mode before its process is stopped (None: no limit).
+        progress: ``progress(message: dict)``, called with ``{"mode", "kind", ...}`` as modes run.
+
+    Returns:
+        BenchReport: one row per mode (``.results``: samples/s, step times, peak memory, speedup
+        vs fp32 with its interval and words, skipped steps, flags); ``.to_dict()`` is the JSON
+        document ``ampkit bench --json`` writes.
+    """
+    from ..backends import get_backend, parse_framework
+    from ..precision import parse_mode_list
+    from .config import BenchConfig, parse_size
+
+    mode_list = parse_mode_list(modes if isinstance(modes, str) else ",".join(modes), allow_auto=True)
+    if isinstance(memory_budget, str):
+        memory_budget = parse_size(memory_budget)
+    cfg = BenchConfig(workload=workload, model=model, input_shape=tuple(input_shape) if input_shape else None,
+                      num_classes=num_classes, modes=mode_list, batch_size=batch_size, memory_budget=memory_budget,
+                      steps=steps, warmup=warmup, repeats=repeats, seq_len=seq_len, image_size=image_size,
+                      device=device, timeout=timeout).validate()
+    return get_backend(parse_framework(framework)).bench(cfg, progress=progress)
+
+
+make_callable(__name__, bench)
+#: ``inspect.signature(ampkit.bench)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
+__signature__ = inspect.signature(bench)

@@ -43,6 +43,8 @@ class BenchConfig:
     batch_size_hint: int | None = None   # where --batch-size auto starts (default: the workload's)
     timeout: float | None = 1800.0       # seconds per mode's child (and the model probe); None: no limit
     repeats: int = 1                     # the mode sequence this many times, interleaved
+    seq_len: int | None = None           # --seq-len for a built-in sequence workload (bert-base, gpt2)
+    image_size: int | None = None        # --image-size for a built-in image workload (cnn, resnet50, vit_b_16)
     auto_mode: str | None = None         # what "auto" in modes resolved to (set by the backend)
     auto_reason: str | None = None
 
@@ -65,6 +67,11 @@ class BenchConfig:
             raise UsageError(f"--repeats must be >= 1; received {self.repeats}")
         if self.num_classes < 1:
             raise UsageError(f"--num-classes must be >= 1; received {self.num_classes}")
+        from .sizes import check_flag_values, size_kwargs
+
+        check_flag_values(self.seq_len, self.image_size)
+        if self.model:
+            size_kwargs("", None, self.model, self.seq_len, self.image_size)  # sizes are for built-ins only
         return self
 
     def to_dict(self) -> dict:

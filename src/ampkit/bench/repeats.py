@@ -2,10 +2,10 @@
 
 Repeats: the mode sequence runs N times, interleaved (``fp32, bf16 | bf16, fp32 | fp32, bf16``: the
 order flips every repeat so drift over the run favours no mode), each run in a fresh process as
-always. Per mode the repeats are folded into one row: the median samples/s, step times, TFLOP/s
-and MFU, the largest peak memory, and ``speedup_vs_fp32`` from the *paired* per-repeat ratios
-(this mode's samples/s over the fp32 samples/s of the same repeat) -- their median and its
-bootstrap interval (:mod:`ampkit.stats`), so the interval always contains the reported speedup.
+always. Per mode the repeats are folded into one row: the median samples/s and step times (on the
+log scale, so samples/s stays batch size over step time), TFLOP/s and MFU, the largest peak memory.
+``speedup_vs_fp32`` is then the ratio of the folded samples/s -- the same statistic as for one run --
+and its interval a bootstrap over the repeats resampled in pairs (:mod:`ampkit.bench.judge`).
 
 auto: ``auto`` resolves once, in the parent, to the mode the backend's ``resolve_auto`` picks for
 the device. That mode runs in auto's place; when it is already in the list it runs once, and its
@@ -14,13 +14,12 @@ row says that auto chose it (``resolved_from: "auto"`` and the reason).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 from ..precision import AUTO
-from ..stats import ratio_estimate
 from .config import BenchConfig
-from .report import BenchRow
+from .judge import median
+from .report import BenchRow, derive_relative
 
 
 def apply_auto(cfg: BenchConfig, resolve: Callable[[], tuple[str, str]]) -> None:
@@ -49,8 +48,8 @@ def sequence(modes: list[str], repeats: int) -> list[tuple[int, str]]:
 
 
 def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+    xs = [x for x in xs if x is not None and x > 0]
+    return median(xs) if xs else None
 
 
 def fold(runs: dict[str, list[BenchRow]], modes: list[str], repeats: int) -> list[BenchRow]:
@@ -64,6 +63,9 @@ def fold(runs: dict[str, list[BenchRow]], modes: list[str], repeats: int) -> lis
         row = BenchRow.from_dict(bad.to_dict() if bad else got[0].to_dict())
         row.repeats = repeats
         row.runs = [r.samples_per_s if r.status == "ok" else None for r in got]
+        row.step_times_ms = [t for r in got for t in (r.step_times_ms or [])]
+        row.skipped_steps = max(r.skipped_steps or 0 for r in got)
+        row.warmup_skipped_steps = max(r.warmup_skipped_steps or 0 for r in got)
         if bad is None and len(got) > 1:
             row.samples_per_s = _median([r.samples_per_s for r in got])
             row.step_ms = {k: _median([r.step_ms.get(k) for r in got]) for k in got[0].step_ms}
@@ -75,16 +77,6 @@ def fold(runs: dict[str, list[BenchRow]], modes: list[str], repeats: int) -> lis
 
 
 def paired_speedups(runs: dict[str, list[BenchRow]], rows: list[BenchRow]) -> None:
-    """speedup_vs_fp32 and speedup_ci from per-repeat ratios vs the fp32 run of the same repeat."""
-    base = runs.get("fp32", [])
-    for row in rows:
-        if row.status != "ok" or row.mode == "fp32" or not base:
-            if row.mode == "fp32" and row.status == "ok":
-                row.speedup_ci = [1.0, 1.0] if len(base) > 1 else None
-            continue
-        ratios = [r.samples_per_s / b.samples_per_s for r, b in zip(runs[row.mode], base)
-                  if r.status == "ok" and b.status == "ok" and r.samples_per_s and b.samples_per_s]
-        if len(ratios) < 2:
-            continue
-        est = ratio_estimate(ratios)
-        row.speedup_vs_fp32, row.speedup_ci = est.point, est.ci
+    """speedup_vs_fp32 (the ratio of the folded samples/s) with its interval from the repeats,
+    resampled in pairs with the fp32 run of the same repeat."""
+    derive_relative(rows, runs)

@@ -8,7 +8,12 @@ STATUSES = ("ok", "unsupported", "oom", "error")
 CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
                "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
                "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
-               "resolved_from"]
+               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning"]
+
+SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, samples_per_s = batch_size / median "
+                      "step time (with --repeats: medians over the repeats); speedup_ci: 95% bootstrap interval of "
+                      "that ratio (one run: over the timed steps; --repeats: over the repeats, paired); null with "
+                      "flags when the loss diverged from fp32's or every timed step was skipped")
 
 
 @dataclass
@@ -23,8 +28,8 @@ class BenchRow:
     max_batch_size: int | None = None
     speedup_vs_fp32: float | None = None
     memory_saving_vs_fp32: float | None = None  # fp32 peak / this mode's peak (>1: uses less)
-    skipped_steps: int = 0
-    final_loss: float | None = None
+    skipped_steps: int = 0              # timed steps the loss scaler skipped (inf/NaN gradients)
+    final_loss: float | None = None     # the loss of the last step (all modes: same weights, batch, steps)
     tflops: float | None = None
     mfu: float | None = None
     steps: int | None = None
@@ -32,10 +37,18 @@ class BenchRow:
     device_name: str | None = None
     search: list = field(default_factory=list)  # (batch size, fits, peak bytes) tried by --batch-size auto
     repeats: int = 1                    # runs of this mode (--repeats), folded into this row
-    speedup_ci: list | None = None      # interval of speedup_vs_fp32 over the paired repeats; None for 1
+    speedup_ci: list | None = None      # 95% interval of speedup_vs_fp32 (one run: its steps; repeats: paired)
     runs: list = field(default_factory=list)  # samples/s of each repeat
     resolved_from: str | None = None    # "auto" when auto chose this mode
     resolved_reason: str | None = None
+    warmup: int | None = None           # warm-up steps run before the timed ones
+    warmup_skipped_steps: int = 0       # warm-up steps the loss scaler skipped
+    first_loss: float | None = None     # the loss of the first step (before any update)
+    step_times_ms: list = field(default_factory=list)  # every timed step (all repeats, in order)
+    speedup_verdict: str | None = None  # faster / slower / no measurable difference / small difference
+    speedup_note: str | None = None     # how speedup_vs_fp32 was measured, or why it is null
+    flags: list = field(default_factory=list)  # "diverged", "all_timed_steps_skipped": no speedup claimed
+    warning: str | None = None          # the flags in words
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,6 +62,7 @@ class BenchRow:
         d["step_ms_p50"] = self.step_ms.get("p50")
         d["step_ms_p90"] = self.step_ms.get("p90")
         d["speedup_ci_low"], d["speedup_ci_high"] = self.speedup_ci or (None, None)
+        d["flags"] = ";".join(self.flags) or None
         return d
 
 
@@ -63,6 +77,7 @@ class BenchReport:
     config: dict = field(default_factory=dict)
     note: str | None = None
     interrupted: bool = False
+    sample_inputs: object = None  # per-sample input shape(s) the workload ran with, e.g. [3, 32, 32]
 
     @property
     def framework(self) -> str | None:
@@ -85,6 +100,8 @@ class BenchReport:
             "config": self.config,
             "note": self.note,
             "interrupted": self.interrupted,
+            "sample_inputs": self.sample_inputs,
+            "speedup_definition": SPEEDUP_DEFINITION,
         }
 
     @classmethod
@@ -92,17 +109,72 @@ class BenchReport:
         return cls(workload=d["workload"], device=d["device"], results=[BenchRow.from_dict(r) for r in d["results"]],
                    environment=d.get("environment", {}),
                    world_size=d.get("world_size", 1), flops_per_sample=d.get("flops_per_sample"),
-                   config=d.get("config", {}), note=d.get("note"), interrupted=d.get("interrupted", False))
+                   config=d.get("config", {}), note=d.get("note"), interrupted=d.get("interrupted", False),
+                   sample_inputs=d.get("sample_inputs"))
 
 
-def derive_relative(rows: list[BenchRow]) -> None:
-    """speedup_vs_fp32 = samples/s ratio; memory_saving_vs_fp32 = fp32 peak / mode peak."""
+def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None = None) -> None:
+    """speedup_vs_fp32 (the samples/s ratio), its interval and words, memory_saving_vs_fp32
+    (fp32 peak / mode peak), and the flags that withhold a speedup (see :mod:`ampkit.bench.judge`).
+
+    ``runs``: each mode's rows per repeat (``--repeats`` > 1): the interval then comes from the
+    paired repeats; otherwise from the timed steps of the one run.
+    """
+    from . import judge
+
     base = next((r for r in rows if r.mode == "fp32" and r.status == "ok"), None)
     for r in rows:
-        if base is None or r.status != "ok":
-            r.speedup_vs_fp32 = r.memory_saving_vs_fp32 = None
+        r.speedup_vs_fp32 = r.memory_saving_vs_fp32 = r.speedup_ci = r.speedup_verdict = None
+        r.flags, r.warning, r.speedup_note = [], None, None
+        if r.status != "ok":
             continue
-        if r.samples_per_s and base.samples_per_s:
-            r.speedup_vs_fp32 = r.samples_per_s / base.samples_per_s
+        warnings = []
+        if r.steps and r.skipped_steps >= r.steps:
+            r.flags.append(judge.ALL_SKIPPED)
+            warnings.append(f"the loss scaler skipped all {r.skipped_steps} timed steps (inf/NaN gradients): "
+                            "no optimizer update was timed")
+        if base is not None and r is not base and r.batch_size == base.batch_size:
+            diverged = judge.divergence(r.final_loss, base.final_loss, base.first_loss)
+            if diverged:
+                r.flags.append(judge.DIVERGED)
+                warnings.append(diverged)
+        if warnings:
+            r.warning = "; ".join(warnings)
+            r.speedup_note = "no speedup claimed: " + " and ".join(
+                {"diverged": "its loss diverged from fp32's", judge.ALL_SKIPPED: "every timed step was skipped"}[f]
+                for f in r.flags)
+        if base is None:
+            continue
         if r.peak_memory_bytes and base.peak_memory_bytes:
             r.memory_saving_vs_fp32 = base.peak_memory_bytes / r.peak_memory_bytes
+        if r.flags or not (r.samples_per_s and base.samples_per_s):
+            continue
+        r.speedup_vs_fp32 = r.samples_per_s / base.samples_per_s
+        if r is base:
+            r.speedup_verdict = "baseline"
+            continue
+        est = _interval(r, base, runs)
+        if est is not None and est.low is not None:
+            # the same statistic as the point; clamped so that rounding never leaves the shown speedup outside
+            r.speedup_ci = [min(est.ci[0], round(r.speedup_vs_fp32, 4)), max(est.ci[1], round(r.speedup_vs_fp32, 4))]
+            r.speedup_verdict = judge.words(est)
+            r.speedup_note = (f"samples/s ratio; 95% interval from {est.n} paired repeats" if runs and r.repeats > 1
+                              else f"samples/s ratio; 95% interval from this run's timed steps "
+                                   f"({len(base.step_times_ms)} fp32, {len(r.step_times_ms)} {r.mode})")
+        else:
+            r.speedup_note = "samples/s ratio; no interval (fewer than 2 timed steps)"
+
+
+def _interval(row: BenchRow, base: BenchRow, runs):
+    """The speedup's estimate: paired repeats when there are several, else the one run's steps."""
+    from . import judge
+
+    if runs and row.repeats > 1:
+        pairs = [(b.samples_per_s, m.samples_per_s) for b, m in zip(runs.get("fp32", []), runs.get(row.mode, []))
+                 if b.status == "ok" and m.status == "ok" and b.samples_per_s and m.samples_per_s]
+        if len(pairs) < 2:
+            return None
+        return judge.repeats_speedup([p[0] for p in pairs], [p[1] for p in pairs])
+    if len(base.step_times_ms) < 2 or len(row.step_times_ms) < 2 or not (row.batch_size and base.batch_size):
+        return None
+    return judge.steps_speedup(base.step_times_ms, base.batch_size, row.step_times_ms, row.batch_size)

@@ -30,14 +30,23 @@ _CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def fill_timing(row: BenchRow, batch_size: int, step_s: list[float], flops: float | None, gpu: bool,
-                world_size: int = 1) -> None:
+                world_size: int = 1, *, warmup: int | None = None, skipped: int = 0, warmup_skipped: int = 0,
+                first_loss: float | None = None) -> None:
     """samples/s, the step-time summary, TFLOP/s and (on a known GPU) MFU of one measured run.
 
-    ``world_size`` processes each ran ``batch_size`` samples per step (global throughput).
+    samples/s is the batch over the MEDIAN step time (``step_ms.p50``): the one definition every
+    speedup uses (:mod:`ampkit.bench.judge`). ``world_size`` processes each ran ``batch_size``
+    samples per step (global throughput). ``skipped``/``warmup_skipped``: steps the loss scaler
+    skipped in the timed window and in the warm-up.
     """
     row.batch_size = batch_size
-    row.samples_per_s = batch_size * world_size * len(step_s) / sum(step_s)
     row.step_ms = step_ms_summary(step_s)
+    row.step_times_ms = [round(s * 1e3, 6) for s in step_s]
+    row.samples_per_s = batch_size * world_size / (row.step_ms["p50"] / 1e3)
+    row.skipped_steps, row.warmup_skipped_steps = int(skipped), int(warmup_skipped)
+    if warmup is not None:
+        row.warmup = warmup
+    row.first_loss = first_loss if first_loss is None or math.isfinite(first_loss) else None
     fill_flops(row, flops, gpu, world_size)
 
 
@@ -54,9 +63,10 @@ def check_final_loss(row: BenchRow, loss: float, cfg: BenchConfig) -> None:
     row.final_loss = loss
     if not math.isfinite(loss):
         row.status = "error"
+        skipped = [f"{row.skipped_steps} of {cfg.steps} timed"] if row.skipped_steps else []
+        skipped += [f"{row.warmup_skipped_steps} of {cfg.warmup} warm-up"] if row.warmup_skipped_steps else []
         row.error = (f"loss is {loss} after {cfg.warmup + cfg.steps} steps"
-                     + (f" ({row.skipped_steps} of {cfg.steps} timed steps skipped by the loss scaler)"
-                        if row.skipped_steps else ""))
+                     + (f" ({' and '.join(skipped)} steps skipped by the loss scaler)" if skipped else ""))
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -100,12 +110,14 @@ def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target, ru
     """Every requested mode in turn, ``cfg.repeats`` times interleaved (:mod:`.repeats`), each in a
     fresh child running ``target`` (or ``run_one(mode)``, which may use several); Ctrl-C keeps the
     rows that finished."""
-    from .repeats import fold, mark_auto, paired_speedups, sequence
+    from .repeats import fold, mark_auto, sequence
 
     runs: dict[str, list[BenchRow]] = {}
     interrupted = False
     try:
-        for _, mode in sequence(cfg.modes, cfg.repeats):
+        for k, mode in sequence(cfg.modes, cfg.repeats):
+            if progress:
+                progress({"mode": mode, "kind": "start", "repeat": k + 1, "repeats": cfg.repeats, "steps": cfg.steps})
             row = run_one(mode) if run_one else run_child(cfg, mode, device, flops, progress, target)
             runs.setdefault(mode, []).append(row)
             if on_row:
@@ -113,9 +125,7 @@ def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target, ru
     except KeyboardInterrupt:
         interrupted = True
     rows = fold(runs, cfg.modes, cfg.repeats)
-    derive_relative(rows)
-    if cfg.repeats > 1:
-        paired_speedups(runs, rows)
+    derive_relative(rows, runs if cfg.repeats > 1 else None)
     mark_auto(rows, cfg)
     return rows, interrupted
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import add_device, add_framework, add_json, add_timeout
+from .common import ProgressLines, add_device, add_framework, add_json, add_sizes, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -13,6 +13,7 @@ def add_arguments(p) -> None:
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
                    help="per-sample input shape for a bare model, without the batch dimension")
     p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
+    add_sizes(p)
     p.add_argument("--modes", default="all", metavar="LIST",
                    help="comma-separated modes (auto: the mode auto picks for the device) or 'all' (default: all)")
     p.add_argument("--batch-size", default=None, metavar="N|auto",
@@ -67,13 +68,14 @@ def run(args) -> int:
     v.int_in(args.num_classes, "--num-classes", 1, v.MAX_CLASSES)
     v.int_in(args.max_batch_size, "--max-batch-size", 1, v.MAX_BATCH)
     v.float_in(args.timeout, "--timeout", 0, v.MAX_TIMEOUT_S, lo_open=True)
+    v.sizes(args)
     cfg = BenchConfig(
         workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
         num_classes=args.num_classes, modes=parse_mode_list(args.modes, allow_auto=True), batch_size=_batch_size(args.batch_size),
         memory_budget=parse_size(args.memory_budget) if args.memory_budget is not None else None,
         steps=args.steps, warmup=args.warmup, device=args.device, search_cap=args.max_batch_size,
         timeout=args.timeout,
-        repeats=args.repeats,
+        repeats=args.repeats, seq_len=args.seq_len, image_size=args.image_size,
     ).validate()
     v.input_shape(cfg.input_shape)
     v.memory_budget(cfg.memory_budget)
@@ -85,15 +87,21 @@ def run(args) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = console(json_to_stdout=True)  # a bar only on a terminal: in a log it would leave a blank line
+    # not a terminal (a log, a pipe, CI): plain progress lines on stderr instead -- never on stdout
+    lines = ProgressLines("bench", cfg.warmup) if rank0 and not err.is_terminal else None
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err, transient=True, disable=not rank0 or not err.is_terminal) as bar:
         tasks = {}
 
         def progress(msg: dict) -> None:
+            if lines:
+                lines(msg)
             mode = msg["mode"]
             if mode not in tasks:
                 tasks[mode] = bar.add_task(f"{mode}", total=None)
-            if msg.get("kind") == "search":
+            if msg.get("kind") == "start":
+                bar.update(tasks[mode], description=f"{mode}: starting", completed=0, total=None, visible=True)
+            elif msg.get("kind") == "search":
                 bar.update(tasks[mode], description=f"{mode}: trying batch {msg['done']}")
             else:
                 bar.update(tasks[mode], description=f"{mode}: training", completed=msg["done"], total=msg["total"])

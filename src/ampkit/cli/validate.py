@@ -48,6 +48,19 @@ def input_shape(shape) -> None:
                          f"at most {MAX_SAMPLE_ELEMENTS:,} are accepted")
 
 
+def sizes(args) -> None:
+    """--seq-len / --image-size within their bounds (whether the workload takes them is checked
+    where the workload is known: :func:`ampkit.bench.sizes.size_kwargs`)."""
+    from ..bench.sizes import MAX_IMAGE_SIZE, MAX_SEQ_LEN
+
+    int_in(getattr(args, "seq_len", None), "--seq-len", 1, MAX_SEQ_LEN)
+    int_in(getattr(args, "image_size", None), "--image-size", 1, MAX_IMAGE_SIZE)
+    if getattr(args, "model", None) and (getattr(args, "seq_len", None) or getattr(args, "image_size", None)):
+        from ..bench.sizes import size_kwargs
+
+        size_kwargs("", None, args.model, getattr(args, "seq_len", None), getattr(args, "image_size", None))
+
+
 def memory_budget(nbytes) -> None:
     if nbytes is not None and nbytes > MAX_MEMORY_BYTES:
         raise UsageError(f"--memory-budget must be at most 2**60 bytes (1 EiB); received {nbytes:.3g} bytes")

@@ -7,6 +7,14 @@ import json
 import math
 import os
 
+#: one colour per mode, the same in every chart ampkit draws (bench and parity PNGs, the report's charts)
+MODE_COLORS = {"fp32": "#7f7f7f", "tf32": "#9467bd", "fp16": "#ff7f0e", "bf16": "#1f77b4", "fp8": "#e377c2"}
+OTHER_COLOR = "#17becf"
+
+
+def mode_color(mode: str) -> str:
+    return MODE_COLORS.get(mode, OTHER_COLOR)
+
 
 def console(json_to_stdout: bool):
     """The human console: stderr when stdout carries the JSON document.
@@ -87,6 +95,15 @@ def fmt(x, spec: str = ".3g", none: str = "—") -> str:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return format(x, spec)
+
+
+def fmt_memory_ratio(saving) -> str:
+    """``memory_saving_vs_fp32`` (fp32 peak / this mode's peak) in words: "1.30x less", "1.10x more"."""
+    if saving is None or not isinstance(saving, (int, float)) or not math.isfinite(saving) or saving <= 0:
+        return "—"
+    if abs(saving - 1) < 0.005:
+        return "same as fp32"
+    return f"{saving:.2f}x less" if saving > 1 else f"{1 / saving:.2f}x more"
 
 
 def fmt_bytes(n) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .output import fmt, print_keras_line
+from .output import fmt, mode_color, print_keras_line
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 
@@ -41,13 +41,12 @@ def plot(report, path: str) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    palette = {"fp32": "#4c72b0", "tf32": "#8172b2", "fp16": "#55a868", "bf16": "#c44e52"}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in report.results:
         curves = np.array([run.train_loss for run in r.runs], dtype=float)
         epochs = np.arange(1, curves.shape[1] + 1)
         mean = curves.mean(0)
-        color = palette.get(r.mode)
+        color = mode_color(r.mode)
         ax.plot(epochs, mean, label=f"{r.mode}: acc {r.metric['mean']:.3f} ± {r.metric['std']:.3f} ({r.verdict})",
                 color=color)
         ax.fill_between(epochs, curves.min(0), curves.max(0), alpha=0.2, color=color)

@@ -11,11 +11,11 @@ import io
 import math
 import re
 
+from ..render.output import MODE_COLORS, OTHER_COLOR
 from .model import AuditView, BenchView, ParityView
 
-#: one colour per mode, the same in every chart
-MODE_COLORS = {"fp32": "#7f7f7f", "tf32": "#9467bd", "fp16": "#ff7f0e", "bf16": "#1f77b4", "fp8": "#d62728"}
-_OTHER = "#17becf"
+__all__ = ["MODE_COLORS", "color", "figure_for", "svg", "png"]
+_OTHER = OTHER_COLOR
 BAD = "#d62728"
 _RC = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "ampkit-report", "font.size": 9, "axes.titlesize": 10,
        "axes.spines.top": False, "axes.spines.right": False}
@@ -42,7 +42,8 @@ def _bars(ax, rows: list[dict], key: str, title: str, fmt, label_y: dict | None 
     top = max(values) if any(values) else 1.0
     for i, (bar, r, v) in enumerate(zip(bars, rows, values)):
         ok = r["status"] == "ok" and r[key] is not None
-        label = fmt(v) if ok else (r["status"] if r["status"] != "ok" else "n/a")
+        label = fmt(v) if ok else (r["status"] if r["status"] != "ok"
+                                   else "none claimed" if r.get("flags") else "n/a")
         ax.annotate(label, (bar.get_x() + bar.get_width() / 2, (label_y or {}).get(i, v)), xytext=(0, 2),
                     textcoords="offset points", ha="center", va="bottom", fontsize=8, color="black" if ok else BAD)
     ax.set_ylim(0, top * 1.18)

@@ -162,6 +162,15 @@ class AuditView:
     chart: str = ""
     chart_id: str = ""
 
+    @property
+    def summary(self) -> str:
+        """"clean", or the findings counted by severity (never "clean" with one)."""
+        return findings_summary(self.findings)[0]
+
+    @property
+    def summary_tone(self) -> str:
+        return findings_summary(self.findings)[1]
+
 
 def doctor_view(doc: Document) -> DoctorView:
     d = doc.data
@@ -190,10 +199,53 @@ def bench_view(doc: Document) -> BenchView:
                      "speedup_ci": ci if ci and None not in ci else None, "repeats": r.get("repeats"),
                      "memory_saving": finite(r.get("memory_saving_vs_fp32")),
                      "skipped_steps": r.get("skipped_steps"), "final_loss": finite(r.get("final_loss")),
+                     "warmup_skipped_steps": r.get("warmup_skipped_steps"),
+                     "flags": [str(f) for f in r.get("flags") or [] if isinstance(f, str)],
+                     "warning": r.get("warning") if isinstance(r.get("warning"), str) else None,
                      "tflops": finite(r.get("tflops")), "mfu": finite(r.get("mfu"))})
+        row = rows[-1]
+        row["speedup_verdict"] = _speedup_verdict(r.get("speedup_verdict"), row)
+        row["memory_words"] = "baseline" if row["mode"] == "fp32" else memory_words(row["memory_saving"])
+        row["status_words"] = (row["status"] + ", " + ", ".join(FLAG_WORDS.get(f, f) for f in row["flags"])
+                               if row["status"] == "ok" and row["flags"] else row["status"])
     return BenchView(doc, rows, str(d["workload"]), str(d["device"]),
                      has_ci=any(r["speedup_ci"] for r in rows),
                      has_max_batch=any(r["max_batch_size"] is not None for r in rows), note=d.get("note"))
+
+
+#: bench flags in words (see ampkit.bench.judge)
+FLAG_WORDS = {"diverged": "loss diverged", "all_timed_steps_skipped": "all timed steps skipped"}
+#: the doctor's threshold: faster/slower only when the interval's end clears it (ampkit.bench.judge.THRESHOLD)
+THRESHOLD = 1.10
+SPEEDUP_VERDICTS = ("faster", "slower", "no measurable difference", "small difference", "baseline")
+
+
+def memory_words(saving) -> str:
+    """memory_saving_vs_fp32 (fp32 peak / mode peak) as "1.30× less" / "1.10× more"."""
+    if saving is None or saving <= 0:
+        return "—"
+    if abs(saving - 1) < 0.005:
+        return "same as fp32"
+    return f"{saving:.2f}× less" if saving > 1 else f"{1 / saving:.2f}× more"
+
+
+def _speedup_verdict(word, row: dict) -> str | None:
+    """The row's own words when it has them (bench writes ``speedup_verdict``), else read from its
+    interval by the doctor's rule; a speedup without an interval (an older one-run document) has no
+    verdict: one run cannot tell a difference from noise."""
+    if row["mode"] == "fp32":
+        return "baseline"
+    if isinstance(word, str) and word in SPEEDUP_VERDICTS:
+        return word
+    ci = row["speedup_ci"]
+    if row["speedup"] is None or not ci:
+        return None
+    lo, hi = ci
+    if lo >= THRESHOLD:
+        return "faster"
+    if hi <= 1 / THRESHOLD:
+        return "slower"
+    return "no measurable difference" if lo <= 1 <= hi else "small difference"
 
 
 def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
@@ -245,11 +297,31 @@ def audit_view(doc: Document) -> AuditView:
                        "first": bool(first and first["name"] == lay["name"]),
                        "kinds": list(dict.fromkeys(kinds.get(lay["name"], [])))})
     findings = [{"layer": f["layer"] or "(model)", "kind": f["kind"], "advice": f["advice"],
+                 "severity": f.get("severity") if f.get("severity") in SEVERITIES else "finding",
                  "first": bool(first and first["name"] == f["layer"] and f["kind"] == "nonfinite")}
                 for f in d["findings"]]
     return AuditView(doc, str(d.get("workload") or "model"), d["mode"], str(d.get("device") or "—"),
                      float(d["loss_scale"]), d.get("steps"), first, findings, layers,
                      finite(d.get("suggested_loss_scale")))
+
+
+#: audit findings' severities, most severe first (ampkit.audit.core.Finding); "finding": a document without them
+SEVERITIES = ("error", "warning", "note")
+
+
+def findings_summary(findings: list[dict]) -> tuple[str, str]:
+    """("29 findings: 3 errors, 20 warnings, 6 notes", tone) -- never "clean" when there is one.
+    Tone: bad with an error, neutral with a warning (or findings of unknown severity), muted for notes only."""
+    if not findings:
+        return "clean", "good"
+    counts = {}
+    for f in findings:
+        counts[f.get("severity") or "finding"] = counts.get(f.get("severity") or "finding", 0) + 1
+    n = len(findings)
+    parts = [f"{counts[s]} {s}{'s' * (counts[s] != 1)}" for s in (*SEVERITIES, "finding") if counts.get(s)]
+    text = f"{n} finding{'s' * (n != 1)}" + (f": {', '.join(parts)}" if set(counts) != {"finding"} else "")
+    tone = "bad" if counts.get("error") else "neutral" if counts.get("warning") or counts.get("finding") else "muted"
+    return text, tone
 
 
 # ---------------------------------------------------------------- environments and the whole report
@@ -291,15 +363,21 @@ class Environment:
                     continue
                 if r["status"] != "ok":
                     text, t = r["status"], tone(r["status"])
+                elif r["flags"]:  # the bench withheld the speedup: say why, in red
+                    text, t = f"{r['status_words']}: no speedup claimed", "bad"
                 elif r["speedup"] is None:
                     text, t = "ok", "neutral"
                 else:
                     text = f"{r['speedup']:.2f}× fp32"
                     if r["speedup_ci"]:
                         text += f" [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}]"
-                    lo = r["speedup_ci"][0] if r["speedup_ci"] else r["speedup"]
-                    hi = r["speedup_ci"][1] if r["speedup_ci"] else r["speedup"]
-                    t = "good" if lo > 1.0 else ("bad" if hi < 1.0 else "neutral")
+                    verdict = r["speedup_verdict"]
+                    if verdict in ("no measurable difference", "small difference"):
+                        text += f": {verdict}"
+                    elif verdict is None:
+                        text += ": one run, no interval"
+                    # green or red only when the interval clears the threshold; otherwise neither
+                    t = "good" if verdict == "faster" else "bad" if verdict == "slower" else "neutral"
                 rows.append({"key": f"bench {v.workload}: {r['mode']}", "text": text, "tone": t})
         for v in self.parity:
             for r in v.rows:
@@ -308,10 +386,10 @@ class Environment:
                 text = r["verdict"] + (f" (p={r['p_value']:.3g})" if r["p_value"] is not None else "")
                 rows.append({"key": f"parity {v.dataset}: {r['mode']}", "text": text, "tone": tone(r["verdict"])})
         for v in self.audit:
+            text, t = findings_summary(v.findings)
             if v.first:
-                text, t = f"inf/NaN first in {v.first['name'] or '(model)'} ({v.first['phase']})", "bad"
-            else:
-                text, t = f"clean, {len(v.findings)} finding(s)" if v.findings else "clean", "good"
+                first = f"inf/NaN first in {v.first['name'] or '(model)'} ({v.first['phase']})"
+                text, t = (f"{first}; {text}" if v.findings else first), "bad"
             rows.append({"key": f"audit {v.workload}: {v.mode}", "text": text, "tone": t})
         return rows
 

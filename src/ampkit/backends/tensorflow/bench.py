@@ -46,11 +46,16 @@ class _GpuPeak:
 
 
 def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: bool, baseline: int, say):
+    """Train on one fixed batch; returns (timed step seconds, timed steps skipped, warm-up steps
+    skipped, the first step's loss, the last step's loss, peak bytes, how the peak was measured).
+
+    A step was skipped when the LossScaleOptimizer lowered its scale (it halves on inf/NaN gradients
+    and skips the update)."""
     from .keras_engine import loss_scale_of
 
     x, y = workload.make_batch(batch_size, seed + 1)
     model = workload.model
-    times, skipped, loss = [], 0, float("nan")
+    times, skipped, warmup_skipped, loss, first = [], 0, 0, float("nan"), None
     with (_GpuPeak() if gpu else HostPeak(baseline)) as mem:
         for i in range(warmup + steps):
             before = loss_scale_of(model.optimizer)
@@ -58,12 +63,20 @@ def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: b
             loss = model.train_on_batch(x, y)  # returns a host value: the step is complete
             dt = time.perf_counter() - t
             after = loss_scale_of(model.optimizer)
+            was_skipped = int(before is not None and after < before)
+            if i == 0:
+                first = _scalar(loss)
             if i >= warmup:
                 times.append(dt)
-                skipped += int(before is not None and after < before)
+                skipped += was_skipped
+            else:
+                warmup_skipped += was_skipped
             say("step", i + 1, warmup + steps)
-    loss = float(loss[0] if isinstance(loss, (list, tuple)) else loss)
-    return times, skipped, loss, mem.peak, mem.source
+    return times, skipped, warmup_skipped, first, _scalar(loss), mem.peak, mem.source
+
+
+def _scalar(loss) -> float:
+    return float(loss[0] if isinstance(loss, (list, tuple)) else loss)
 
 
 def _check_policy_reached(model, mp) -> None:
@@ -97,17 +110,17 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
         # off (as the mode says) while it trains — outside it TensorFlow's default (TF32 on) rules
         with mp.scope():
             keras.utils.set_random_seed(cfg.seed)
-            workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
+            workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
             k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
             workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss())
             mp.check_model(workload.model)
             _check_policy_reached(workload.model, mp)
             batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
-            times, skipped, loss, peak, source = _train(workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu,
-                                                        baseline, say)
-        fill_timing(row, batch_size, times, flops, gpu)
+            times, skipped, warmup_skipped, first, loss, peak, source = _train(
+                workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu, baseline, say)
+        fill_timing(row, batch_size, times, flops, gpu, warmup=cfg.warmup, skipped=skipped,
+                    warmup_skipped=warmup_skipped, first_loss=first)
         row.peak_memory_bytes, row.memory_source = peak, source
-        row.skipped_steps = skipped
         check_final_loss(row, loss, cfg)
     except UsageError:
         raise
@@ -173,17 +186,38 @@ def telling_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor]:
+def _sizes(cfg: BenchConfig) -> dict:
+    """--seq-len / --image-size as the built-in's keyword ({} when neither was given)."""
+    from ...bench.sizes import size_kwargs
+
+    return size_kwargs("tensorflow", cfg.workload, cfg.model, cfg.seq_len, cfg.image_size)
+
+
+def _shapes(x):
+    """Per-sample input shape(s) of a batch (batch dimension dropped)."""
+    if isinstance(x, dict):
+        return {k: list(v.shape[1:]) for k, v in x.items() if hasattr(v, "shape")}
+    if isinstance(x, (list, tuple)):
+        return [list(v.shape[1:]) for v in x if hasattr(v, "shape")]
+    return list(x.shape[1:]) if hasattr(x, "shape") else None
+
+
+def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor, object]:
     """Build the workload and, for a user's model, train one step on a batch of 2: a wrong
-    --input-shape or --num-classes is reported now, in one line, not as an error row per mode."""
+    --input-shape or --num-classes is reported now, in one line, not as an error row per mode.
+    Returns (FLOPs per sample, name, default batch size, the Keras it was built with, per-sample input shapes)."""
     import keras
 
     cfg = BenchConfig.from_dict(cfg_dict)
     keras.utils.set_random_seed(cfg.seed)
-    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes)
+    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
     flops = count_flops(workload.model)
+    x, y = workload.make_batch(2, cfg.seed)
+    try:
+        shapes = _shapes(x)
+    except Exception:  # information only
+        shapes = None
     if cfg.model:
-        x, y = workload.make_batch(2, cfg.seed)
         try:
             k = workload.flavor.module  # the model's own Keras: Keras 3, or tf_keras for a Keras 2 model
             workload.model.compile(optimizer=k.optimizers.SGD(0.0), loss=workload.keras_loss())
@@ -192,7 +226,7 @@ def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor]:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
             raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
                              f"--num-classes {cfg.num_classes}: {type(exc).__name__}: {telling_line(exc)}")
-    return flops, workload.name, workload.batch_size, workload.flavor
+    return flops, workload.name, workload.batch_size, workload.flavor, shapes
 
 
 def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
@@ -209,15 +243,16 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
         note = f"no --workload given: ran the default for a {'GPU' if gpu else 'CPU'} device, {cfg.workload!r}"
     if cfg.workload:
         cfg.workload = check_tf_workload(cfg.workload)
+    _sizes(cfg)  # a --seq-len / --image-size the workload does not take: one line, before any child
     if cfg.batch_size == "auto" and not gpu and cfg.memory_budget is None:
         raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE; e.g. --memory-budget 2GiB")
     if cfg.model:  # a user's model: imported and probed in a child (crash, sys.exit, hang -> one line)
         from ...isolation import run_isolated
 
-        flops, name, cfg.batch_size_hint, keras_ran = run_isolated(
+        flops, name, cfg.batch_size_hint, keras_ran, shapes = run_isolated(
             _probe_tf, cfg.to_dict(), what=f"probing --model {cfg.model}", timeout=cfg.timeout)
     else:
-        flops, name, cfg.batch_size_hint, keras_ran = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
+        flops, name, cfg.batch_size_hint, keras_ran, shapes = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
     device = "cuda" if gpu else "cpu"
     from .keras_engine import resolve_auto_tf  # imports Keras: after the cheap checks above
 
@@ -226,4 +261,4 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
                        environment=tf_environment(keras_ran), flops_per_sample=flops, config=cfg.to_dict(), note=note,
-                       interrupted=interrupted)
+                       interrupted=interrupted, sample_inputs=shapes)

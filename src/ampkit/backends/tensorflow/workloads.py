@@ -55,10 +55,10 @@ def _mlp():
     return KerasWorkload(keras.Model(inputs, out), _classification((784,), 10), name="mlp", batch_size=64)
 
 
-def _cnn():
+def _cnn(image_size: int = 32):
     import keras
 
-    inputs = keras.Input((32, 32, 3))
+    inputs = keras.Input((image_size, image_size, 3))
     h = inputs
     for i, ch in enumerate((16, 32, 64)):
         h = keras.layers.Conv2D(ch, 3, padding="same")(h)
@@ -68,15 +68,15 @@ def _cnn():
             h = keras.layers.MaxPooling2D()(h)
     h = keras.layers.GlobalAveragePooling2D()(h)
     out = keras.layers.Dense(10, dtype="float32", name="logits")(h)
-    return KerasWorkload(keras.Model(inputs, out), _classification((32, 32, 3), 10), name="cnn", batch_size=32)
+    return KerasWorkload(keras.Model(inputs, out), _classification((image_size, image_size, 3), 10), name="cnn", batch_size=32)
 
 
-def _resnet50():
+def _resnet50(image_size: int = 224):
     import keras
 
-    base = keras.applications.ResNet50(weights=None, include_top=False, input_shape=(224, 224, 3), pooling="avg")
+    base = keras.applications.ResNet50(weights=None, include_top=False, input_shape=(image_size, image_size, 3), pooling="avg")
     out = keras.layers.Dense(1000, dtype="float32", name="logits")(base.output)
-    return KerasWorkload(keras.Model(base.input, out), _classification((224, 224, 3), 1000), name="resnet50",
+    return KerasWorkload(keras.Model(base.input, out), _classification((image_size, image_size, 3), 1000), name="resnet50",
                          batch_size=64)
 
 
@@ -106,6 +106,9 @@ def _bert_base(seq: int = 128, vocab: int = 30522, hidden: int = 768, layers: in
 
 
 _BUILTIN = {"mlp": _mlp, "cnn": _cnn, "resnet50": _resnet50, "bert-base": _bert_base}
+#: --seq-len / --image-size for the built-ins that take them (checked by ampkit.bench.sizes), for callers
+#: that cannot pass ``sizes`` (the audit's child sets them here)
+DEFAULT_SIZES: dict = {}
 
 
 def check_tf_workload(name: str) -> str:
@@ -117,7 +120,8 @@ def check_tf_workload(name: str) -> str:
     return key
 
 
-def build_tf_workload(workload: str | None, model_spec: str | None, input_shape, num_classes: int) -> KerasWorkload:
+def build_tf_workload(workload: str | None, model_spec: str | None, input_shape, num_classes: int,
+                      sizes: dict | None = None) -> KerasWorkload:
     """Call inside the mode's policy scope: layers take the global dtype policy when built.
 
     A factory may build with Keras 3 or tf_keras: call :func:`.flavor.load_every_keras` before
@@ -136,7 +140,10 @@ def build_tf_workload(workload: str | None, model_spec: str | None, input_shape,
         if input_shape is None:
             raise UsageError(f"{model_spec} returned a bare model: give --input-shape (per sample) and --num-classes")
         return KerasWorkload(obj, _classification(tuple(input_shape), num_classes), name=model_spec)
-    return _BUILTIN[check_tf_workload(workload)]()
+    kw = dict(DEFAULT_SIZES if sizes is None else sizes)  # {"seq_len": n} or {"image_size": n}
+    if "seq_len" in kw:
+        kw["seq"] = kw.pop("seq_len")
+    return _BUILTIN[check_tf_workload(workload)](**kw)
 
 
 def _mha_flops(layer) -> float:

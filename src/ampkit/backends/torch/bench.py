@@ -34,7 +34,19 @@ from .workloads.flops import count_training_flops
 
 
 def _build(cfg: BenchConfig, device: torch.device):
-    return build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed)
+    return build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed,
+                          seq_len=cfg.seq_len, image_size=cfg.image_size)
+
+
+def sample_shapes(inputs):
+    """Per-sample shapes of a batch's inputs (batch dimension dropped): a list, or a dict/list of them."""
+    if isinstance(inputs, torch.Tensor):
+        return list(inputs.shape[1:])
+    if isinstance(inputs, dict):
+        return {k: sample_shapes(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    if isinstance(inputs, (tuple, list)):
+        return [sample_shapes(v) for v in inputs if isinstance(v, torch.Tensor)]
+    return None
 
 
 def device_name(device: torch.device) -> str:
@@ -70,9 +82,9 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
         mp = MixedPrecision(mode, device, model=workload.model)
         m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=cfg.warmup, seed=cfg.seed,
                     baseline_rss=baseline, mp=mp, on_step=lambda done, total: say("step", done, total))
-        fill_timing(row, batch_size, m.step_s, flops, gpu=device.type == "cuda")
+        fill_timing(row, batch_size, m.step_s, flops, gpu=device.type == "cuda", warmup=cfg.warmup,
+                    skipped=m.skipped_steps, warmup_skipped=m.warmup_skipped_steps, first_loss=m.first_loss)
         row.peak_memory_bytes, row.memory_source = m.peak_memory_bytes, m.memory_source
-        row.skipped_steps = m.skipped_steps
         check_final_loss(row, m.final_loss, cfg)
     except (ModeUnavailableError, AutocastDisabledError) as exc:
         row.status, row.error = "unsupported", str(exc)
@@ -132,8 +144,9 @@ def child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float |
                                                     flops=flops, progress=progress))
 
 
-def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float | None, str]:
-    """Validate the workload in the parent (bad input -> exit 2 before any child) and count FLOPs."""
+def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float | None, str, object]:
+    """Validate the workload in the parent (bad input -> exit 2 before any child) and count FLOPs.
+    Returns (note, FLOPs per sample, the workload's name, per-sample input shapes)."""
     note = None
     if not cfg.model and not cfg.workload:
         cfg.workload = default_workload(device)
@@ -147,8 +160,9 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
     if cfg.model:  # a user's model must run on its own inputs: probe a batch of 2 (meta, else CPU)
         try:
             counted = count_training_flops(workload, strict=True)
+            probe = workload.make_batch(2, torch.device("cpu"), torch.Generator().manual_seed(cfg.seed))
             with torch.no_grad():  # the meta-device count checks shapes, not values (a class index too large)
-                workload.loss(workload.make_batch(2, torch.device("cpu"), torch.Generator().manual_seed(cfg.seed)))
+                workload.loss(probe)
         except Exception as exc:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
             raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
@@ -157,7 +171,12 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
         flops = workload.flops_per_sample or counted
     else:
         flops = workload.flops_per_sample or count_training_flops(workload)
-    return note, flops, workload.name
+        probe = workload.make_batch(1, torch.device("cpu"), torch.Generator().manual_seed(cfg.seed))
+    try:
+        shapes = sample_shapes(probe[0])
+    except Exception:  # a user's batch of another shape: the shapes are information, not a check
+        shapes = None
+    return note, flops, workload.name, shapes
 
 
 def _prepare_isolated(cfg_dict: dict, device_str: str) -> tuple:
@@ -167,15 +186,15 @@ def _prepare_isolated(cfg_dict: dict, device_str: str) -> tuple:
     return (*_prepare(cfg, torch.device(device_str)), cfg.workload)
 
 
-def prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float | None, str]:
+def prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float | None, str, object]:
     """Built-in workloads are probed here; a user's ``--model`` in a child process."""
     if not cfg.model:
         return _prepare(cfg, device)
     from ...isolation import run_isolated
 
-    note, flops, name, cfg.workload = run_isolated(_prepare_isolated, cfg.to_dict(), str(device),
-                                                   what=f"probing --model {cfg.model}", timeout=cfg.timeout)
-    return note, flops, name
+    note, flops, name, shapes, cfg.workload = run_isolated(_prepare_isolated, cfg.to_dict(), str(device),
+                                                           what=f"probing --model {cfg.model}", timeout=cfg.timeout)
+    return note, flops, name, shapes
 
 
 def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
@@ -186,10 +205,11 @@ def run_bench(cfg: BenchConfig, progress: Callable[[dict], None] | None = None,
         return _run_distributed(cfg, progress, on_row)
     device = resolve_device(cfg.device)
     apply_auto(cfg, lambda: resolve_auto(device))
-    note, flops, name = prepare(cfg, device)
+    note, flops, name, shapes = prepare(cfg, device)
     rows, interrupted = run_modes(cfg, str(device), flops, progress, on_row, target=child_entry)
     return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
-                       flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted)
+                       flops_per_sample=flops, config=cfg.to_dict(), note=note, interrupted=interrupted,
+                       sample_inputs=shapes)
 
 
 def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
@@ -213,7 +233,7 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
                                 timeout=timedelta(seconds=cfg.timeout or 1800.0))
     world = dist.get_world_size()
     apply_auto(cfg, lambda: resolve_auto(device))
-    note, flops, name = prepare(cfg, device)
+    note, flops, name, shapes = prepare(cfg, device)
     rows = []
     for mode in cfg.modes:
         row = run_mode(cfg, mode, device, flops=flops, ddp=True,
@@ -240,4 +260,4 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
     derive_relative(rows)
     mark_auto(rows, cfg)
     return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
-                       world_size=world, flops_per_sample=flops, config=cfg.to_dict(), note=note)
+                       world_size=world, flops_per_sample=flops, config=cfg.to_dict(), note=note, sample_inputs=shapes)

@@ -56,12 +56,15 @@ class Measurement:
     step_s: list[float]
     peak_memory_bytes: int
     memory_source: str
-    skipped_steps: int
-    final_loss: float
+    skipped_steps: int              # timed steps the loss scaler skipped
+    final_loss: float               # the loss of the last step
+    warmup_skipped_steps: int = 0   # warm-up steps the loss scaler skipped
+    first_loss: float | None = None  # the loss of the first step (before any update)
 
     @property
     def samples_per_s(self) -> float:
-        return self.batch_size * len(self.step_s) / sum(self.step_s)
+        """The batch over the median step time (as every bench row defines it)."""
+        return self.batch_size / (self.step_ms["p50"] / 1e3)
 
     @property
     def step_ms(self) -> dict:
@@ -79,7 +82,9 @@ def measure(workload: Workload, mode: str, device: torch.device, batch_size: int
             on_step=None) -> Measurement:
     """Train ``steps`` timed steps (after ``warmup`` untimed ones) on one fixed batch.
 
-    The optimizer (AdamW) is created here, so its state counts in the peak. CUDA steps are timed
+    Counts the steps the loss scaler skipped in the warm-up and in the timed window apart, and
+    keeps the first step's loss (read at the end: no extra sync inside the timed window). The
+    optimizer (AdamW) is created here, so its state counts in the peak. CUDA steps are timed
     with events and one synchronize at the end; CPU steps with perf_counter.
     Raises whatever the step raises (OOM included); the caller classifies it.
     """
@@ -93,12 +98,12 @@ def measure(workload: Workload, mode: str, device: torch.device, batch_size: int
         times: list[float] = []
         events = []
         skipped_before = 0
-        loss = None
+        loss = first = None
         try:
             for i in range(warmup + steps):
                 if i == warmup:
                     synchronize(device)  # host-device sync: the timed window starts clean
-                    skipped_before = mp.stats["skipped"]
+                    skipped_before = mp.stats["skipped"]  # every skip so far was in the warm-up
                 timed = i >= warmup
                 if timed:
                     if cuda:
@@ -108,6 +113,8 @@ def measure(workload: Workload, mode: str, device: torch.device, batch_size: int
                         t0 = time.perf_counter()
                 with mp.autocast():
                     loss = workload.loss(batch)
+                if i == 0:
+                    first = loss.detach().clone()
                 mp.backward(loss)
                 mp.step(opt, zero_grad=True)
                 if timed:
@@ -122,9 +129,11 @@ def measure(workload: Workload, mode: str, device: torch.device, batch_size: int
             if cuda:
                 times = [s.elapsed_time(e) / 1e3 for s, e in events]
             final_loss = float(loss.detach())
+            first_loss = float(first)
             skipped = mp.stats["skipped"] - skipped_before
         finally:
-            del batch, loss
+            del batch, loss, first
             opt.zero_grad(set_to_none=True)
             del opt
-    return Measurement(batch_size, times, mem.peak, mem.source, skipped, final_loss)
+    return Measurement(batch_size, times, mem.peak, mem.source, skipped, final_loss,
+                       warmup_skipped_steps=skipped_before, first_loss=first_loss)
