@@ -94,6 +94,20 @@ class Flavor:
     def sparse_ce_logits(self):
         return self.module.losses.SparseCategoricalCrossentropy(from_logits=True)
 
+    def fp32_layer_code(self, name: str, model: str = "model") -> str:
+        """Python code (one statement, no backticks) that makes the layer ``name`` of the model held by
+        the variable ``model`` compute in float32 under a mixed policy, from its next call on (before
+        ``compile``/``fit`` trace it; its variables are float32 already).
+
+        Keras 3: the layer's ``dtype_policy`` has a setter (a policy or its name). Keras 2 (tf_keras)
+        has no public setter once a layer exists; ``Layer._set_dtype_policy`` is what its own
+        ``dtype=`` argument calls (its variables, AutoCastVariables, then read as float32).
+        """
+        layer = f"{model}.get_layer({name!r})"
+        if self.legacy:
+            return f"{layer}._set_dtype_policy('float32')"
+        return f"{layer}.dtype_policy = 'float32'"
+
     # --- the loss-scale optimizer -----------------------------------------------------------------
     @property
     def loss_scale_optimizer(self) -> type:

@@ -1,0 +1,93 @@
+"""The Keras audit right on real models (Keras 3 and tf_keras): training=True with matched random
+draws, norm-based relative errors checked against an independent computation, advice as code that
+works, the loss and shapes read from the model. Bodies in tf_real_cases.py, each in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.tensorflow
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+FLAVORS = ["keras", "tf_keras"]
+
+
+def _case(name: str, *args: str) -> str:
+    call = f"tf_real_cases.{name}({', '.join(map(repr, args))})"
+    r = subprocess.run([sys.executable, "-c", f"import tf_real_cases; {call}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{call} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    return r.stdout
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp16"])
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(flavor, mode):
+    out = _case("mobilenet_audit", flavor, mode)
+    assert f"{mode} max rel_error" in out
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_dropout_and_noise_draw_the_same_numbers_in_both_passes(flavor):
+    _case("dropout_masks_match", flavor)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_batchnorm_moving_statistics_updated_once_per_step(flavor):
+    _case("batchnorm_state_as_training_sees_it", flavor)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_fp32_hint_is_code_that_keeps_the_layer_in_float32(flavor):
+    _case("fp32_hint_keeps_layer_fp32", flavor)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_planted_cancellation_shows_a_large_relative_error(flavor):
+    _case("planted_cancellation_found", flavor)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_loss_classes_and_input_shape_read_from_the_model(flavor):
+    _case("model_heads", flavor)
+
+
+APPS = textwrap.dedent('''
+    def mnv2():
+        import keras
+        return keras.applications.MobileNetV2(input_shape=(32, 32, 3), weights=None, classes=10, alpha=0.35)
+''')
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "ampkit", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+def test_bench_keras_application_without_shape_flags():
+    """bench (its probe and a mode's run, as the CLI's processes call them) of
+    keras.applications.MobileNetV2(input_shape=(32,32,3), classes=10) needs no --input-shape or
+    --num-classes, and trains on its softmax outputs as probabilities."""
+    _case("bench_application_without_flags", "keras")
+
+
+def test_cli_audit_keras_application_and_flags_contradicting_it(tmp_path):
+    """audit reads the shapes from the model too; a flag contradicting the model is one line, exit 2."""
+    (tmp_path / "apps.py").write_text(APPS)
+    r = _cli("audit", "--framework", "tensorflow", "--model", "apps:mnv2", "--mode", "bf16", "--batch-size", "4",
+             "--json", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert len(doc["layers"]) == 155 and doc["first_nonfinite"] is None
+    assert not [f for f in doc["findings"] if f["kind"] in ("overflow", "underflow", "nonfinite")], doc["findings"][:3]
+    # (--num-classes 5 and other contradictions: model_heads, on the function the CLI calls)
+    r = _cli("audit", "--framework", "tensorflow", "--model", "apps:mnv2", "--input-shape", "28,28,1", cwd=tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("ampkit: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "--input-shape 28,28,1 contradicts" in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
