@@ -242,6 +242,7 @@ def test_auto_in_bench_and_audit_and_doctor_intervals():
     assert r.returncode in (0, 1), r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc["resolved_from"] == "auto" and doc["mode"] in ("fp16", "bf16") and "auto resolves to" in doc["note"]
+    assert "measured" in doc["note"] and "capability guess" not in doc["note"]  # a CPU measures, never guesses
 
 
 def test_a_bad_workload_name_is_one_line_before_tensorflow_loads():

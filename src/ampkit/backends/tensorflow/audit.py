@@ -318,13 +318,12 @@ def audit_from_config_tf(cfg: AuditConfig) -> AuditReport:
 
     tf = import_tf()
     if cfg.mode == "auto":
-        from ...cpu import auto_for_cpu
         from .keras_engine import resolve_auto_tf
 
         gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"
-        mode, note = audit_mode_for_auto(resolve_auto_tf if gpu else auto_for_cpu)
+        mode, note = audit_mode_for_auto(lambda: resolve_auto_tf(cpu=not gpu))
         report = audit_from_config_tf(replace(cfg, mode=mode))
-        report.resolved_from, report.note = "auto", note
+        report.resolved_from, report.note = "auto", note + (f"; {report.note}" if report.note else "")
         return report
     workload_name = None if cfg.model else check_tf_workload(cfg.workload or "mlp")
     probe = build_tf_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes)
