@@ -150,8 +150,9 @@ def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None
         if r.flags or not (r.samples_per_s and base.samples_per_s):
             continue
         r.speedup_vs_fp32 = r.samples_per_s / base.samples_per_s
-        if r is base:
+        if r is base:  # the baseline against itself (as the doctor reports it), where the others have intervals
             r.speedup_verdict = "baseline"
+            r.speedup_ci = [1.0, 1.0] if (runs and r.repeats > 1) or len(r.step_times_ms) >= 2 else None
             continue
         est = _interval(r, base, runs)
         if est is not None and est.low is not None:
