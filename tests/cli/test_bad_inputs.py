@@ -116,12 +116,13 @@ CASES = [
     # ---- user code that fails: Keras
     ("bench-keras-wrong-input-shape", ["bench", "--framework", "tensorflow", "--device", "cpu", "--model",
                                        "kmodels:bare", "--input-shape", "5", "--num-classes", "4", *FAST],
-     {}, "incompatible"),
+     {}, "--input-shape 5 contradicts the input shape kmodels:bare declares (8 per sample)"),
     ("bench-keras-wrong-classes", ["bench", "--framework", "tensorflow", "--device", "cpu", "--model", "kmodels:bare",
                                    "--input-shape", "8", "--num-classes", "10", "--csv", "rows.csv", *FAST],
-     {}, "outside the valid range"),
+     {}, "--num-classes 10 contradicts kmodels:bare, whose output has 4 unit(s)"),
     ("audit-keras-wrong-input-shape", ["audit", "--framework", "tensorflow", "--device", "cpu", "--model",
-                                       "kmodels:bare", "--input-shape", "5", "--num-classes", "4"], {}, "incompatible"),
+                                       "kmodels:bare", "--input-shape", "5", "--num-classes", "4"], {},
+     "--input-shape 5 contradicts the input shape kmodels:bare declares"),
     ("audit-keras-sys-exit-at-import", ["audit", "--framework", "tensorflow", "--device", "cpu", "--model",
                                         "exits_at_import:f", "--input-shape", "8"], {}, "sys.exit(3)"),
 ]

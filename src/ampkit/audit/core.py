@@ -367,7 +367,7 @@ class AuditConfig:
     workload: str | None = None
     model: str | None = None
     input_shape: tuple[int, ...] | None = None
-    num_classes: int = 10
+    num_classes: int | None = None   # None: what the model declares (Keras), else 10
     mode: str = "fp16"
     steps: int = 1
     loss_scale: float | None = None

@@ -31,7 +31,7 @@ class BenchConfig:
     workload: str | None = None          # built-in name; None -> the device's default
     model: str | None = None             # MODULE:FACTORY
     input_shape: tuple[int, ...] | None = None
-    num_classes: int = 10
+    num_classes: int | None = None   # None: what the model declares (Keras), else 10
     modes: list[str] = field(default_factory=lambda: ["fp32", "tf32", "fp16", "bf16"])
     batch_size: int | str | None = None  # int, "auto", or None (the workload's default)
     memory_budget: int | None = None     # bytes
@@ -65,7 +65,7 @@ class BenchConfig:
             raise UsageError(f"--max-batch-size must be >= 1; received {self.search_cap}")
         if self.repeats < 1:
             raise UsageError(f"--repeats must be >= 1; received {self.repeats}")
-        if self.num_classes < 1:
+        if self.num_classes is not None and self.num_classes < 1:
             raise UsageError(f"--num-classes must be >= 1; received {self.num_classes}")
         from .sizes import check_flag_values, size_kwargs
 

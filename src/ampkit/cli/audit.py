@@ -15,7 +15,8 @@ def add_arguments(p) -> None:
                    help="built-in workload (default: mlp on a CPU, resnet50 on a GPU)")
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY", help="your own Workload or model factory")
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...", help="per-sample input shape for a bare model")
-    p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
+    p.add_argument("--num-classes", type=int, default=None, metavar="N",
+                   help="classes for a bare model (default: what a Keras model's output declares, else 10)")
     add_sizes(p)
     p.add_argument("--mode", default="fp16", metavar="fp16|bf16|auto",
                    help="the mode to audit (default fp16); auto: auto's choice when it is fp16 or bf16, else bf16")

@@ -12,7 +12,8 @@ def add_arguments(p) -> None:
                    help="your own model: a zero-argument factory returning an ampkit.Workload or a torch.nn.Module")
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
                    help="per-sample input shape for a bare model, without the batch dimension")
-    p.add_argument("--num-classes", type=int, default=10, metavar="N", help="classes for a bare model (default 10)")
+    p.add_argument("--num-classes", type=int, default=None, metavar="N",
+                   help="classes for a bare model (default: what a Keras model's output declares, else 10)")
     add_sizes(p)
     p.add_argument("--modes", default="all", metavar="LIST",
                    help="comma-separated modes (auto: the mode auto picks for the device) or 'all' (default: all)")

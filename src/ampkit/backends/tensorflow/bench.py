@@ -225,7 +225,7 @@ def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor, object]:
         except Exception as exc:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
             raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
-                             f"--num-classes {cfg.num_classes}: {type(exc).__name__}: {telling_line(exc)}")
+                             f"--num-classes {cfg.num_classes or workload.num_classes}: {type(exc).__name__}: {telling_line(exc)}")
     return flops, workload.name, workload.batch_size, workload.flavor, shapes
 
 

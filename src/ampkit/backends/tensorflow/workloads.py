@@ -31,7 +31,7 @@ LOSSES = {
     "binary_crossentropy": ("BinaryCrossentropy", False),                          # after a sigmoid
 }
 
-#: the CLI's --num-classes default: a model that declares other classes is not contradicted by it
+#: classes of a bare model whose output does not declare them, when --num-classes is not given
 DEFAULT_NUM_CLASSES = 10
 
 
@@ -316,7 +316,7 @@ def bare_model_workload(model, model_spec: str, input_shape=None, num_classes: i
     one_unit = bool(out) and out[-1] == 1
     if classes is None:
         classes = num_classes or DEFAULT_NUM_CLASSES
-    elif num_classes not in (None, DEFAULT_NUM_CLASSES, classes) and not (one_unit and num_classes == 1):
+    elif num_classes not in (None, classes) and not (one_unit and num_classes == 1):
         raise UsageError(f"--num-classes {num_classes} contradicts {model_spec}, whose output has "
                          f"{1 if one_unit else classes} unit(s) ({_loss_words(loss)}, {classes} classes): "
                          "drop --num-classes or make it match")

@@ -166,7 +166,7 @@ def _prepare(cfg: BenchConfig, device: torch.device) -> tuple[str | None, float 
         except Exception as exc:
             shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
             raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
-                             f"--num-classes {cfg.num_classes}: "
+                             f"--num-classes {cfg.num_classes or 10}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         flops = workload.flops_per_sample or counted
     else:

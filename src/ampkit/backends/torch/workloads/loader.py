@@ -9,7 +9,7 @@ from ....factory import call_factory
 from .base import Workload, classification_batches
 
 
-def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int = 10) -> Workload:
+def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int | None = None) -> Workload:
     obj = call_factory(spec)
     model = obj.model if isinstance(obj, Workload) else obj
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
@@ -23,5 +23,5 @@ def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_clas
         if input_shape is None:
             raise UsageError(f"{spec} returned a bare model: give --input-shape (per sample, without the "
                              "batch dimension, e.g. 3,32,32) and optionally --num-classes")
-        return Workload(obj, classification_batches(input_shape, num_classes), name=spec)
+        return Workload(obj, classification_batches(input_shape, num_classes or 10), name=spec)
     raise UsageError(f"{spec}() returned a {type(obj).__name__}; expected an ampkit.Workload or a torch.nn.Module")
