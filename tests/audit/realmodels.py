@@ -12,20 +12,7 @@ import copy
 import torch
 import torch.nn as nn
 
-
-def _floats(obj, out):
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point():
-            out.append(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _floats(v, out)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _floats(v, out)
-    elif hasattr(obj, "to_tuple"):
-        _floats(obj.to_tuple(), out)
-    return out
+from ampkit.backends.torch.numerics.hooks import float_tensors  # flattening outputs; the errors are computed here
 
 
 def _pass(model, run, dtype, seed):
@@ -33,7 +20,7 @@ def _pass(model, run, dtype, seed):
     handles = []
     for name, mod in model.named_modules():
         def hook(m, a, o, name=name):
-            outs.setdefault(name, []).extend(t.detach().float().clone() for t in _floats(o, []))
+            outs.setdefault(name, []).extend(t.detach().float().clone() for t in float_tensors(o))
         handles.append(mod.register_forward_hook(hook))
     try:
         with torch.random.fork_rng(devices=[]):
