@@ -5,6 +5,7 @@ precision problem whose advice, run as code, fixes it."""
 from __future__ import annotations
 
 import ast
+import json
 
 import pytest
 import realmodels as rm
@@ -147,3 +148,15 @@ def test_default_fp16_scale_backs_off_like_gradscaler_and_a_fixed_scale_does_not
     assert fixed.loss_scale == 65536.0 and fixed.skipped_steps == 0
     assert fixed.first_nonfinite is not None and fixed.first_nonfinite["phase"] == "backward"
     assert any(f.kind == "nonfinite" and f.level == "error" for f in fixed.findings)
+
+
+def test_planted_cancellation_audit_is_not_clean_in_the_report(tmp_path):
+    from ampkit.report import build, load, markdown
+
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    rep = ampkit.audit(_cancelling(), batch, mode="fp16", device="cpu")
+    path = tmp_path / "audit.json"
+    path.write_text(json.dumps(rep.to_dict()))
+    page = markdown(build(load(str(path))))
+    assert "1 finding: 1 note" in page and "clean" not in page.lower()
