@@ -330,9 +330,9 @@ def model_heads(flavor: str) -> None:
         model.train_on_batch(x, y)
     # the flags: agreeing ones are accepted, contradicting ones are one-line usage errors
     assert bare_model_workload(dense_softmax, "m", (7,), 5).num_classes == 5
-    assert bare_model_workload(dense_softmax, "m", None, 10).num_classes == 5  # the CLI's default: the model's
+    assert bare_model_workload(dense_softmax, "m", None, None).num_classes == 5  # no flag: the model's
     for shape, classes, words in (((8,), 5, "--input-shape 8 contradicts"), ((7, 1), 5, "--input-shape 7,1"),
-                                  ((7,), 4, "--num-classes 4 contradicts")):
+                                  ((7,), 4, "--num-classes 4 contradicts"), (None, 10, "--num-classes 10 contradicts")):
         try:
             bare_model_workload(dense_softmax, "m", shape, classes)
             raise AssertionError(f"{shape} {classes} accepted")
