@@ -64,6 +64,7 @@ def parity(framework: str) -> ParityReport:
 def audit(framework: str) -> AuditReport:
     layers = [LayerStats("encoder.0", "Linear", fwd_amax=3.0, fwd_headroom_log2=14.4),
               LayerStats("boom", "Rescaling", fwd_amax=1e6, fwd_headroom_log2=-3.9, fwd_nonfinite=12),
-              LayerStats("head", "Linear", fwd_amax=2.0, fwd_headroom_log2=15.0, grad_amax=10.0)]  # 10 x 2**16 > 65504
+              LayerStats("head", "Linear", fwd_amax=2.0, fwd_headroom_log2=15.0, grad_amax=10.0,
+                         grad_nonfinite=4)]  # 10 x 2**16 > 65504, and the fp16 pass saw it
     return AuditReport("fp16", 65536.0, layers, {"name": "boom", "phase": "forward", "step": 0}, [], DEVICES[framework],
                        1, ENVIRONMENTS[framework], "mlp")

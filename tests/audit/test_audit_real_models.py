@@ -160,3 +160,80 @@ def test_planted_cancellation_audit_is_not_clean_in_the_report(tmp_path):
     path.write_text(json.dumps(rep.to_dict()))
     page = markdown(build(load(str(path))))
     assert "1 finding: 1 note" in page and "clean" not in page.lower()
+
+
+class Big(nn.Module):
+    def forward(self, x):
+        return x * 1e5
+
+
+class OverNet(nn.Module):
+    """fp32 values of 1e5 in the middle: fp16 overflows there until ``big`` runs in float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.big, self.fc2 = nn.Linear(16, 32), Big(), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(self.big(self.fc1(x)) * 1e-5)
+
+
+def test_overflow_advice_run_as_code_clears_it_and_float32_outputs_are_not_judged_by_fp16s_range():
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    torch.manual_seed(0)
+    model = OverNet()
+    rep = ampkit.audit(model, batch, mode="fp16", device="cpu")
+    over = next(f for f in rep.findings if f.kind == "overflow" and f.layer == "big")
+    assert {la.name: la for la in rep.layers}["big"].fwd_dtype == "float16"
+    exec(over.code, {"torch": torch, "model": model})
+    fixed = ampkit.audit(model, batch, mode="fp16", device="cpu")
+    big = {la.name: la for la in fixed.layers}["big"]
+    assert big.fwd_dtype == "float32" and big.fwd_amax > 65504  # still beyond fp16's max, but not in fp16
+    assert fixed.first_nonfinite is None and fixed.findings == []
+
+
+def test_the_callers_model_comes_back_unchanged():
+    model, (x, y) = _build("torchvision-resnet18")
+    model.eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rep = ampkit.audit(model, (x, y), mode="bf16", steps=2, device="cpu")
+    assert rep.completed == 2
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before) and not model.training
+    assert all(p.grad is None for p in model.parameters())
+
+
+class InplaceBug(nn.Module):
+    """``h.mul_(2)`` changes a tensor ReLU saved for its backward: plain fp32 training fails too."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.sigmoid(self.fc1(x))
+        out = self.fc2(h)
+        h.mul_(2)
+        return out
+
+
+def test_a_model_that_fails_in_fp32_too_is_said_to_be_the_models_error():
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="a plain float32 training step fails too"):
+        ampkit.audit(InplaceBug(), batch, mode="fp16", device="cpu")
+
+
+def test_predicted_gradient_overflow_the_mode_did_not_show_is_no_finding():
+    from ampkit.audit.core import Advice, LayerStats, findings_for
+
+    def stats(nonfinite):
+        return [LayerStats("conv", "Conv2d", fwd_amax=1.0, grad_amax=132.0, grad_nonfinite=nonfinite, fwd_dtype="float16")]
+
+    advice = Advice(lambda n: f"model.{n}.float()", "LossScaleOptimizer", "initial_scale")
+    quiet, _ = findings_for(stats(0), FP16, "fp16", 512.0, None, False, advice)
+    assert quiet == []  # 132 x 512 > 65504 predicted, but the fp16 pass ran finite there
+    loud, _ = findings_for(stats(3), FP16, "fp16", 512.0, None, False, advice)
+    assert [(f.kind, f.layer, f.level) for f in loud] == [("overflow", "conv", "error")]

@@ -57,6 +57,8 @@ def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) ->
         return 0.0
     floor = math.sqrt(max(size, 1)) * fmt.smallest_normal
     return float(dist / max(ref_norm, floor))
+#: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
+DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
 SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
 #: the words of each rank: a precision note never reads like an overflow
 SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
@@ -78,6 +80,7 @@ class LayerStats:
     grad_lost_frac: float = 0.0            # the same for gradients, at the loss scale
     rel_error: float | None = None         # audited output vs the fp32 reference (max over calls)
     input_rel_error: float | None = None   # its inputs likewise, measured where rel_error is large for the format
+    fwd_dtype: str | None = None           # dtype(s) of its outputs in the audited mode ("float16", "float32,float16")
     calls: int = 0
     leaf: bool = True
     # accumulators (not serialised)
@@ -102,6 +105,12 @@ class LayerStats:
         self._grad_nz += nonzero
         self._grad_under += under
         self._grad_lost += under if lost is None else lost
+
+    def in_format(self, fmt: FloatFormat) -> bool:
+        """Whether its outputs (so the gradients w.r.t. them) are held in ``fmt`` in the audited mode:
+        a module that autocast runs in float32, or whose output type promotion makes float32, has
+        no fp16 range to overflow or underflow (unknown: assumed in the format)."""
+        return self.fwd_dtype is None or DTYPE_NAME.get(fmt.name, fmt.name) in self.fwd_dtype.split(",")
 
     def finish(self, fmt: FloatFormat) -> None:
         """Derive headroom and underflow shares from what was accumulated over the audited steps."""
@@ -172,7 +181,14 @@ class AuditReport:
                 "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
                 "suggested_loss_scale": self.suggested_loss_scale, "resolved_from": self.resolved_from,
                 "note": self.note, "interrupted": self.interrupted, "steps_completed": self.completed,
-                "initial_loss_scale": self.initial_loss_scale or self.loss_scale, "skipped_steps": self.skipped_steps}
+                "initial_loss_scale": self.initial_loss_scale or self.loss_scale, "skipped_steps": self.skipped_steps,
+                "output_rel_error": self.output_rel_error}
+
+    @property
+    def output_rel_error(self) -> float | None:
+        """The relative error of the model's own output (the module that finished last: the root
+        module in PyTorch, the output layer in Keras): what all the modules' errors add up to."""
+        return self.layers[-1].rel_error if self.layers else None
 
     @property
     def completed(self) -> int:
@@ -242,6 +258,7 @@ class Advice:
     scaler: str                       # "GradScaler" / "LossScaleOptimizer"
     init_arg: str                     # "init_scale" / "initial_scale"
     scale_code: Callable[[float], str] | None = None   # scale -> code making the scaler start there
+    bf16_code: str | None = None                       # code that trains in bf16 instead
 
 
 def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,
@@ -249,6 +266,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     """Findings with advice from per-layer statistics (framework-neutral; ``advice`` words the fixes
     in the user's framework)."""
     fp32_hint, scaler, init_arg, scale_code = advice.fp32_hint, advice.scaler, advice.init_arg, advice.scale_code
+    bf16_code = advice.bf16_code
     limit = precision_threshold(fmt)
 
     def _fp32(name: str) -> str:
@@ -283,7 +301,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                          "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
         out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"], code))
     # overflow: the innermost modules whose fp32 outputs exceed the format's range
-    over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite]
+    over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite and lay.in_format(fmt)]
     for lay in over:
         inner = any(o is not lay and o.name.startswith(lay.name + ".") if lay.name else o is not lay for o in over)
         if inner:
@@ -295,16 +313,19 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"], fp32_hint(lay.name)))
     # gradient overflow at this loss scale (leaf modules: where the scaled gradient is produced)
     for lay in layers:
-        if mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0:
+        # predicted from fp32's gradients, and raised only where the mode's pass really produced
+        # inf/NaN there (a prediction the measurement contradicts is not a finding)
+        if (mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0 and lay.grad_nonfinite
+                and lay.in_format(fmt)):
             fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if lay.grad_amax else None
             out.append(Finding(lay.name, "overflow",
                                f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
                                f"beyond fp16's max {fmt.max_finite:g}: {scaler} skips such steps and halves the "
                                f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
                                            "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
-                               _scale(fit if fit and fit >= 1 else None)))
+                               _scale(fit if fit and fit >= 1 else None) or bf16_code))
     # gradient underflow at this loss scale
-    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD]
+    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
     suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
     for lay in under:
         if mode == "fp16":
@@ -318,9 +339,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            f"flushed to zero or below {lost_below(fmt):.2g} in {fmt.name}, where fewer than {LOST_BITS} "
                            f"significant bits remain ({lay.grad_underflow_frac:.0%} below the smallest normal "
                            f"{fmt.smallest_normal:.2g}): {fix}", SEVERITY["underflow"],
-                           _scale(suggested) if mode == "fp16" else fp32_hint(lay.name)))
+                           (_scale(suggested) or bf16_code) if mode == "fp16" else fp32_hint(lay.name)))
     for lay in layers:
-        if lay.fwd_lost_frac > UNDERFLOW_THRESHOLD and lay.leaf:
+        if lay.fwd_lost_frac > UNDERFLOW_THRESHOLD and lay.leaf and lay.in_format(fmt):
             out.append(Finding(lay.name, "underflow",
                                f"{lay.fwd_lost_frac:.0%} of its nonzero outputs are lost in {fmt.name}: flushed to zero "
                                f"or below {lost_below(fmt):.2g}, where fewer than {LOST_BITS} significant bits remain "

@@ -8,7 +8,7 @@ from collections import Counter
 
 from rich.table import Table
 
-from ..audit.core import SEVERITY
+from ..audit.core import SEVERITY, format_of, precision_threshold, rounding_unit
 from .output import fmt, print_keras_line
 
 _KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "contract": "yellow",
@@ -65,6 +65,15 @@ def render(report, con) -> None:
         con.print(table)
     else:
         con.print(title, markup=False, highlight=False)
+    out_err = report.output_rel_error
+    if out_err is not None and report.completed:
+        fmt_ = format_of(report.mode)
+        words = (f"the model's output differs from float32 by {out_err:.2%} in {report.mode} "
+                 f"({out_err / rounding_unit(fmt_):.0f}x its rounding unit)")
+        if out_err > precision_threshold(fmt_) and not any(f.kind == "precision" for f in report.findings):
+            words += ("; no single module makes that error (each passes on about what it receives): it is "
+                      "many roundings, amplified along the way (BatchNorm over few values per channel does that)")
+        con.print(words, markup=False, highlight=False)
     if not report.findings and report.completed == 0:
         con.print("[yellow]no audited step finished: nothing was measured[/]")
     elif not report.findings:

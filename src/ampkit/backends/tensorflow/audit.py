@@ -219,7 +219,10 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
                     loss = loss_fn(y, flat[-1]) * at_scale  # the scaled loss, as LossScaleOptimizer scales it
                 grads = tape.gradient(loss, flat)
         _restore(before)  # the audit's pass updated moving statistics: the training step does that
+        dtypes[:] = [t.dtype.name for t in flat]
         return [_np(t) for t in flat], [None if g is None else _np(g) for g in grads]
+
+    dtypes: list[str] = []  # the audited pass's output dtypes, in flat order
 
     def nonfinite(arrays) -> bool:
         return any(a is not None and not np.isfinite(a).all() for a in arrays)
@@ -252,6 +255,9 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
                 continue
             break
         outs_r, outs_a = _split(flat_r, counts), _split(flat_a, counts)
+        for n, kinds in zip(names, _split(dtypes, counts)):
+            seen = set(stats[n].fwd_dtype.split(",")) if stats[n].fwd_dtype else set()
+            stats[n].fwd_dtype = ",".join(sorted(seen | set(kinds)))
         g_r, g_a = _split(grads_r, counts), _split(grads_a, counts)
         fwd_bad, bwd_bad = None, None
         for i, n in enumerate(names):
@@ -303,7 +309,8 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
         st.finish(fmt)
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite,
                                        Advice(partial(keras_fp32_hint, flavor=flavor), "LossScaleOptimizer",
-                                              "initial_scale", partial(keras_scale_code, flavor=flavor)))
+                                              "initial_scale", partial(keras_scale_code, flavor=flavor),
+                                              'mp = ampkit.keras.MixedPrecision("bf16")'))
     report = AuditReport(mode, scale, layers, first_nonfinite, findings, tf_device_name(), steps,
                          tf_environment(flavor), name, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)

@@ -37,7 +37,7 @@ from ...audit.core import (
     precision_threshold,
     relative_error,
 )
-from ...errors import UsageError
+from ...errors import UsageError, one_line
 from ...formats import FloatFormat
 from ...isolation import stop_requested
 from .devices import resolve_device
@@ -75,6 +75,7 @@ class _StepProbe:
         self.norms: dict = {}     # key -> [norm of each reference output] (host floats after host())
         self.sizes: dict = {}     # key -> [element count of each reference output]
         self._clones: dict = {}   # id(output) -> (weakref, in-place version, float32 copy)
+        self.dtypes: dict = {}    # audited run: module name -> dtypes of its outputs
         self._saw = False
 
     def _clone(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -121,6 +122,7 @@ class _StepProbe:
                 self.norms.setdefault(key, []).append(self._put(torch.linalg.vector_norm(kept)))
             return
         ref = self.reference.outputs.get(key, [])
+        self.dtypes.setdefault(key[0], set()).update(str(t.dtype).removeprefix("torch.") for t in tensors)
         for i, t in enumerate(tensors):
             x = t.detach()
             same = i < len(ref) and ref[i].shape == x.shape
@@ -272,11 +274,18 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
         workload = Workload(model_or_workload.to(device), lambda *a: batch, loss_fn=loss_fn)
     model = workload.model
     was_training = model.training
+    # the caller's model comes back as it was: the audit trains it (AdamW, so later steps see later
+    # weights) on copies' worth of memory, then puts parameters, buffers and .grad back
+    saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
+    grads = [(p, p.grad) for p in model.parameters()]
     model.train()  # audited as training runs: dropout on, BatchNorm on batch statistics
     try:
         return _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, seed, scale_fixed)
     finally:
         model.train(was_training)
+        _restore(saved)
+        for p, g in grads:
+            p.grad = g
 
 
 @contextlib.contextmanager
@@ -294,6 +303,26 @@ def _restore(buffers) -> None:
             b.copy_(saved)
 
 
+def _fails_in_fp32_too(model, workload, batch, device, seed, buffers, exc: Exception) -> None:
+    """When the audited step raised: does a plain fp32 training step (forward and a full backward)
+    fail too? The audit's reference pass takes gradients w.r.t. module outputs only, so a model bug
+    such as an in-place change of a tensor autograd saved passes there and fails only in the
+    mode's full backward, where it would read as a precision problem. Raises saying so."""
+    _restore(buffers)
+    model.zero_grad(set_to_none=True)
+    try:
+        with _same_randomness(device, seed):
+            loss = workload.loss(batch)
+            loss.backward()
+    except Exception as fp32_exc:
+        raise RuntimeError(f"{one_line(exc)} — a plain float32 training step fails too "
+                           f"({type(fp32_exc).__name__}), so this is the model's error, not a precision "
+                           "problem") from exc
+    finally:
+        _restore(buffers)
+        model.zero_grad(set_to_none=True)
+
+
 @dataclass
 class _StepRun:
     order: list
@@ -304,6 +333,7 @@ class _StepRun:
     grad: dict
     events: list
     mp: MixedPrecision
+    dtypes: dict
 
     @property
     def forward_nonfinite(self) -> bool:
@@ -338,7 +368,7 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
         fwd, grad, events = probe.host()
         if exact or not probe.saw_nonfinite:
             return _StepRun(order2, dict(meta, ref_order=order), ref_fwd, ref_grad, fwd,
-                            grad, events, mp)
+                            grad, events, mp, probe.dtypes)
         exact = True
         _restore(buffers)
         model.zero_grad(set_to_none=True)
@@ -358,7 +388,11 @@ def _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, se
             break
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
         while True:
-            run = _audited_step(model, workload, batch, mode, fmt, loss_scale, device, seed + step, buffers)
+            try:
+                run = _audited_step(model, workload, batch, mode, fmt, loss_scale, device, seed + step, buffers)
+            except Exception as exc:
+                _fails_in_fp32_too(model, workload, batch, device, seed + step, buffers, exc)
+                raise
             # GradScaler's own start: gradients that overflow only at the scale (forward and fp32
             # reference finite) make it skip the step and halve the scale. Unless the user fixed the
             # scale, the audit does the same and audits the scale a default run trains at.
@@ -392,6 +426,10 @@ def _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, se
                     names_in_order.append(name)
         order_index = {k: i for i, k in enumerate(order2)}
         _accumulate(layers, meta, fmt, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
+        for name, kinds in run.dtypes.items():
+            if name in layers:
+                seen = set(layers[name].fwd_dtype.split(",")) if layers[name].fwd_dtype else set()
+                layers[name].fwd_dtype = ",".join(sorted(seen | kinds))
         reference_nonfinite = reference_nonfinite or run.reference_nonfinite
         if first_nonfinite is None:
             fwd_bad = next((k for k in order2 if any(s[0] > 0 for s in run.fwd.get(k, []))), None)
@@ -405,7 +443,8 @@ def _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, se
     ordered = [layers[n] for n in names_in_order if n in layers]
     findings, suggested = findings_for(ordered, fmt, mode, loss_scale, first_nonfinite, reference_nonfinite,
                                        Advice(torch_fp32_hint(model, device.type), "GradScaler", "init_scale",
-                                              lambda s: f"scaler = torch.amp.GradScaler({device.type!r}, init_scale={s:g})"))
+                                              lambda s: f"scaler = torch.amp.GradScaler({device.type!r}, init_scale={s:g})",
+                                              f'mp = ampkit.MixedPrecision("bf16", device={device.type!r})'))
     report = AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
                          torch_environment(device), workload.name, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)
