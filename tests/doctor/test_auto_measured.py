@@ -23,7 +23,7 @@ from ampkit import auto_cache
 from ampkit.backends.torch import devices, doctor_ops
 from ampkit.cpu import cpu_emulation_note, cpu_mode_support
 from ampkit.doctor import auto as doctor_auto
-from ampkit.doctor.measure import Plan, Work
+from ampkit.doctor.measure import Plan
 from ampkit.doctor.verdicts import ACCEL_THRESHOLD, TRAINING_GAIN, evaluate
 
 CPU = torch.device("cpu")
@@ -304,23 +304,9 @@ def test_capability_reasons_claim_no_speed(monkeypatch):
 def test_the_doctor_says_slower_with_the_measured_figures_even_on_a_cpu_with_the_instructions():
     """The doctor's fp16 row on a CPU that has AVX512-FP16 but measures fp16 slower: the capability,
     then the measured fact, and nothing that reads as "native" or fast."""
-    class Op:
-        def __init__(self, mode):
-            self.mode = mode
+    from test_verdicts_planted import make_work_for
 
-        def __call__(self):
-            pass
-
-    class Clock:
-        def sync(self):
-            pass
-
-        def time(self, fn, reps):
-            return [0.010 / (0.2 if fn.mode == "fp16" else 1.0)] * reps
-
-    def work_for(mode):
-        return Work({"matmul": (Op(mode), None)}, {"train": (Op(mode), None)}, Clock())
-
+    work_for = make_work_for({"fp16": (0.2, 0.2)}, noise=0.0)  # fp16 5x slower, kernels and training
     has_fp16 = {"avx512_fp16": True}
     reports, recommended, _ = evaluate(["fp32", "fp16"], lambda m: cpu_mode_support(m, "CPU autocast"),
                                        lambda m: ("pass", "planted"), work_for, quick=False,
