@@ -64,9 +64,15 @@ GUESS = "capability guess"
 MEASURE_HINT = "run `ampkit doctor` to measure"
 
 
-def labelled_guess(mode: str, why: str) -> tuple[str, str]:
+def doctor_command(framework: str | None = None) -> str:
+    """The doctor run that measures ``framework`` (a plain ``ampkit doctor`` measures torch when it
+    is installed, so Keras users need the flag)."""
+    return "ampkit doctor --framework tensorflow" if framework == "tensorflow" else "ampkit doctor"
+
+
+def labelled_guess(mode: str, why: str, framework: str | None = None) -> tuple[str, str]:
     """``(mode, "capability guess (why); run `ampkit doctor` to measure")``."""
-    return mode, f"{GUESS} ({why}); {MEASURE_HINT}"
+    return mode, f"{GUESS} ({why}); run `{doctor_command(framework)}` to measure"
 
 
 def cpu_capability_choice(info: dict | None = None) -> tuple[str, str]:

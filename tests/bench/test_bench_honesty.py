@@ -109,9 +109,11 @@ def test_a_mode_whose_loss_diverges_is_flagged_and_claims_no_speedup():
 
 def test_divergence_rule():
     assert judge.divergence(1.05, 1.0, 2.3) is None                  # 5%: the same training
-    assert "differs by 166%" in judge.divergence(2.79, 1.05, 2.3)    # the user's resnet18
-    assert judge.divergence(0.002, 0.0005, 2.3) is None               # fp32 near 0: the floor (0.1 x 2.3)
-    assert judge.divergence(0.2, 0.0005, 2.3) is not None
+    assert "differs by 139%" in judge.divergence(2.79, 1.05, 2.3)    # the user's resnet18 (of fp32's progress 1.25)
+    assert judge.divergence(0.002, 0.0005, 2.3) is None               # fp32 near 0: judged against its progress
+    assert judge.divergence(0.497, 0.280, 2.904) is None              # both near 0 after 3 steps: the same progress
+    assert judge.divergence(0.9, 0.0005, 2.3) is not None              # a third of the progress lost
+    assert judge.divergence(2.5, 0.28, 2.9) is not None                # fp32 trains, the mode does not
     assert judge.divergence(float("nan"), 1.0, 2.0) is None           # non-finite: an error row already
     assert judge.divergence(1.3, 1.0, None) is not None and judge.divergence(1.2, 1.0, None) is None
 
@@ -246,3 +248,18 @@ def test_keras_mode_whose_timed_steps_were_all_skipped_is_flagged():
     assert fp16["flags"] == ["all_timed_steps_skipped"] and fp16["speedup_vs_fp32"] is None
     assert rows["fp32"]["flags"] == [] and rows["fp32"]["speedup_vs_fp32"] == 1.0
     assert math.isfinite(fp16["final_loss"])
+
+
+def test_an_error_row_whose_every_timed_step_was_skipped_carries_the_flag():
+    base = BenchRow("fp32", batch_size=8, samples_per_s=100.0, step_ms={"p50": 80.0}, final_loss=1.0, steps=5)
+    nan = BenchRow("fp16", status="error", error="loss is nan after 7 steps", batch_size=8, skipped_steps=5, steps=5)
+    derive_relative([base, nan])
+    assert nan.flags == [judge.ALL_SKIPPED] and nan.speedup_vs_fp32 is None
+
+
+def test_library_bench_reads_a_keras_models_classes_by_default():
+    import inspect
+
+    import ampkit
+
+    assert inspect.signature(ampkit.bench).parameters["num_classes"].default is None

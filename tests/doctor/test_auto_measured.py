@@ -381,3 +381,13 @@ def test_keras_bench_modes_fp32_auto_follows_the_cached_verdict(tmp_path):
     rows = json.loads(r.stdout)["results"]
     assert [row["mode"] for row in rows] == ["fp32"]
     assert rows[0]["resolved_from"] == "auto" and "the doctor measured bf16" in rows[0]["resolved_reason"]
+
+
+def test_a_keras_reason_names_the_doctor_run_that_measures_keras():
+    from ampkit.cpu import labelled_guess
+
+    entry = dict(CANNED, modes={"bf16": {"verdict": "recommended", "speedup": 1.9, "speedup_ci": [1.8, 2.0]}},
+                 recommended="bf16", measured_at="2026-12-01T00:00:00", fingerprint={"framework": "tensorflow"})
+    assert "`ampkit doctor --framework tensorflow` measures" in doctor_auto.choose(entry, "this CPU")[1]
+    assert "`ampkit doctor` measures" in doctor_auto.choose(dict(entry, fingerprint={"framework": "torch"}), "this CPU")[1]
+    assert "run `ampkit doctor --framework tensorflow` to measure" in labelled_guess("bf16", "why", "tensorflow")[1]

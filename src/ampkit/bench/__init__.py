@@ -15,7 +15,7 @@ from .report import BenchReport, BenchRow
 __all__ = ["BenchReport", "BenchRow", "bench"]
 
 
-def bench(workload: str | None = None, *, model: str | None = None, input_shape=None, num_classes: int = 10,
+def bench(workload: str | None = None, *, model: str | None = None, input_shape=None, num_classes: int | None = None,
           modes="all", batch_size: int | str | None = None, memory_budget: int | str | None = None, steps: int = 20,
           warmup: int = 5, repeats: int = 1, seq_len: int | None = None, image_size: int | None = None,
           framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None) -> BenchReport:

@@ -127,6 +127,8 @@ def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None
         r.speedup_vs_fp32 = r.memory_saving_vs_fp32 = r.speedup_ci = r.speedup_verdict = None
         r.flags, r.warning, r.speedup_note = [], None, None
         if r.status != "ok":
+            if r.status == "error" and r.steps and r.skipped_steps >= r.steps:  # e.g. a NaN loss, every step skipped
+                r.flags.append(judge.ALL_SKIPPED)
             continue
         warnings = []
         if r.steps and r.skipped_steps >= r.steps:

@@ -16,8 +16,10 @@ def run(args) -> int:
     import sys
 
     from .. import signals
+    from ..auto_cache import cache_path
     from ..backends import FRAMEWORKS, parse_framework, resolve_framework
     from ..doctor import run_doctor
+    from ..doctor.auto import doctor_entry
     from ..render import doctor as render_doctor
     from ..render.output import console, write_json
     from . import validate as v
@@ -49,6 +51,10 @@ def run(args) -> int:
         if report.auto_cache:  # `auto` (engine, bench, parity, audit) follows this measurement from now on
             con.print(f"auto will follow this measurement for {report.framework} on {report.device}: "
                       f"{report.recommended} (cached in {report.auto_cache})")
+        elif doctor_entry(report) is not None:  # measured, but the cache could not be written
+            con.print(f"auto could not cache this measurement ({cache_path()} cannot be written; "
+                      "AMPKIT_CACHE_DIR chooses the folder): auto measures quickly itself instead",
+                      markup=False, highlight=False)
     if args.json:
         if framework == "all":
             from .._version import __version__

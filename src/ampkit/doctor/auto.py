@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import auto_cache
-from ..cpu import labelled_guess
+from ..cpu import doctor_command, labelled_guess
 from ..errors import one_line
 from ..stats import FASTER, SLOWER, Estimate, classify
 from .measure import Plan, Work, estimate, run_rounds
@@ -77,8 +77,9 @@ def choose(entry: dict, where: str, *, fresh: bool = False) -> tuple[str, str]:
     if entry["source"] == "doctor":
         said = f"the doctor measured {measured_words(entry)} on {where} ({when})"
     else:
+        framework = (entry.get("fingerprint") or {}).get("framework")
         said = (f"a quick check measured {measured_words(entry)} on {where} ({when}; "
-                f"`ampkit doctor` measures the training steps fully)")
+                f"`{doctor_command(framework)}` measures the training steps fully)")
     rec = entry.get("modes", {}).get(mode, {})
     if mode != "fp32" and _measured_slower(rec):  # a hand-edited or inconsistent entry: never follow it into a slower mode
         return "fp32", f"{said}; {mode} was recorded as the choice but measured slower, so fp32"
@@ -190,5 +191,5 @@ def resolve(fp: dict, where: str, capability: Callable[[], tuple[str, str]],
             _MEMO[memo_key] = entry
             auto_cache.store(fp, entry)
             return choose(entry, where, fresh=True)
-    mode, why = labelled_guess(*capability())
+    mode, why = labelled_guess(*capability(), framework=fp.get("framework"))
     return mode, why + failed
