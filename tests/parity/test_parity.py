@@ -169,3 +169,31 @@ def test_library_parity_and_audit_accept_auto():
     assert [r.mode for r in rep.results] == list(dict.fromkeys(["fp32", chosen])) and "auto resolves to" in rep.note
     audited = ampkit.audit(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2)), (x, y), mode="auto", device="cpu")
     assert audited.resolved_from == "auto" and audited.mode in ("fp16", "bf16") and "auto resolves to" in audited.note
+
+
+def test_a_mode_whose_loss_is_nan_over_several_seeds_fails_instead_of_crashing():
+    from ampkit.parity.core import RunRecord, summarize
+
+    def run(mode, seed, loss, acc):
+        return RunRecord(mode, seed, [2.0, loss], [0.5, acc], [2.0, loss], 0, 1.0)
+
+    records = [run("fp32", s, 0.5 + s / 10, 0.9 + s / 100) for s in range(3)]
+    records += [run("fp16", s, float("nan"), 0.1) for s in range(3)]
+    fp32, fp16 = summarize(records, ["fp32", "fp16"], tolerance=0.01)
+    assert fp32.final_loss["std"] > 0 and fp16.verdict == "fail"
+    assert "non-finite" in fp16.reason and fp16.final_loss["mean"] != fp16.final_loss["mean"]  # NaN
+    import io
+    import json as _json
+
+    from rich.console import Console
+
+    from ampkit.parity.core import ParityReport
+    from ampkit.render.output import dumps
+    from ampkit.render.parity import render
+
+    report = ParityReport("digits", "cpu", [fp32, fp16], {"framework": "torch"}, 0.01, 2)
+    buf = io.StringIO()
+    render(report, Console(file=buf, width=200))
+    assert "nan" in buf.getvalue() and "fail" in buf.getvalue()
+    doc = _json.loads(dumps(report.to_dict()))  # strict JSON: NaN written as null
+    assert doc["results"][1]["final_loss"] == {"mean": None, "std": None} and doc["results"][1]["verdict"] == "fail"

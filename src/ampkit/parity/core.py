@@ -115,6 +115,10 @@ def verdict_for(delta: float, p_value: float | None, tolerance: float, alpha: fl
 
 
 def _mean_std(xs: list[float]) -> dict:
+    """Mean and standard deviation; NaN for both when a run ended non-finite (``statistics.stdev``
+    raises on NaN; the mode then fails parity for that reason, see :func:`summarize`)."""
+    if not all(math.isfinite(x) for x in xs):
+        return {"mean": math.nan, "std": math.nan}
     return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
 
 
