@@ -28,6 +28,8 @@ def lost_below(fmt: FloatFormat) -> float:
     merely subnormal (attention queries at initialisation, measured on HF BERT: 96% subnormal at
     GradScaler's 2**16, 0.1% flushed) is not told it underflows."""
     return fmt.smallest_subnormal * 2.0 ** (LOST_BITS - 1)
+
+
 #: a leaf module counts as precision-sensitive when its output differs from the fp32 reference by
 #: more than this many of the format's rounding units (2**-(mantissa_bits+1)): 64 units is 25% in
 #: bf16 and 3.1% in fp16. Errors of a few to ~15 units are what rounding every layer's output costs
@@ -57,6 +59,8 @@ def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) ->
         return 0.0
     floor = math.sqrt(max(size, 1)) * fmt.smallest_normal
     return float(dist / max(ref_norm, floor))
+
+
 #: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
 DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
 SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
