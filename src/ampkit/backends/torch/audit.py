@@ -155,7 +155,8 @@ def _fails_in_fp32_too(model, workload, batch, device, seed, buffers, exc: Excep
 
 @dataclass
 class _StepRun:
-    order: list
+    order: list        # the audited pass's module calls, in completion order
+    ref_order: list    # the reference pass's
     meta: dict
     ref_fwd: dict
     ref_grad: dict
@@ -197,7 +198,7 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
             order2, _ = _run(model, workload, batch, mp, probe)
         fwd, grad, events = probe.host()
         if exact or not probe.saw_nonfinite:
-            return _StepRun(order2, dict(meta, ref_order=order), ref_fwd, ref_grad, fwd,
+            return _StepRun(order2, order, meta, ref_fwd, ref_grad, fwd,
                             grad, events, mp, probe.dtypes)
         exact = True
         _restore(buffers)
@@ -234,7 +235,7 @@ def _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, se
                 model.zero_grad(set_to_none=True)
                 continue
             break
-        order, order2, meta = run.meta["ref_order"], run.order, run.meta
+        order, order2, meta = run.ref_order, run.order, run.meta
         candidates = {k[0] for k, rows in run.fwd.items() if meta["leaf"].get(k[0], True)
                       and any(len(r) > 1 and r[0] == 0 and r[1] > precision_threshold(fmt) for r in rows)}
         if candidates:  # what error reaches them? (the same step's forward twice more, same randomness)
