@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import time
 
-import numpy as np
 import pytest
 
 from ampkit.bench import memory
@@ -14,9 +14,17 @@ MB = 1 << 20
 
 
 def _transient(mb: int, hold_s: float = 0.0) -> None:
-    a = np.ones(mb * MB // 8)  # touched pages: resident
+    """``mb`` MiB made resident and handed back to the kernel on return.
+
+    An anonymous mapping of its own, written page by page: a malloc'd array could reuse pages the
+    allocator kept resident from earlier tests in the same worker (CI once saw no growth at all).
+    """
+    buf = mmap.mmap(-1, mb * MB)
+    page = mmap.PAGESIZE
+    for off in range(0, mb * MB, page):
+        buf[off] = 1
     time.sleep(hold_s)
-    del a
+    buf.close()
 
 
 @pytest.mark.parametrize("kernel", [True, False])
