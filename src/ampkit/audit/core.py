@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..formats import BF16, FP16, FloatFormat
 from ..precision import parse_mode
+from .config import AuditConfig  # noqa: F401  (re-exported: its old home)
+from .report import DTYPE_NAME, SEVERITY, SEVERITY_LABEL, AuditReport, Finding, LayerStats  # noqa: F401
 
 #: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
 #: to zero or kept as a subnormal with fewer than LOST_BITS significant bits
@@ -59,157 +61,6 @@ def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) ->
         return 0.0
     floor = math.sqrt(max(size, 1)) * fmt.smallest_normal
     return float(dist / max(ref_norm, floor))
-
-
-#: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
-DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
-SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
-#: the words of each rank: a precision note never reads like an overflow
-SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
-
-
-@dataclass
-class LayerStats:
-    name: str
-    type: str
-    fwd_amax: float = 0.0
-    fwd_headroom_log2: float = math.inf
-    fwd_underflow_frac: float = 0.0
-    fwd_nonfinite: int = 0
-    grad_amax: float = 0.0
-    grad_underflow_frac: float = 0.0
-    grad_nonfinite: int = 0
-    grad_headroom_log2: float = math.inf   # at the loss scale
-    fwd_lost_frac: float = 0.0             # share of nonzero outputs flushed or left with < LOST_BITS bits
-    grad_lost_frac: float = 0.0            # the same for gradients, at the loss scale
-    rel_error: float | None = None         # audited output vs the fp32 reference (max over calls)
-    input_rel_error: float | None = None   # its inputs likewise, measured where rel_error is large for the format
-    fwd_dtype: str | None = None           # dtype(s) of its outputs in the audited mode ("float16", "float32,float16")
-    calls: int = 0
-    leaf: bool = True
-    # accumulators (not serialised)
-    _fwd_nz: float = field(default=0.0, repr=False)
-    _fwd_under: float = field(default=0.0, repr=False)
-    _grad_nz: float = field(default=0.0, repr=False)
-    _grad_under: float = field(default=0.0, repr=False)
-    _fwd_lost: float = field(default=0.0, repr=False)
-    _grad_lost: float = field(default=0.0, repr=False)
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
-
-    def count_forward(self, nonzero: float, under: float, lost: float | None = None) -> None:
-        """``under``: nonzero values below the smallest normal; ``lost``: below :func:`lost_below`
-        (a backend that does not count it passes None: every underflowing value counts as lost)."""
-        self._fwd_nz += nonzero
-        self._fwd_under += under
-        self._fwd_lost += under if lost is None else lost
-
-    def count_grad(self, nonzero: float, under: float, lost: float | None = None) -> None:
-        self._grad_nz += nonzero
-        self._grad_under += under
-        self._grad_lost += under if lost is None else lost
-
-    def in_format(self, fmt: FloatFormat) -> bool:
-        """Whether its outputs (so the gradients w.r.t. them) are held in ``fmt`` in the audited mode:
-        a module that autocast runs in float32, or whose output type promotion makes float32, has
-        no fp16 range to overflow or underflow (unknown: assumed in the format)."""
-        return self.fwd_dtype is None or DTYPE_NAME.get(fmt.name, fmt.name) in self.fwd_dtype.split(",")
-
-    def finish(self, fmt: FloatFormat) -> None:
-        """Derive headroom and underflow shares from what was accumulated over the audited steps."""
-        self.fwd_headroom_log2 = fmt.headroom_log2(self.fwd_amax)
-        self.fwd_underflow_frac = float(self._fwd_under / self._fwd_nz) if self._fwd_nz else 0.0
-        self.grad_underflow_frac = float(self._grad_under / self._grad_nz) if self._grad_nz else 0.0
-        self.fwd_lost_frac = float(self._fwd_lost / self._fwd_nz) if self._fwd_nz else 0.0
-        self.grad_lost_frac = float(self._grad_lost / self._grad_nz) if self._grad_nz else 0.0
-
-
-@dataclass
-class Finding:
-    """One thing the audit found. ``code``, when set, is the fix as code in the framework's own
-    syntax (it parses as Python); ``advice`` says the same in words."""
-
-    layer: str
-    kind: str
-    advice: str
-    severity: int = 0
-    code: str | None = None
-
-    @property
-    def level(self) -> str:
-        """``error`` (non-finite, overflow), ``warning`` (underflow, contract) or ``note`` (precision)."""
-        return SEVERITY_LABEL.get(self.severity, "note")
-
-    def to_dict(self) -> dict:
-        return {"layer": self.layer, "kind": self.kind, "severity": self.level, "advice": self.advice,
-                "code": self.code}
-
-
-@dataclass
-class AuditReport:
-    mode: str
-    loss_scale: float
-    layers: list[LayerStats]
-    first_nonfinite: dict | None
-    findings: list[Finding]
-    device: str
-    steps: int
-    environment: dict = field(default_factory=dict)
-    workload: str | None = None
-    reference_nonfinite: bool = False
-    suggested_loss_scale: float | None = None
-    resolved_from: str | None = None   # "auto" when --mode auto chose the audited mode
-    note: str | None = None            # what auto resolved to and why this mode was audited
-    interrupted: bool = False          # Ctrl-C or SIGTERM stopped the run; the statistics cover steps_completed
-    steps_completed: int | None = None  # audited steps that finished (None: all of them)
-    initial_loss_scale: float | None = None  # fp16 without a fixed scale: where the scaler started...
-    skipped_steps: int = 0                   # ...and the steps it skipped (halving) before loss_scale
-
-    @property
-    def failed(self) -> bool:
-        return self.first_nonfinite is not None
-
-    @property
-    def framework(self) -> str | None:
-        """Which framework ran: read from the environment section, the one place a backend sets it."""
-        return self.environment.get("framework")
-
-    def to_dict(self) -> dict:
-        from .._version import __version__
-
-        return {"ampkit_version": __version__, "command": "audit", "environment": self.environment,
-                "framework": self.framework, "workload": self.workload, "device": self.device, "mode": self.mode,
-                "loss_scale": self.loss_scale, "steps": self.steps,
-                "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
-                "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
-                "suggested_loss_scale": self.suggested_loss_scale, "resolved_from": self.resolved_from,
-                "note": self.note, "interrupted": self.interrupted, "steps_completed": self.completed,
-                "initial_loss_scale": self.initial_loss_scale or self.loss_scale, "skipped_steps": self.skipped_steps,
-                "output_rel_error": self.output_rel_error}
-
-    @property
-    def output_rel_error(self) -> float | None:
-        """The relative error of the model's own output (the module that finished last: the root
-        module in PyTorch, the output layer in Keras): what all the modules' errors add up to."""
-        return self.layers[-1].rel_error if self.layers else None
-
-    @property
-    def completed(self) -> int:
-        """Audited steps whose statistics the report holds."""
-        return self.steps if self.steps_completed is None else self.steps_completed
-
-    @classmethod
-    def from_dict(cls, d: dict) -> AuditReport:
-        layers = [LayerStats(**{k: v for k, v in lay.items() if k in LayerStats.__dataclass_fields__})
-                  for lay in d["layers"]]
-        findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9), f.get("code"))
-                    for f in d["findings"]]
-        return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
-                   d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
-                   d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"),
-                   bool(d.get("interrupted", False)), d.get("steps_completed"), d.get("initial_loss_scale"),
-                   int(d.get("skipped_steps", 0)))
 
 
 def backoff_note(scaler: str, initial: float, final: float, skipped: int) -> str:
@@ -385,17 +236,3 @@ def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
     if lo > hi:
         return None
     return float(2 ** math.ceil(math.log2(lo)))
-
-
-@dataclass
-class AuditConfig:
-    workload: str | None = None
-    model: str | None = None
-    input_shape: tuple[int, ...] | None = None
-    num_classes: int | None = None   # None: what the model declares (Keras), else 10
-    mode: str = "fp16"
-    steps: int = 1
-    loss_scale: float | None = None
-    batch_size: int | None = None
-    device: str = "auto"
-    seed: int = 0

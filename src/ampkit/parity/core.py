@@ -15,89 +15,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from ..errors import UsageError
 from ..precision import parse_mode_list
 from ..stats import non_inferiority
-
-ALPHA = 0.05
-
-
-@dataclass
-class RunRecord:
-    """One (mode, seed) training run."""
-
-    mode: str
-    seed: int
-    train_loss: list[float]       # per epoch, mean over its batches
-    test_accuracy: list[float]    # per epoch
-    test_loss: list[float]        # per epoch
-    skipped_steps: int
-    seconds: float
-
-
-@dataclass
-class ParityResult:
-    mode: str
-    seeds: list[int]
-    final_loss: dict
-    metric: dict
-    delta_vs_fp32: float | None
-    p_value: float | None
-    verdict: str                  # baseline | pass | fail
-    reason: str = ""
-    skipped_steps: int = 0
-    runs: list[RunRecord] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ParityResult:
-        runs = [RunRecord(**r) for r in d.get("runs", [])]
-        return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "runs"}, "runs": runs})
-
-
-@dataclass
-class ParityReport:
-    dataset: str
-    device: str
-    results: list[ParityResult]
-    environment: dict
-    tolerance: float
-    epochs: int
-    alpha: float = ALPHA
-    elapsed_s: float | None = None
-    interrupted: bool = False
-    note: str | None = None        # what "auto" in the modes resolved to
-
-    @property
-    def failed(self) -> bool:
-        return any(r.verdict == "fail" for r in self.results)
-
-    @property
-    def framework(self) -> str | None:
-        """Which framework ran: read from the environment section, the one place a backend sets it."""
-        return self.environment.get("framework")
-
-    def to_dict(self) -> dict:
-        from .._version import __version__
-
-        return {"ampkit_version": __version__, "command": "parity", "environment": self.environment,
-                "framework": self.framework, "dataset": self.dataset, "device": self.device,
-                "tolerance": self.tolerance, "alpha": self.alpha, "epochs": self.epochs,
-                "results": [r.to_dict() for r in self.results], "elapsed_s": self.elapsed_s,
-                "interrupted": self.interrupted, "note": self.note}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ParityReport:
-        return cls(dataset=d["dataset"], device=d["device"], results=[ParityResult.from_dict(r) for r in d["results"]],
-                   environment=d.get("environment", {}), tolerance=d["tolerance"], epochs=d["epochs"],
-                   alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"), interrupted=d.get("interrupted", False),
-                   note=d.get("note"))
+from .config import ParityConfig  # noqa: F401  (re-exported: its old home)
+from .report import ALPHA, ParityReport, ParityResult, RunRecord  # noqa: F401
 
 
 # ---------------------------------------------------------------- statistics
@@ -210,22 +135,3 @@ def resolve_modes(modes, support, where: str, auto=None) -> tuple[list[str], str
             if not ok:
                 raise UsageError(f"mode {m!r} cannot run {where}: {why}")
     return (chosen if "fp32" in chosen else ["fp32"] + chosen), note
-
-
-@dataclass
-class ParityConfig:
-    dataset: str = "digits"
-    modes: list[str] | None = None
-    seeds: int = 3
-    epochs: int | None = None
-    tolerance: float = 0.01
-    device: str = "auto"
-
-    def validate(self) -> ParityConfig:
-        if self.seeds < 1:
-            raise UsageError(f"--seeds must be >= 1; received {self.seeds}")
-        if self.epochs is not None and self.epochs < 1:
-            raise UsageError(f"--epochs must be >= 1; received {self.epochs}")
-        if not (0 <= self.tolerance < 1):
-            raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {self.tolerance}")
-        return self
