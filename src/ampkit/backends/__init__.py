@@ -16,12 +16,15 @@ from .base import Backend
 FRAMEWORKS = ("torch", "tensorflow")
 AUTO = "auto"
 INSTALL = {"torch": "pip install 'ampkit[torch]'", "tensorflow": "pip install 'ampkit[tensorflow]'"}
-_CLASSES = {"torch": ("ampkit.backends.torch", "TorchBackend"),
-            "tensorflow": ("ampkit.backends.tensorflow", "TensorFlowBackend")}
+_CLASSES = {"torch": "ampkit.backends.torch.backend:TorchBackend",
+            "tensorflow": "ampkit.backends.tensorflow.backend:TensorFlowBackend"}
+#: backends added by register_backend (name -> "module:Class"), beside the two built in
+_REGISTERED: dict[str, str] = {}
 _ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow",
             "keras": "tensorflow", AUTO: AUTO}
 
-__all__ = ["Backend", "FRAMEWORKS", "get_backend", "parse_framework", "resolve_framework"]
+__all__ = ["Backend", "FRAMEWORKS", "backend_spec", "get_backend", "load_backend", "parse_framework", "register_backend",
+           "resolve_framework"]
 
 
 def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
@@ -29,8 +32,10 @@ def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
     key = (name or AUTO).strip().lower()
     if allow_all and key == "all":
         return "all"
+    if key in _REGISTERED:
+        return key
     if key not in _ALIASES:
-        allowed = ", ".join(FRAMEWORKS + (AUTO,) + (("all",) if allow_all else ()))
+        allowed = ", ".join(FRAMEWORKS + tuple(_REGISTERED) + (AUTO,) + (("all",) if allow_all else ()))
         raise UsageError(f"unknown framework {name!r}; choose from: {allowed}")
     return _ALIASES[key]
 
@@ -60,12 +65,32 @@ def resolve_framework(name: str | None) -> str:
     raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
 
 
+def register_backend(name: str, spec: str) -> None:
+    """Make ``--framework NAME`` (and ``framework=NAME``) use the backend class at ``spec``
+    (``"package.module:Class"``, importable in child processes too: they load it by that spec)."""
+    if ":" not in spec:
+        raise ValueError(f"a backend spec is 'module:Class'; received {spec!r}")
+    _REGISTERED[name.strip().lower()] = spec
+
+
+def load_backend(spec: str) -> Backend:
+    """The backend at ``spec`` (``"module:Class"``): how a child process gets its parent's backend."""
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def backend_spec(backend: Backend) -> str:
+    """``"module:Class"`` of a backend object, for :func:`load_backend` in a child process."""
+    return f"{type(backend).__module__}:{type(backend).__qualname__}"
+
+
 def get_backend(framework: str | None = AUTO) -> Backend:
     """The backend for ``framework`` (``auto`` resolved); a missing framework is a usage error."""
     framework = resolve_framework(framework)
+    if framework in _REGISTERED:
+        return load_backend(_REGISTERED[framework])
     if framework == "torch" and not _torch_importable():
         raise UsageError(f"--framework torch needs PyTorch: {INSTALL['torch']}")
     if framework == "tensorflow" and not _tensorflow_present():
         raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {INSTALL['tensorflow']}")
-    module, cls = _CLASSES[framework]
-    return getattr(importlib.import_module(module), cls)()
+    return load_backend(_CLASSES[framework])

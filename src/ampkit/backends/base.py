@@ -1,30 +1,57 @@
-"""The interface every framework backend gives the commands.
+"""The typed protocol every framework backend implements: small operations, never a whole command.
 
-:func:`ampkit.backends.get_backend` returns a :class:`Backend`; the CLI and the library's
-command entry points call only these methods, with the framework-neutral configs of each command
-(:class:`ampkit.bench.config.BenchConfig`, :class:`ampkit.parity.core.ParityConfig`,
-:class:`ampkit.audit.core.AuditConfig`) and get the neutral reports back. A new framework is one
-new folder beside ``torch/`` and ``tensorflow/`` whose package defines such a class.
+Each command's flow -- validation, the default workload, ``auto``, isolating user code, repeats,
+the report -- is written once, in a neutral driver (``ampkit.<command>.driver``). A driver asks its
+backend only for small operations with typed inputs and outputs:
+
+- :class:`EnvironmentOps` (here): the device, the environment section, mode support, ``auto``, the
+  default and built-in workloads;
+- :class:`ampkit.doctor.ops.DoctorOps`, :class:`ampkit.bench.ops.BenchOps`,
+  :class:`ampkit.parity.ops.ParityOps`, :class:`ampkit.audit.ops.AuditOps`: each command's own.
+
+A new framework is one folder beside ``torch/`` and ``tensorflow/`` whose package defines a class
+with these methods (``tests/fake_backend`` is one in plain numpy), registered by name
+(:func:`ampkit.backends.register_backend`). Nothing outside a backend folder imports a framework.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
+
+from ..audit.ops import AuditOps
+from ..bench.ops import BenchOps
+from ..doctor.ops import DoctorOps
+from ..parity.ops import ParityOps
+from ..target import Target
+
+__all__ = ["AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps", "Target"]
 
 
 @runtime_checkable
-class Backend(Protocol):
+class EnvironmentOps(Protocol):
     name: str
 
-    def doctor(self, device: str, *, quick: bool = False, progress: Callable[[str], None] | None = None):
-        """-> ampkit.doctor.report.DoctorReport"""
+    def target(self, device: str) -> Target:
+        """``--device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``) resolved here; a device this
+        framework cannot use is a :class:`~ampkit.errors.UsageError` naming the flag."""
 
-    def bench(self, config, *, progress: Callable[[dict], None] | None = None, on_row=None):
-        """-> ampkit.bench.report.BenchReport (rows that finished, ``interrupted`` on Ctrl-C)"""
+    def environment(self, target: Target) -> dict:
+        """The ``environment`` section of the documents (``ampkit.environment.base_environment`` plus
+        the framework's versions and device)."""
 
-    def parity(self, config, *, progress=None):
-        """-> ampkit.parity.core.ParityReport"""
+    def mode_support(self, mode: str, target: Target) -> tuple[bool, str]:
+        """Whether ``mode`` can run on ``target`` at all, with the reason in words."""
 
-    def audit(self, config):
-        """-> ampkit.audit.core.AuditReport"""
+    def resolve_auto(self, target: Target) -> tuple[str, str]:
+        """The mode ``auto`` means on ``target`` and why (measured where a measurement exists)."""
+
+    def default_workload(self, target: Target) -> str:
+        """The built-in workload that runs when none is named."""
+
+    def check_workload(self, name: str) -> str:
+        """A built-in workload's canonical name; an unknown one is a UsageError listing the choices."""
+
+
+@runtime_checkable
+class Backend(EnvironmentOps, DoctorOps, BenchOps, ParityOps, AuditOps, Protocol):
+    """Everything a driver may ask of a framework."""

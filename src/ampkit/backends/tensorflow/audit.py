@@ -353,3 +353,7 @@ def audit_from_config_tf(cfg: AuditConfig) -> AuditReport:
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             raise UsageError(f"{cfg.model} failed under audit: {type(exc).__name__}: {first}") from exc
         raise
+
+
+class TensorFlowAudit:
+    """tensorflow/audit's operations for the neutral driver (being written: issue #21)."""

@@ -262,3 +262,7 @@ def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
     return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
                        environment=tf_environment(keras_ran), flops_per_sample=flops, config=cfg.to_dict(), note=note,
                        interrupted=interrupted, sample_inputs=shapes)
+
+
+class TensorFlowBench:
+    """tensorflow/bench's operations for the neutral driver (being written: issue #21)."""

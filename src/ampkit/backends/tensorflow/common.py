@@ -64,3 +64,47 @@ def tf_environment(keras_ran=None) -> dict:
 def tf_device_name() -> str:
     tf = import_tf()
     return "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+
+
+class TensorFlowEnvironment:
+    """:class:`ampkit.backends.base.EnvironmentOps` for TensorFlow/Keras. TensorFlow places ops
+    itself: ``--device`` auto, cpu (GPUs hidden from this process) or cuda[:0] (its GPU:0)."""
+
+    name = "tensorflow"
+
+    def target(self, device: str):
+        from ...errors import UsageError
+        from ...target import Target
+
+        text = (device or "auto").strip().lower()
+        if text not in ("auto", "cpu", "cuda", "cuda:0", "gpu"):
+            raise UsageError(f"--framework tensorflow supports --device auto, cpu or cuda (GPU:0); received {device!r}")
+        tf = import_tf()
+        if text == "cpu":
+            tf.config.set_visible_devices([], "GPU")
+        gpu = text != "cpu" and bool(tf.config.list_physical_devices("GPU"))
+        if text in ("cuda", "cuda:0", "gpu") and not gpu:
+            raise UsageError(f"device {device!r} asked for, but TensorFlow sees no GPU; use --device cpu")
+        label = "GPU:0" if gpu else "CPU:0"
+        return Target(device=label, accelerator=gpu, label=label)
+
+    def environment(self, target) -> dict:
+        return tf_environment()
+
+    def mode_support(self, mode: str, target) -> tuple[bool, str]:
+        from .keras_engine import mode_support_tf
+
+        return mode_support_tf(mode)
+
+    def resolve_auto(self, target) -> tuple[str, str]:
+        from .keras_engine import resolve_auto_tf
+
+        return resolve_auto_tf(cpu=not target.accelerator)
+
+    def default_workload(self, target) -> str:
+        return "resnet50" if target.accelerator else "mlp"
+
+    def check_workload(self, name: str) -> str:
+        from .workloads import check_tf_workload
+
+        return check_tf_workload(name)

@@ -90,3 +90,7 @@ def run(*, quick: bool = False, progress=None) -> DoctorReport:
     report.elapsed_s = round(time.perf_counter() - t0, 3)
     remember_for_auto(report, auto_fingerprint_tf(cpu=device.startswith("CPU")))  # auto follows this measurement
     return report
+
+
+class TensorFlowDoctor:
+    """tensorflow/doctor's operations for the neutral driver (being written: issue #21)."""

@@ -77,3 +77,7 @@ def run_parity_tf(cfg: ParityConfig, progress=None) -> ParityReport:
     results = summarize(records, modes, cfg.tolerance)
     return ParityReport(ds.name, tf_device_name(), results, tf_environment(), cfg.tolerance, epochs,
                         elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted, note=note)
+
+
+class TensorFlowParity:
+    """tensorflow/parity's operations for the neutral driver (being written: issue #21)."""

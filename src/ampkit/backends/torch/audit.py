@@ -388,3 +388,7 @@ def audit_from_config(cfg: AuditConfig) -> AuditReport:
         if cfg.model:
             raise UsageError(f"{cfg.model} failed under audit: {type(exc).__name__}: {str(exc).splitlines()[0]}")
         raise
+
+
+class TorchAudit:
+    """torch/audit's operations for the neutral driver (being written: issue #21)."""

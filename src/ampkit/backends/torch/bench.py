@@ -261,3 +261,7 @@ def _run_distributed(cfg: BenchConfig, progress, on_row) -> BenchReport:
     mark_auto(rows, cfg)
     return BenchReport(workload=name, device=str(device), results=rows, environment=torch_environment(device),
                        world_size=world, flops_per_sample=flops, config=cfg.to_dict(), note=note, sample_inputs=shapes)
+
+
+class TorchBench:
+    """torch/bench's operations for the neutral driver (being written: issue #21)."""

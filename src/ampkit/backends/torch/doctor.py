@@ -125,3 +125,7 @@ def run(device: torch.device, *, quick: bool = False, modes: tuple[str, ...] = M
                           round(time.perf_counter() - t_start, 3))
     remember_for_auto(report, auto_fingerprint(device))  # auto follows this measurement from now on
     return report
+
+
+class TorchDoctor:
+    """torch/doctor's operations for the neutral driver (being written: issue #21)."""

@@ -45,3 +45,45 @@ def torch_environment(device=None) -> dict:
         else:
             env["device_name"] = env["cpu"]["model"]
     return env
+
+
+class TorchEnvironment:
+    """:class:`ampkit.backends.base.EnvironmentOps` for PyTorch."""
+
+    name = "torch"
+
+    def target(self, device: str):
+        from ...target import Target
+        from .devices import resolve_device
+
+        d = resolve_device(device)
+        return Target(device=str(d), accelerator=d.type == "cuda", label=str(d))
+
+    @staticmethod
+    def torch_device(target):
+        import torch
+
+        return torch.device(target.device)
+
+    def environment(self, target) -> dict:
+        return torch_environment(self.torch_device(target))
+
+    def mode_support(self, mode: str, target) -> tuple[bool, str]:
+        from .devices import mode_support
+
+        return mode_support(mode, self.torch_device(target))
+
+    def resolve_auto(self, target) -> tuple[str, str]:
+        from .devices import resolve_auto
+
+        return resolve_auto(self.torch_device(target))
+
+    def default_workload(self, target) -> str:
+        from .workloads import default_workload
+
+        return default_workload(self.torch_device(target))
+
+    def check_workload(self, name: str) -> str:
+        from .workloads import check_builtin
+
+        return check_builtin(name)

@@ -127,3 +127,7 @@ def dataset_model(arch: str) -> nn.Module:
             nn.Flatten(), nn.Linear(16 * 7 * 7, 10),
         )
     raise ValueError(f"no PyTorch model for dataset architecture {arch!r}")
+
+
+class TorchParity:
+    """torch/parity's operations for the neutral driver (being written: issue #21)."""

@@ -1,0 +1,36 @@
+"""The end every command shares: parse -> config -> driver -> :func:`finish`.
+
+Show the report, write ``--json`` (and ``--csv``/``--plot`` where the command has them), say what an
+interrupted run kept, and return the exit code: the signal's (130/143) when interrupted, 1 when the
+report says it failed, else 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+
+def finish(report, args, con, render: Callable, *, writers: dict[str, Callable] | None = None,
+           kept: str = "", cause: BaseException | None = None, failed: bool | None = None) -> int:
+    """``render(report, con)``; ``report.to_dict()`` to ``args.json``; for each ``flag -> write``
+    in ``writers`` whose ``args.<flag>`` is set, ``write(report, path)``. ``kept``: what an
+    interrupted report holds, in words ("the 2 mode(s) that finished"). ``failed`` overrides
+    ``report.failed``."""
+    from .. import signals
+    from ..render.output import write_json
+
+    interrupted = bool(getattr(report, "interrupted", False))
+    if interrupted:
+        signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
+    render(report, con)
+    if getattr(args, "json", None):
+        write_json(report.to_dict(), args.json)
+    for flag, write in (writers or {}).items():
+        path = getattr(args, flag, None)
+        if path:
+            write(report, path)
+    if interrupted:
+        print(f"ampkit: {signals.describe()}" + (f": kept {kept}" if kept else ""), file=sys.stderr)
+        return signals.exit_code(cause)
+    return 1 if (report.failed if failed is None else failed) else 0
