@@ -84,6 +84,12 @@ class BenchReport:
         """Which framework ran: read from the environment section, the one place a backend sets it."""
         return self.environment.get("framework")
 
+    @property
+    def failed(self) -> bool:
+        """A mode failed for real (an exception or a non-finite loss): exit code 1. Unsupported and
+        out-of-memory rows are findings, not failures."""
+        return any(r.status == "error" for r in self.results)
+
     def to_dict(self) -> dict:
         from .._version import __version__
 
