@@ -6,40 +6,21 @@ from __future__ import annotations
 import math
 import os
 
+from ..checks import (  # noqa: F401  (the range checks moved down, for the configs; kept here for cli/*)
+    MAX_BATCH,
+    MAX_CLASSES,
+    MAX_EPOCHS,
+    MAX_LOSS_SCALE,
+    MAX_MEMORY_BYTES,
+    MAX_SAMPLE_ELEMENTS,
+    MAX_SEEDS,
+    MAX_STEPS,
+    MAX_TIMEOUT_S,
+    float_in,
+    int_in,
+)
 from ..errors import UsageError
 from ..outputs import check_distinct, check_output, reserve_stdout
-
-#: the largest values that still describe a run someone means to finish
-MAX_STEPS = 1_000_000
-MAX_EPOCHS = 10_000
-MAX_SEEDS = 1000
-MAX_BATCH = 2**20
-MAX_CLASSES = 2**20
-MAX_SAMPLE_ELEMENTS = 2**30
-MAX_MEMORY_BYTES = 2**60
-MAX_LOSS_SCALE = 2.0**64
-MAX_TIMEOUT_S = 7 * 24 * 3600
-
-
-def int_in(value, flag: str, lo: int, hi: int) -> int:
-    """An integer option within [lo, hi]; the message states the bounds."""
-    if value is None:
-        return value
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise UsageError(f"{flag} must be >= {lo} and at most {hi:,}; received {value}")
-    return value
-
-
-def float_in(value, flag: str, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    """A finite number within [lo, hi] (or (lo, hi] with ``lo_open``)."""
-    if value is None:
-        return value
-    ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
-    if not ok:
-        what = ("a positive number" if lo == 0 else f"a number greater than {lo:g}") if lo_open \
-            else f"a number >= {lo:g}"
-        raise UsageError(f"{flag} must be {what}, finite and at most {hi:g}; received {value}")
-    return value
 
 
 def input_shape(shape) -> None:
