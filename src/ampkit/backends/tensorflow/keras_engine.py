@@ -21,9 +21,9 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from ...capability import gpu_shortfall, resolve_mode
 from ...cpu import auto_for_gpu, cpu_capability_choice, cpu_mode_support
-from ...errors import ModeUnavailableError
-from ...precision import AUTO, Precision, get_precision, parse_mode
+from ...precision import AUTO, TRAINING_MODES, Precision, get_precision
 from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
 
 
@@ -52,13 +52,13 @@ def mode_support_tf(mode: str) -> tuple[bool, str]:
         answer = cpu_mode_support(mode, f"Keras {get_precision(mode).keras_policy} policy on the CPU:")
         return answer if answer is not None else (False, f"unknown mode {mode!r}")
     major, minor = caps[0]
-    if mode in ("fp32", "fp16"):
-        return True, f"GPU with compute capability {major}.{minor}"
-    if mode in ("tf32", "bf16"):
-        ok = (major, minor) >= (8, 0)
-        return ok, (f"GPU with compute capability {major}.{minor} has {mode}" if ok else
-                    f"{mode} needs compute capability >= 8.0; this GPU has {major}.{minor}")
-    return False, "fp8 is not offered through Keras policies"
+    if mode not in TRAINING_MODES:
+        return False, "fp8 is not offered through Keras policies"
+    short = gpu_shortfall(mode, (major, minor), "this GPU")
+    if short is not None:
+        return False, short
+    has = f" has {mode}" if mode in ("tf32", "bf16") else ""
+    return True, f"GPU with compute capability {major}.{minor}{has}"
 
 
 def _first_gpu() -> tuple[tuple[int, int], str] | None:
@@ -129,17 +129,8 @@ class MixedPrecision:
     def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
                  keras=None):
         self.flavor: Flavor = get_flavor(keras)
-        requested = parse_mode(mode)
-        if requested == AUTO:
-            resolved, self.reason = resolve_auto_tf()
-        else:
-            resolved = requested
-            ok, why = mode_support_tf(resolved)
-            if not ok:
-                raise ModeUnavailableError(f"mode {resolved!r} cannot run in TensorFlow here: {why}")
-            self.reason = f"{resolved} requested ({why})"
-        if resolved == "fp8":
-            raise ModeUnavailableError("fp8 is reported by doctor only; use bf16 or fp16")
+        resolved, self.reason = resolve_mode(mode, mode_support_tf, resolve_auto_tf, "in TensorFlow here",
+                                             "fp8 is reported by doctor only; use bf16 or fp16")
         self.precision: Precision = get_precision(resolved)
         self.initial_scale = float(initial_scale)
         self.dynamic_growth_steps = int(dynamic_growth_steps)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from ...capability import gpu_shortfall, has_tensor_cores
 from ...cpu import auto_for_gpu, cpu_capability_choice, cpu_mode_support
 from ...errors import UsageError
 from ...precision import AUTO
@@ -74,7 +75,7 @@ def _cuda_bf16_native(device) -> bool:
         try:
             return bool(torch.cuda.is_bf16_supported(including_emulation=False))
         except TypeError:  # older torch has no including_emulation
-            return cuda_capability(device) >= (8, 0)
+            return has_tensor_cores("bf16", cuda_capability(device))
 
 
 def fp8_torch_support() -> tuple[bool, str]:
@@ -99,20 +100,20 @@ def mode_support(mode: str, device) -> tuple[bool, str]:
         major, minor = cuda_capability(device)
         cc = f"{major}.{minor}"
         name = torch.cuda.get_device_name(device)
+        short = gpu_shortfall(mode, (major, minor), name)
+        if short is not None:
+            return False, short
         if mode == "fp32":
             return True, "float32 runs everywhere"
         if mode == "fp16":
-            note = "tensor cores" if (major, minor) >= (7, 0) else "no fp16 tensor cores before compute capability 7.0"
+            note = ("tensor cores" if has_tensor_cores("fp16", (major, minor))
+                    else "no fp16 tensor cores before compute capability 7.0")
             return True, f"{name} (compute capability {cc}) runs float16 ({note})"
         if mode in ("tf32", "bf16"):
-            if (major, minor) < (8, 0):
-                return False, f"{mode} needs compute capability >= 8.0 (Ampere); {name} has {cc}"
             if mode == "bf16" and not _cuda_bf16_native(device):
                 return False, f"{name} (compute capability {cc}) has no native bfloat16"
             return True, f"{name} (compute capability {cc}) has {mode} tensor cores"
         if mode == "fp8":
-            if (major, minor) < (8, 9):
-                return False, f"fp8 needs compute capability >= 8.9 (Ada/Hopper); {name} has {cc}"
             ok, why = fp8_torch_support()
             if not ok:
                 return False, why
@@ -151,7 +152,7 @@ def capability_auto(device) -> tuple[str, str]:
 
     if device.type == "cuda":
         major, minor = cuda_capability(device)
-        native = (major, minor) >= (8, 0) and _cuda_bf16_native(device)  # only ask a GPU that may have it
+        native = has_tensor_cores("bf16", (major, minor)) and _cuda_bf16_native(device)  # only ask one that may
         return auto_for_gpu(major, minor, torch.cuda.get_device_name(device), native)
     return cpu_capability_choice()
 
