@@ -7,8 +7,7 @@ import torch
 import torch.nn as nn
 
 import ampkit
-from ampkit.backends.torch import engine
-from ampkit.backends.torch.engine import MixedPrecision
+from ampkit.backends.torch.engine import MixedPrecision, mixed_precision
 from ampkit.precision import TRAINING_MODES
 
 ALL_KEYWORDS = dict(init_scale=8.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=3, accumulation_steps=2)
@@ -46,7 +45,7 @@ def test_auto_with_every_keyword_reports_mode_and_reason(device):
 
 
 def test_auto_passes_the_scaler_keywords_on_when_it_picks_fp16(monkeypatch):
-    monkeypatch.setattr(engine, "resolve_auto", lambda device: ("fp16", "fp16 chosen by the test"))
+    monkeypatch.setattr(mixed_precision, "resolve_auto", lambda device: ("fp16", "fp16 chosen by the test"))
     model = tiny()
     mp = MixedPrecision("auto", "cpu", model=model, **ALL_KEYWORDS)
     assert (mp.mode, mp.reason) == ("fp16", "fp16 chosen by the test")

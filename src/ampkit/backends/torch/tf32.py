@@ -8,6 +8,7 @@ new API when it exists and the legacy flags only on older torch, never both.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -71,3 +72,17 @@ def tf32_scope(enabled: bool | None):
         yield
     finally:
         set_flags(before)
+
+
+_UNCHANGED = contextlib.nullcontext()  # re-entrant and reusable: entering it costs next to nothing
+
+
+def region_maker(enabled: bool | None):
+    """A zero-argument maker of a mode's TF32 region (``Precision.tf32``), chosen once per engine.
+
+    True/False: a fresh :func:`tf32_scope` per entry (each entry restores what it found, so regions
+    nest and threads stay independent); None (the flags are left alone): one shared no-op context.
+    """
+    if enabled is None:
+        return lambda: _UNCHANGED
+    return functools.partial(tf32_scope, enabled)

@@ -1,0 +1,15 @@
+"""The PyTorch training engine, ``ampkit.MixedPrecision`` (issue #21 split it by concept).
+
+* :mod:`.mixed_precision` — the front: :class:`MixedPrecision` and :class:`StepResult`, one code path
+  for every mode;
+* :mod:`.regions` — the forward region of a mode (TF32 flags or ``torch.autocast``);
+* :mod:`.scaling` — loss scaling: ``torch.amp.GradScaler`` wrapped, or nothing; the host-side scale
+  mirror; every host-device sync of a step, stated;
+* :mod:`.distributed` — DDP and FSDP: the sharded scaler, gradient sync during accumulation, clipping;
+* :mod:`.schedulers` — LR schedulers, never stepped on a skipped step;
+* :mod:`.following` — the optimizers seen, by identity.
+"""
+
+from .mixed_precision import MixedPrecision, StepResult
+
+__all__ = ["MixedPrecision", "StepResult"]

@@ -1,0 +1,336 @@
+"""``ampkit.MixedPrecision``: the training engine for users' own PyTorch loops.
+
+One code path for every mode; the mode only changes which objects go into it (nanoGPT's way),
+all chosen once, in ``__init__``:
+
+* the forward region (:mod:`.regions`): TF32 forced off (fp32) or on (tf32), or ``torch.autocast``
+  in float16/bfloat16 (fp16, bf16), which leaves the TF32 flags alone;
+* the TF32 region around backward and the optimizer step (:func:`..tf32.region_maker`);
+* the loss scaling (:mod:`.scaling`): ``torch.amp.GradScaler`` wrapped, not re-implemented (fp16),
+  or a scaling that does nothing (the others).
+
+DDP and FSDP are handled in :mod:`.distributed`, the schedulers in :mod:`.schedulers`, the
+optimizers the engine has seen in :mod:`.following`. Host-device syncs are listed in :mod:`.scaling`;
+the engine adds none to a step beyond those. ``StepResult.grad_norm`` is a device tensor until read
+(reading it syncs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from ....capability import resolve_mode
+from ....precision import AUTO, Precision, get_precision
+from ..devices import mode_support, resolve_auto, resolve_device
+from ..tf32 import region_maker as tf32_region_maker
+from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
+from .following import Followers
+from .regions import region_maker
+from .scaling import scaling_for
+from .schedulers import as_sequence, schedulers_of, step_schedulers
+
+__all__ = ["MixedPrecision", "StepResult"]
+
+
+class StepResult:
+    """What one optimizer step did.
+
+    Attributes:
+        skipped: True when the optimizer step was skipped for inf/NaN gradients (fp16 only).
+        scale: the loss scale after this step's update (1.0 without loss scaling).
+        grad_norm: the unscaled total gradient norm when clipping was asked for, else None.
+            Reading it incurs a host-device sync (it is computed on the device).
+    """
+
+    __slots__ = ("skipped", "scale", "_grad_norm", "overflow")
+
+    def __init__(self, skipped: bool, scale: float, grad_norm: torch.Tensor | None, overflow: dict | None = None):
+        self.skipped = skipped
+        self.scale = scale
+        self._grad_norm = grad_norm
+        #: with ``locate_overflows()`` on and a skipped step: {"name", "phase"} of the first inf/NaN
+        self.overflow = overflow
+
+    @property
+    def grad_norm(self) -> float | None:
+        if self._grad_norm is None:
+            return None
+        return float(self._grad_norm)  # host-device sync, on purpose and only when read
+
+    @property
+    def grad_norm_tensor(self) -> torch.Tensor | None:
+        """The norm as a device tensor (no sync)."""
+        return self._grad_norm
+
+    def __repr__(self) -> str:
+        norm = "None" if self._grad_norm is None else "<tensor>"
+        return f"StepResult(skipped={self.skipped}, scale={self.scale}, grad_norm={norm})"
+
+
+class _NoLocator:
+    """``locate_overflows()`` off: nothing recorded, nothing to locate."""
+
+    def locate(self) -> None:
+        return None
+
+    def reset(self) -> None:
+        pass
+
+    def remove(self) -> None:
+        pass
+
+
+_NO_LOCATOR = _NoLocator()
+
+
+class MixedPrecision:
+    """Autocast, fp32 master weights, dynamic loss scaling, clipping after unscale, accumulation.
+
+    Args:
+        mode: a precision mode or alias (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``16-mixed``...)
+            or ``"auto"`` to choose by device capability (``mp.reason`` says why).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a torch.device.
+        init_scale, growth_factor, backoff_factor, growth_interval: as for
+            ``torch.amp.GradScaler`` (fp16 only; the scale dynamics are exactly GradScaler's).
+        accumulation_steps: micro-batches per optimizer step. ``backward`` divides each
+            micro-batch loss by it, and :meth:`accumulate` skips DDP's gradient all-reduce on all
+            but the last micro-batch.
+        model: optional; used to check that master weights are float32 and to pick
+            ``ShardedGradScaler`` for FSDP models. Same as calling :meth:`prepare` later.
+
+    Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
+    optimizer may be replaced by a new one at any time (one per training phase); skips, the
+    scale and the schedulers stay exact. ``ReduceLROnPlateau``: ``mp.step(opt, sched, metric=val_loss)``.
+
+    Raises:
+        ValueError: unknown mode (the message lists the valid ones).
+        ModeUnavailableError: the device cannot run the mode (the message says why).
+
+    Example::
+
+        mp = ampkit.MixedPrecision("auto")
+        for x, y in loader:
+            with mp.autocast():
+                loss = loss_fn(model(x), y)
+            mp.backward(loss)
+            result = mp.step(optimizer, scheduler, max_grad_norm=1.0)
+            optimizer.zero_grad(set_to_none=True)
+    """
+
+    def __init__(
+        self,
+        mode: str = AUTO,
+        device: Any = AUTO,
+        *,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        accumulation_steps: int = 1,
+        model: torch.nn.Module | None = None,
+    ) -> None:
+        self.device = device = resolve_device(device)
+        resolved, self.reason = resolve_mode(
+            mode, lambda m: mode_support(m, device), lambda: resolve_auto(device), f"on {device}",
+            "fp8 training is not provided by the engine (ampkit doctor reports fp8 capability only); use bf16 or fp16",
+        )
+        if accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, received {accumulation_steps}")
+        self.precision: Precision = get_precision(resolved)
+        self.accumulation_steps = int(accumulation_steps)
+        self._scaling = scaling_for(self.precision.loss_scaling, device.type, init_scale=init_scale,
+                                    growth_factor=growth_factor, backoff_factor=backoff_factor,
+                                    growth_interval=growth_interval)
+        self._math = tf32_region_maker(self.precision.tf32)
+        self._new_region = region_maker(self.precision, device.type, self._math)
+        self._steps = 0
+        self._skipped = 0
+        self._micro = 0
+        #: optimizers seen by step(), by identity; an entry dies with its optimizer
+        self._followers = Followers(hook=self._scaling.follows_steps)
+        self.model = None
+        self._locator = _NO_LOCATOR
+        self._local = threading.local()  # the reused autocast region, one per thread
+        if model is not None:
+            self.prepare(model)
+
+    # ------------------------------------------------------------------ set-up
+    @property
+    def mode(self) -> str:
+        return self.precision.mode
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The ``torch.amp.GradScaler`` (``ShardedGradScaler`` for FSDP) in fp16 mode, else None."""
+        return self._scaling.scaler
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Check the model's master weights and choose the scaler for it (FSDP -> ShardedGradScaler).
+
+        May come before or after :meth:`load_state_dict`, and between steps: moving to the sharded
+        scaler carries the scale, the growth tracker and the statistics over.
+        """
+        self.check_parameters(model.parameters(), where="model")
+        self._scaling = scaling_for_model(self._scaling, model, self._micro)
+        self.model = model
+        return model
+
+    def locate_overflows(self, model: torch.nn.Module | None = None, enabled: bool = True) -> None:
+        """Opt in: after a skipped step, ``StepResult.overflow`` names the module whose output (or
+        gradient) held the first inf/NaN. Off by default and free when off; on, it adds one small
+        reduction per module output and reads them (a sync) only after a skipped step."""
+        self._locator.remove()
+        self._locator = _NO_LOCATOR
+        if enabled:
+            from ..numerics.locate import OverflowLocator
+
+            target = model if model is not None else self.model
+            if target is None:
+                raise ValueError("locate_overflows() needs the model (or MixedPrecision(..., model=model))")
+            self._locator = OverflowLocator(target)
+
+    def check_parameters(self, params: Iterable[torch.Tensor], where: str = "optimizer") -> None:
+        """Raise when mixed precision is asked for but the master weights are not float32."""
+        if not self.precision.autocast:
+            return
+        for p in params:
+            if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16):
+                raise TypeError(
+                    f"{self.mode} mixed precision keeps float32 master weights, but the {where} holds a "
+                    f"{p.dtype} parameter of shape {tuple(p.shape)}. Do not call model.half()/.to(torch.{self._dtype_name(p.dtype)}); "
+                    "leave the model in float32 and let autocast cast the compute."
+                )
+
+    @staticmethod
+    def _dtype_name(dtype) -> str:
+        return str(dtype).replace("torch.", "")
+
+    # ------------------------------------------------------------------ regions
+    def autocast(self):
+        """The forward region for this mode (use as ``with mp.autocast():``).
+
+        Raises AutocastDisabledError if torch switched autocast off (it only warns, e.g. CUDA
+        autocast without CUDA): a mode is never allowed to fall back silently.
+        """
+        local = self._local
+        region = getattr(local, "region", None)
+        if region is None:
+            region = local.region = self._new_region()
+        return region
+
+    @contextlib.contextmanager
+    def accumulate(self, model: torch.nn.Module | None = None):
+        """Skip the gradient communication on all but the last micro-batch of an accumulation.
+
+        DDP and FSDP1: ``no_sync()``; FSDP2 (``fully_shard``): ``set_requires_gradient_sync(False)``,
+        so gradients accumulate unsharded and are reduce-scattered once, on the last micro-batch.
+
+        Use around the forward *and* backward of each micro-batch; the micro-batch index is the
+        number of ``backward`` calls since the last ``step``.
+        """
+        if self.sync_gradients:
+            yield
+        else:
+            with no_gradient_sync(model if model is not None else self.model):
+                yield
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        """Backward of one micro-batch: loss / accumulation_steps, scaled in fp16 mode."""
+        if self.accumulation_steps > 1:
+            loss = loss / self.accumulation_steps
+        loss = self._scaling.scale_loss(loss)
+        with self._math():
+            loss.backward(**kwargs)
+        self._micro += 1
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True when the next backward completes an accumulation (the step should follow)."""
+        return self._micro + 1 >= self.accumulation_steps
+
+    # ------------------------------------------------------------------ step
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+        scheduler: Any = None,
+        max_grad_norm: float | None = None,
+        *,
+        zero_grad: bool = False,
+        metric: Any = None,
+    ) -> StepResult:
+        """Unscale, clip, step every optimizer, update the scale once, step the scheduler(s).
+
+        Args:
+            optimizer: one optimizer or a list (one scaler, one update for all). Any torch
+                implementation: for-loop, foreach, fused, capturable.
+            scheduler: an LR scheduler or a list. Stepped only when the optimizer step was
+                taken: never on a step skipped for inf/NaN gradients.
+            max_grad_norm: clip the *unscaled* gradients to this total norm (None: no clipping).
+            zero_grad: also call ``zero_grad(set_to_none=True)`` on the optimizers afterwards.
+            metric: the value a ``ReduceLROnPlateau`` scheduler among ``scheduler`` is stepped
+                with (``sched.step(metric)``), e.g. the validation loss; other schedulers ignore it.
+                A tensor is read by the scheduler (a sync). Required when such a scheduler is given.
+                A plateau scheduler stepped once per epoch can equally be stepped by hand.
+
+        Example::
+
+            result = mp.step(opt, plateau, metric=val_loss)   # ReduceLROnPlateau
+        """
+        opts = as_sequence(optimizer)
+        if not opts:
+            raise ValueError("step() needs at least one optimizer")
+        scheds = schedulers_of(scheduler, metric)
+        followed = self._followers.records(opts, self.check_parameters)  # master weights checked first
+        scaling = self._scaling
+        grad_norm = None
+        if max_grad_norm is not None:
+            scaling.unscale_all(opts)
+            grad_norm = clip_grad_norm(self.model, opts, max_grad_norm)
+        with self._math():
+            skipped, scale = scaling.step(opts, followed)
+        self._steps += 1
+        self._skipped += skipped
+        self._micro = 0
+        step_schedulers(scheds, metric, skipped)
+        if zero_grad:
+            for opt in opts:
+                opt.zero_grad(set_to_none=True)
+        overflow = self._locator.locate() if skipped else None
+        self._locator.reset()
+        return StepResult(skipped, scale, grad_norm, overflow)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def stats(self) -> dict:
+        """{"steps", "skipped", "scale", "scale_min", "scale_max"} — host values, no sync."""
+        s = self._scaling
+        return {"steps": self._steps, "skipped": self._skipped, "scale": s.scale, "scale_min": s.scale_min,
+                "scale_max": s.scale_max}
+
+    def get_scale(self) -> float:
+        """The scaler's real current scale (reads the device tensor: a sync). 1.0 without scaling."""
+        return self._scaling.get_scale()
+
+    def state_dict(self) -> dict:
+        """Plain Python values only, so checkpoints load with ``torch.load(weights_only=True)``."""
+        s = self._scaling
+        return {"mode": self.mode, "scaler": s.state_dict(), "steps": self._steps, "skipped": self._skipped,
+                "scale_min": s.scale_min, "scale_max": s.scale_max}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("mode") != self.mode:
+            raise ValueError(
+                f"this state was saved in mode {state.get('mode')!r} but the engine runs {self.mode!r}; "
+                "create MixedPrecision with the same mode to resume"
+            )
+        self._steps = int(state.get("steps", 0))
+        self._skipped = int(state.get("skipped", 0))
+        self._scaling.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"MixedPrecision(mode={self.mode!r}, device={str(self.device)!r})"

@@ -1,0 +1,50 @@
+"""LR schedulers stepped by the engine: only after an optimizer step that was taken.
+
+A step skipped for inf/NaN gradients leaves every scheduler where it was (the learning rate must
+follow the optimizer's real steps). ``ReduceLROnPlateau`` is stepped with the monitored value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["as_sequence", "schedulers_of", "step_schedulers"]
+
+
+def as_sequence(obj: Any) -> tuple | list:
+    """One object or a list/tuple of them, as a sequence."""
+    return obj if isinstance(obj, (list, tuple)) else (obj,)
+
+
+def _is_plateau(sched) -> bool:
+    return isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def schedulers_of(scheduler: Any, metric: Any) -> tuple | list:
+    """The schedulers given to ``step`` (None, one or a list), checked before anything steps.
+
+    Raises:
+        ValueError: a ``ReduceLROnPlateau`` among them and no ``metric`` to step it with.
+    """
+    if scheduler is None:
+        return ()
+    scheds = as_sequence(scheduler)
+    if metric is None and any(_is_plateau(sched) for sched in scheds):
+        raise ValueError(
+            "ReduceLROnPlateau needs the monitored value: call mp.step(optimizer, scheduler, "
+            "metric=val_loss) (or step that scheduler yourself with sched.step(val_loss))"
+        )
+    return scheds
+
+
+def step_schedulers(scheds, metric: Any, skipped: bool) -> None:
+    """Step each scheduler, the plateau ones with ``metric``; none when the optimizer step was skipped."""
+    if skipped:
+        return
+    for sched in scheds:
+        if _is_plateau(sched):
+            sched.step(metric)
+        else:
+            sched.step()
