@@ -10,9 +10,9 @@ import warnings
 
 
 def doctor_selftests():
-    from ampkit.backends.tensorflow import doctor
+    from ampkit.doctor import run_doctor
 
-    rep = doctor.run()
+    rep = run_doctor("tensorflow")
     for mode in ("fp32", "fp16", "bf16"):
         m = rep.modes[mode]
         assert m.supported and m.selftest == "pass", (mode, m.selftest_detail)

@@ -1,18 +1,16 @@
-"""Doctor for TensorFlow/Keras: the policies' self-tests and measured speedups per mode."""
+"""Doctor for TensorFlow/Keras: the policies' self-tests and the work doctor times (the flow:
+:mod:`ampkit.doctor.driver`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
 
-from ...cpu import cpu_emulation_note
-from ...doctor.auto import remember_for_auto
-from ...doctor.report import DoctorReport
-from ...doctor.verdicts import evaluate
+from ...doctor.measure import Work
 from ...errors import one_line
-from ...precision import MODES, get_precision
+from ...precision import get_precision
 from . import doctor_work
-from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
+from .common import grow_gpu_memory, import_tf
 
 
 def selftest(mode: str, flavor=None) -> tuple[str, str]:
@@ -73,24 +71,27 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
         return "fail", one_line(exc, 300)
 
 
-def run(*, quick: bool = False, progress=None) -> DoctorReport:
-    from . import keras2
-    from .keras_engine import auto_fingerprint_tf, mode_support_tf
-
-    t0 = time.perf_counter()
-    grow_gpu_memory()
-    device = tf_device_name()
-
-    reports, recommended, reason = evaluate(MODES, mode_support_tf, selftest, doctor_work.work, quick=quick,
-                                            plan=None if quick else doctor_work.plan(),
-                                            emulation_note=lambda m: cpu_emulation_note(m) if device.startswith("CPU") else "",
-                                            say=(lambda msg: progress(f"tensorflow {msg}")) if progress else None)
-    report = DoctorReport("tensorflow", device, reports, recommended, reason, tf_environment(), quick)
-    keras2.add_selftest(report, selftest, progress)  # tf_keras's mixed-precision path, where installed
-    report.elapsed_s = round(time.perf_counter() - t0, 3)
-    remember_for_auto(report, auto_fingerprint_tf(cpu=device.startswith("CPU")))  # auto follows this measurement
-    return report
-
-
 class TensorFlowDoctor:
-    """tensorflow/doctor's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.doctor.ops.DoctorOps` for TensorFlow/Keras (the flow: :mod:`ampkit.doctor.driver`)."""
+
+    @contextlib.contextmanager
+    def doctor_session(self, target):
+        grow_gpu_memory()  # the doctor only looks: GPU memory as it needs it, not all of it at the first op
+        yield
+
+    def selftest(self, mode: str, target) -> tuple[str, str]:
+        return selftest(mode)
+
+    def doctor_work(self, mode: str, target) -> Work:
+        return doctor_work.work(mode, gpu=target.accelerator)
+
+    def auto_fingerprint(self, target) -> dict:
+        from .keras_engine import auto_fingerprint_tf
+
+        return auto_fingerprint_tf(cpu=not target.accelerator)
+
+    def doctor_variants(self, supported, target, say) -> dict[str, dict]:
+        """tf_keras's mixed-precision path self-tested beside Keras 3's, where tf_keras is installed."""
+        from . import keras2
+
+        return keras2.variants(supported, selftest, say)

@@ -1,8 +1,9 @@
 """What doctor times for TensorFlow/Keras, per mode: kernels (a matmul and a convolution in the
 mode's compute dtype) and short training steps through the Keras engine (a small conv net and a
 small transformer block built under the mode's policy, one compiled ``tf.function`` step each),
-sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.doctor.measure`; the
-kernels themselves: :mod:`.doctor_ops` (shared with the quick check behind ``auto``).
+sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.doctor.measure` (the plan
+of rounds: :mod:`ampkit.doctor.driver`); the kernels themselves: :mod:`.doctor_ops` (shared with the
+quick check behind ``auto``).
 
 Every op ends in ``.numpy()``, which waits for the result (a host-device sync), so host timing is
 right on a GPU too.
@@ -10,23 +11,15 @@ right on a GPU too.
 
 from __future__ import annotations
 
-from ...doctor.measure import Plan, Work
+from ...doctor.measure import Work
 from .common import import_tf
 from .doctor_ops import conv_op, matmul_op
-
-
-def _gpu() -> bool:
-    return bool(import_tf().config.list_physical_devices("GPU"))
 
 
 def sizes(gpu: bool) -> dict:
     if gpu:
         return {"matmul_n": 8192, "conv": (64, 56, 56, 256, 256), "net": (64, 64, 64), "block": (32, 256, 512)}
     return {"matmul_n": 512, "conv": (8, 32, 32, 32, 64), "net": (8, 16, 16), "block": (8, 64, 256)}
-
-
-def plan() -> Plan:
-    return Plan(budget_s=10.0, op_box_s=0.1, max_reps=10) if _gpu() else Plan()
 
 
 def kernels(mode: str, s: dict) -> dict:
@@ -90,8 +83,9 @@ def training(mode: str, s: dict) -> dict:
             "train_transformer": (_train_step(mode, lambda: _block(keras, seq, d), x_seq, y2), None)}
 
 
-def work(mode: str) -> Work:
-    s = sizes(_gpu())
+def work(mode: str, gpu: bool) -> Work:
+    """The mode's kernels and training steps, sized for a GPU (``gpu``) or the CPU."""
+    s = sizes(gpu)
     logger = import_tf().get_logger()
     level = logger.level
     logger.setLevel("ERROR")  # one tf.function per model by design: TF's "retracing" warning does not apply

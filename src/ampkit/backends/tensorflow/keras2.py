@@ -33,10 +33,10 @@ def selftest_variant(supported_modes, selftest) -> dict | None:
     return {"label": f"tf_keras {tf_keras_version()}", "version": tf_keras_version(), "modes": modes}
 
 
-def add_selftest(report, selftest, progress=None) -> None:
-    """Add tf_keras's self-test to a TensorFlow doctor report as its ``tf_keras`` variant (nothing without tf_keras)."""
-    if progress and tf_keras_installed():
-        progress("tensorflow tf_keras self-test")
-    variant = selftest_variant({m for m, r in report.modes.items() if r.supported}, selftest)
-    if variant is not None:
-        report.variants["tf_keras"] = variant
+def variants(supported_modes, selftest, say) -> dict[str, dict]:
+    """The doctor report's ``variants`` for TensorFlow: ``{"tf_keras": ...}`` where tf_keras is
+    installed (``say`` hears that its self-test runs), else ``{}``."""
+    if not tf_keras_installed():
+        return {}
+    say("tf_keras self-test")
+    return {"tf_keras": selftest_variant(supported_modes, selftest)}

@@ -1,27 +1,22 @@
-"""Doctor for PyTorch: capability, a real self-test and a real micro-benchmark per mode."""
+"""Doctor for PyTorch: a real self-test per mode, and the work doctor times (the flow: :mod:`ampkit.doctor.driver`)."""
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...cpu import cpu_emulation_note
-from ...doctor.auto import remember_for_auto
-from ...doctor.report import DoctorReport
-from ...doctor.verdicts import ACCEL_THRESHOLD, evaluate
+from ...doctor.measure import Work
+from ...doctor.verdicts import ACCEL_THRESHOLD
 from ...errors import one_line
-from ...precision import MODES, get_precision
+from ...precision import get_precision
 from . import doctor_work, tf32_probe
 from .devices import auto_fingerprint, mode_support
 from .engine import MixedPrecision
-from .environment import torch_environment
 
-__all__ = ["ACCEL_THRESHOLD", "run", "selftest"]
+__all__ = ["ACCEL_THRESHOLD", "TorchDoctor", "selftest"]
 
 
 # ---------------------------------------------------------------- self-tests
@@ -112,20 +107,21 @@ def _selftest_fp8(device: torch.device) -> tuple[str, str]:
         return "fail", f"fp8 scaled matmul failed: {one_line(exc)}"[:300]
 
 
-# ---------------------------------------------------------------- the report
-def run(device: torch.device, *, quick: bool = False, modes: tuple[str, ...] = MODES,
-        progress: Callable[[str], None] | None = None) -> DoctorReport:
-    t_start = time.perf_counter()
-    with doctor_work.measuring_threads(device):
-        reports, recommended, reason = evaluate(
-            modes, lambda m: mode_support(m, device), lambda m: selftest(m, device),
-            lambda m: doctor_work.work(m, device), quick=quick, plan=doctor_work.plan(device),
-            emulation_note=lambda m: cpu_emulation_note(m) if device.type == "cpu" else "", say=progress)
-    report = DoctorReport("torch", str(device), reports, recommended, reason, torch_environment(device), quick,
-                          round(time.perf_counter() - t_start, 3))
-    remember_for_auto(report, auto_fingerprint(device))  # auto follows this measurement from now on
-    return report
-
-
+# ---------------------------------------------------------------- the driver's operations
 class TorchDoctor:
-    """torch/doctor's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.doctor.ops.DoctorOps` for PyTorch (the flow: :mod:`ampkit.doctor.driver`)."""
+
+    def doctor_session(self, target):
+        return doctor_work.measuring_threads(torch.device(target.device))
+
+    def selftest(self, mode: str, target) -> tuple[str, str]:
+        return selftest(mode, torch.device(target.device))
+
+    def doctor_work(self, mode: str, target) -> Work:
+        return doctor_work.work(mode, torch.device(target.device))
+
+    def auto_fingerprint(self, target) -> dict:
+        return auto_fingerprint(torch.device(target.device))
+
+    def doctor_variants(self, supported, target, say) -> dict[str, dict]:
+        return {}  # one PyTorch: nothing beside the main table

@@ -1,8 +1,9 @@
 """What doctor times for PyTorch, per mode: kernels (a matmul and a convolution in the mode's math)
 and short training steps through the engine (a small conv net and a small transformer block),
 sized for the device. The interleaving, the rounds and the statistics are in
-:mod:`ampkit.doctor.measure`; this module only builds the work (the ops themselves, which need no
-engine, are in :mod:`.doctor_ops`, shared with the quick check behind ``auto``).
+:mod:`ampkit.doctor.measure` (the plan of rounds: :mod:`ampkit.doctor.driver`); this module only
+builds the work (the ops themselves, which need no engine, are in :mod:`.doctor_ops`, shared with the
+quick check behind ``auto``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.measure import Plan, Work
+from ...doctor.measure import Work
 from .doctor_ops import Block as _Block
 from .doctor_ops import conv_net as _conv_net
 from .doctor_ops import conv_op, matmul_op, measuring_threads
 from .engine import MixedPrecision
 from .timing import clock_for
 
-__all__ = ["kernels", "measuring_threads", "plan", "sizes", "training", "work"]
+__all__ = ["kernels", "measuring_threads", "sizes", "training", "work"]
 
 
 def sizes(device: torch.device) -> dict:
@@ -26,10 +27,6 @@ def sizes(device: torch.device) -> dict:
         return {"matmul_n": 8192, "conv": (64, 256, 56, 56, 256), "net": (64, 64, 64), "block": (32, 256, 512)}
     # CPU: small enough that an emulated mode's step stays well under a second
     return {"matmul_n": 512, "conv": (8, 32, 32, 32, 64), "net": (8, 16, 16), "block": (8, 64, 256)}
-
-
-def plan(device: torch.device) -> Plan:
-    return Plan(budget_s=10.0, op_box_s=0.1, max_reps=10) if device.type == "cuda" else Plan()
 
 
 def kernels(mode: str, device: torch.device, s: dict) -> dict:

@@ -1,0 +1,48 @@
+"""The doctor, once for every framework: capability and a self-test per mode, interleaved rounds
+against fp32, verdicts and one recommendation (:func:`ampkit.doctor.verdicts.evaluate`), the report,
+and the verdict cached for ``auto`` (:func:`ampkit.doctor.auto.remember_for_auto`).
+
+The backend supplies only :class:`~ampkit.doctor.ops.DoctorOps` (and ``target``, ``mode_support``,
+``environment`` from :class:`~ampkit.backends.base.EnvironmentOps`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..cpu import cpu_emulation_note
+from ..precision import MODES
+from .auto import remember_for_auto
+from .measure import Plan
+from .report import DoctorReport
+from .verdicts import evaluate
+
+#: rounds on an accelerator: its ops take milliseconds, so more reps per round and a longer budget
+ACCELERATOR_PLAN = Plan(budget_s=10.0, op_box_s=0.1, max_reps=10)
+
+
+def run(backend, device="auto", *, quick: bool = False, progress: Callable[[str], None] | None = None,
+        modes: tuple[str, ...] = MODES) -> DoctorReport:
+    """The doctor's report for ``backend`` on ``device`` (``--device``: auto, cpu, cuda, cuda:N).
+
+    ``quick``: self-tests only (no measurement, nothing cached for ``auto``). ``progress(msg)``
+    hears each step, named by framework ("torch self-test bf16"). ``modes``: the rows of the
+    report (every mode; a mode the device cannot run is reported unsupported, with the reason).
+    """
+    t0 = time.perf_counter()
+    target = backend.target(device)
+    prefix = f"{backend.name} "
+    say = (lambda msg: progress(prefix + msg)) if progress else (lambda msg: None)
+    with backend.doctor_session(target):
+        reports, recommended, reason = evaluate(
+            modes, lambda m: backend.mode_support(m, target), lambda m: backend.selftest(m, target),
+            lambda m: backend.doctor_work(m, target), quick=quick,
+            plan=ACCELERATOR_PLAN if target.accelerator else Plan(),
+            emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say)
+        report = DoctorReport(backend.name, target.label, reports, recommended, reason, backend.environment(target),
+                              quick)
+        report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say))
+    report.elapsed_s = round(time.perf_counter() - t0, 3)
+    remember_for_auto(report, backend.auto_fingerprint(target))  # auto follows this measurement from now on
+    return report
