@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..envelope import NUM, OPT_NUM, check, check_rows, envelope, known
 from ..formats import FloatFormat
 
 #: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
@@ -12,6 +13,14 @@ DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
 SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
 #: the words of each rank: a precision note never reads like an overflow
 SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
+FINDING_KINDS = tuple(SEVERITY)
+#: the contract's keys (and types) of an audit document, its layers and findings; the rest is optional
+SCHEMA = {"mode": str, "loss_scale": NUM, "layers": list, "first_nonfinite": (dict, type(None)), "findings": list}
+LAYER_SCHEMA = {"name": str, "type": str, "fwd_amax": OPT_NUM, "fwd_headroom_log2": OPT_NUM,
+                "fwd_underflow_frac": OPT_NUM, "fwd_nonfinite": OPT_NUM, "grad_underflow_frac": OPT_NUM,
+                "grad_nonfinite": OPT_NUM}
+FINDING_SCHEMA = {"layer": str, "kind": str, "advice": str}
+FIRST_SCHEMA = {"name": str, "phase": str}
 
 
 @dataclass
@@ -122,17 +131,14 @@ class AuditReport:
         return self.environment.get("framework")
 
     def to_dict(self) -> dict:
-        from .._version import __version__
-
-        return {"ampkit_version": __version__, "command": "audit", "environment": self.environment,
-                "framework": self.framework, "workload": self.workload, "device": self.device, "mode": self.mode,
-                "loss_scale": self.loss_scale, "steps": self.steps,
-                "layers": [lay.to_dict() for lay in self.layers], "first_nonfinite": self.first_nonfinite,
-                "findings": [f.to_dict() for f in self.findings], "reference_nonfinite": self.reference_nonfinite,
-                "suggested_loss_scale": self.suggested_loss_scale, "resolved_from": self.resolved_from,
-                "note": self.note, "interrupted": self.interrupted, "steps_completed": self.completed,
-                "initial_loss_scale": self.initial_loss_scale or self.loss_scale, "skipped_steps": self.skipped_steps,
-                "output_rel_error": self.output_rel_error}
+        return envelope("audit", self.environment, framework=self.framework, workload=self.workload,
+                        device=self.device, mode=self.mode, loss_scale=self.loss_scale, steps=self.steps,
+                        layers=[lay.to_dict() for lay in self.layers], first_nonfinite=self.first_nonfinite,
+                        findings=[f.to_dict() for f in self.findings], reference_nonfinite=self.reference_nonfinite,
+                        suggested_loss_scale=self.suggested_loss_scale, resolved_from=self.resolved_from,
+                        note=self.note, interrupted=self.interrupted, steps_completed=self.completed,
+                        initial_loss_scale=self.initial_loss_scale or self.loss_scale,
+                        skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error)
 
     @property
     def output_rel_error(self) -> float | None:
@@ -147,12 +153,18 @@ class AuditReport:
 
     @classmethod
     def from_dict(cls, d: dict) -> AuditReport:
-        layers = [LayerStats(**{k: v for k, v in lay.items() if k in LayerStats.__dataclass_fields__})
-                  for lay in d["layers"]]
+        """Raises :class:`~ampkit.envelope.DocumentError` for a malformed document."""
+        check(d, SCHEMA)
+        check_rows(d["layers"], LAYER_SCHEMA, "layers")
+        check_rows(d["findings"], FINDING_SCHEMA, "findings", {"kind": FINDING_KINDS})
+        if d["first_nonfinite"] is not None:
+            check(d["first_nonfinite"], FIRST_SCHEMA, "first_nonfinite")
+        layers = [LayerStats(**known(LayerStats, lay)) for lay in d["layers"]]
         findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9), f.get("code"))
                     for f in d["findings"]]
-        return cls(d["mode"], d["loss_scale"], layers, d.get("first_nonfinite"), findings, d.get("device", ""),
-                   d.get("steps", 1), d.get("environment", {}), d.get("workload"), d.get("reference_nonfinite", False),
-                   d.get("suggested_loss_scale"), d.get("resolved_from"), d.get("note"),
-                   bool(d.get("interrupted", False)), d.get("steps_completed"), d.get("initial_loss_scale"),
-                   int(d.get("skipped_steps", 0)))
+        env = d.get("environment")
+        return cls(d["mode"], d["loss_scale"], layers, d["first_nonfinite"], findings, d.get("device", ""),
+                   d.get("steps", 1), env if isinstance(env, dict) else {}, d.get("workload"),
+                   d.get("reference_nonfinite", False), d.get("suggested_loss_scale"), d.get("resolved_from"),
+                   d.get("note"), bool(d.get("interrupted", False)), d.get("steps_completed"),
+                   d.get("initial_loss_scale"), int(d.get("skipped_steps") or 0))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..envelope import OPT_NUM, check, check_rows, envelope, known
+
 STATUSES = ("ok", "unsupported", "oom", "error")
+#: the contract's keys (and types) of a bench document and of each row; the rest is optional
+SCHEMA = {"workload": str, "device": str, "results": list}
+ROW_SCHEMA = {"mode": str, "status": str, "samples_per_s": OPT_NUM, "peak_memory_bytes": OPT_NUM,
+              "max_batch_size": OPT_NUM, "speedup_vs_fp32": OPT_NUM}
+ROW_CHOICES = {"status": STATUSES}
 CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
                "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
                "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
@@ -55,7 +62,8 @@ class BenchRow:
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchRow:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        """A row as a child process or a document sends it (unchecked: :meth:`BenchReport.from_dict` checks)."""
+        return cls(**known(cls, d))
 
     def csv_row(self) -> dict:
         d = self.to_dict()
@@ -91,31 +99,22 @@ class BenchReport:
         return any(r.status == "error" for r in self.results)
 
     def to_dict(self) -> dict:
-        from .._version import __version__
-
-        return {
-            "ampkit_version": __version__,
-            "command": "bench",
-            "environment": self.environment,
-            "workload": self.workload,
-            "framework": self.framework,
-            "device": self.device,
-            "world_size": self.world_size,
-            "results": [r.to_dict() for r in self.results],
-            "flops_per_sample": self.flops_per_sample,
-            "config": self.config,
-            "note": self.note,
-            "interrupted": self.interrupted,
-            "sample_inputs": self.sample_inputs,
-            "speedup_definition": SPEEDUP_DEFINITION,
-        }
+        return envelope("bench", self.environment, workload=self.workload, framework=self.framework,
+                        device=self.device, world_size=self.world_size, results=[r.to_dict() for r in self.results],
+                        flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
+                        interrupted=self.interrupted, sample_inputs=self.sample_inputs,
+                        speedup_definition=SPEEDUP_DEFINITION)
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchReport:
+        """Raises :class:`~ampkit.envelope.DocumentError` for a malformed document."""
+        check(d, SCHEMA)
+        check_rows(d["results"], ROW_SCHEMA, "results", ROW_CHOICES)
+        env, config = d.get("environment"), d.get("config")
         return cls(workload=d["workload"], device=d["device"], results=[BenchRow.from_dict(r) for r in d["results"]],
-                   environment=d.get("environment", {}),
-                   world_size=d.get("world_size", 1), flops_per_sample=d.get("flops_per_sample"),
-                   config=d.get("config", {}), note=d.get("note"), interrupted=d.get("interrupted", False),
+                   environment=env if isinstance(env, dict) else {}, world_size=d.get("world_size", 1),
+                   flops_per_sample=d.get("flops_per_sample"), config=config if isinstance(config, dict) else {},
+                   note=d.get("note"), interrupted=bool(d.get("interrupted", False)),
                    sample_inputs=d.get("sample_inputs"))
 
 

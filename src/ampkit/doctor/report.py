@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..envelope import OPT_BOOL, OPT_NUM, DocumentError, check, envelope, known, where_in
+
 VERDICTS = ("recommended", "usable", "slower", "unsupported", "broken")
+SELFTESTS = ("pass", "fail", "skip")
+#: the contract's keys (and types) of a doctor document and of each of its modes; the rest is optional
+SCHEMA = {"framework": str, "device": str, "modes": dict, "recommended": str, "reason": str}
+MODE_SCHEMA = {"supported": bool, "accelerated": OPT_BOOL, "speedup": OPT_NUM, "selftest": str, "verdict": str}
+MODE_CHOICES = {"verdict": VERDICTS, "selftest": SELFTESTS}
 
 
 @dataclass
@@ -29,8 +36,8 @@ class ModeReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> ModeReport:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+    def from_dict(cls, d: dict, where: str = "") -> ModeReport:
+        return cls(**known(cls, check(d, MODE_SCHEMA, where, MODE_CHOICES)))
 
 
 @dataclass
@@ -56,34 +63,53 @@ class DoctorReport:
                 or any(v.get("selftest") == "fail" for var in self.variants.values() for v in var.get("modes", {}).values()))
 
     def to_dict(self) -> dict:
-        from .._version import __version__
-
-        return {
-            "ampkit_version": __version__,
-            "command": "doctor",
-            "environment": self.environment,
-            "framework": self.framework,
-            "device": self.device,
-            "modes": {k: v.to_dict() for k, v in self.modes.items()},
-            "recommended": self.recommended,
-            "reason": self.reason,
-            "quick": self.quick,
-            "elapsed_s": self.elapsed_s,
-            "variants": self.variants,
-            "auto_cache": self.auto_cache,
-        }
+        return envelope("doctor", self.environment, framework=self.framework, device=self.device,
+                        modes={k: v.to_dict() for k, v in self.modes.items()}, recommended=self.recommended,
+                        reason=self.reason, quick=self.quick, elapsed_s=self.elapsed_s, variants=self.variants,
+                        auto_cache=self.auto_cache)
 
     @classmethod
-    def from_dict(cls, d: dict) -> DoctorReport:
-        return cls(
-            framework=d["framework"],
-            device=d["device"],
-            modes={k: ModeReport.from_dict(v) for k, v in d["modes"].items()},
-            recommended=d["recommended"],
-            reason=d["reason"],
-            environment=d.get("environment", {}),
-            quick=d.get("quick", False),
-            elapsed_s=d.get("elapsed_s"),
-            variants=d.get("variants", {}),
-            auto_cache=d.get("auto_cache"),
-        )
+    def from_dict(cls, d: dict, where: str = "") -> DoctorReport:
+        """The report of a document (``where``: its place inside a ``--framework all`` document).
+        Raises :class:`~ampkit.envelope.DocumentError` for a malformed one."""
+        check(d, SCHEMA, where)
+        modes = {k: ModeReport.from_dict(m, where_in(where, f"modes.{k}")) for k, m in d["modes"].items()}
+        env, variants = d.get("environment"), d.get("variants")
+        return cls(framework=d["framework"], device=d["device"], modes=modes, recommended=d["recommended"],
+                   reason=d["reason"], environment=env if isinstance(env, dict) else {},
+                   quick=bool(d.get("quick", False)), elapsed_s=d.get("elapsed_s"),
+                   variants=variants if isinstance(variants, dict) else {}, auto_cache=d.get("auto_cache"))
+
+
+@dataclass
+class DoctorSet:
+    """One document for several frameworks: ``doctor --framework all``, and an interrupted doctor
+    (the frameworks that finished). ``environment``: the first framework's."""
+
+    reports: dict[str, DoctorReport]
+    environment: dict
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return any(r.failed for r in self.reports.values())
+
+    def to_dict(self) -> dict:
+        doc = envelope("doctor", self.environment, frameworks={k: r.to_dict() for k, r in self.reports.items()})
+        if self.interrupted:
+            doc["interrupted"] = True
+        return doc
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DoctorSet:
+        """A part without an environment of its own takes the document's."""
+        parts = d.get("frameworks")
+        if not isinstance(parts, dict) or not parts:
+            raise DocumentError("'frameworks' should be an object of framework -> doctor document")
+        env = d.get("environment") if isinstance(d.get("environment"), dict) else {}
+        reports = {}
+        for name, part in parts.items():
+            reports[name] = report = DoctorReport.from_dict(part, f"frameworks.{name}")
+            if not isinstance(part.get("environment"), dict):
+                report.environment = env
+        return cls(reports, env, bool(d.get("interrupted", False)))

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..envelope import OPT_NUM, check, check_rows, envelope, known
+
 ALPHA = 0.05
+VERDICTS = ("baseline", "pass", "fail")
+#: the contract's keys (and types) of a parity document and of each result; the rest is optional
+SCHEMA = {"dataset": str, "results": list}
+RESULT_SCHEMA = {"mode": str, "metric": dict, "final_loss": dict, "delta_vs_fp32": OPT_NUM, "p_value": OPT_NUM,
+                 "verdict": str}
+RESULT_CHOICES = {"verdict": VERDICTS}
 
 
 @dataclass
@@ -18,6 +26,11 @@ class RunRecord:
     test_loss: list[float]        # per epoch
     skipped_steps: int
     seconds: float
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunRecord:
+        return cls(**{"mode": "", "seed": 0, "train_loss": [], "test_accuracy": [], "test_loss": [],
+                      "skipped_steps": 0, "seconds": 0.0, **known(cls, d)})
 
 
 @dataclass
@@ -38,8 +51,11 @@ class ParityResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityResult:
-        runs = [RunRecord(**r) for r in d.get("runs", [])]
-        return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "runs"}, "runs": runs})
+        """A result as a document holds it (unchecked: :meth:`ParityReport.from_dict` checks); an older
+        document's missing seeds and runs are empty."""
+        runs = [RunRecord.from_dict(r) for r in d.get("runs") or [] if isinstance(r, dict)]
+        return cls(**{"seeds": [], "final_loss": {}, "metric": {}, "delta_vs_fp32": None, "p_value": None,
+                      "verdict": "", **known(cls, d), "runs": runs})
 
 
 @dataclass
@@ -65,17 +81,20 @@ class ParityReport:
         return self.environment.get("framework")
 
     def to_dict(self) -> dict:
-        from .._version import __version__
-
-        return {"ampkit_version": __version__, "command": "parity", "environment": self.environment,
-                "framework": self.framework, "dataset": self.dataset, "device": self.device,
-                "tolerance": self.tolerance, "alpha": self.alpha, "epochs": self.epochs,
-                "results": [r.to_dict() for r in self.results], "elapsed_s": self.elapsed_s,
-                "interrupted": self.interrupted, "note": self.note}
+        return envelope("parity", self.environment, framework=self.framework, dataset=self.dataset,
+                        device=self.device, tolerance=self.tolerance, alpha=self.alpha, epochs=self.epochs,
+                        results=[r.to_dict() for r in self.results], elapsed_s=self.elapsed_s,
+                        interrupted=self.interrupted, note=self.note)
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityReport:
-        return cls(dataset=d["dataset"], device=d["device"], results=[ParityResult.from_dict(r) for r in d["results"]],
-                   environment=d.get("environment", {}), tolerance=d["tolerance"], epochs=d["epochs"],
-                   alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"), interrupted=d.get("interrupted", False),
-                   note=d.get("note"))
+        """Raises :class:`~ampkit.envelope.DocumentError` for a malformed document; an older document's
+        missing device, tolerance and epochs are empty."""
+        check(d, SCHEMA)
+        check_rows(d["results"], RESULT_SCHEMA, "results", RESULT_CHOICES)
+        env = d.get("environment")
+        return cls(dataset=d["dataset"], device=d.get("device", ""),
+                   results=[ParityResult.from_dict(r) for r in d["results"]],
+                   environment=env if isinstance(env, dict) else {}, tolerance=d.get("tolerance"),
+                   epochs=d.get("epochs"), alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"),
+                   interrupted=bool(d.get("interrupted", False)), note=d.get("note"))

@@ -1,0 +1,96 @@
+"""The envelope of every JSON document ampkit writes, and the checks its readers run.
+
+Every document starts with ``"ampkit_version"``, ``"command"`` and ``"environment"``; the command's
+body follows. :func:`envelope` writes that header for all four commands; :func:`open_envelope` reads
+it back. The body's schema is declared once, beside its class (``SCHEMA`` in ``doctor/report.py``,
+``bench/report.py``, ...): each ``from_dict`` runs :func:`check` on what it reads, so a malformed
+document is refused with one :class:`DocumentError` that says where and what. Only the keys the
+contract promises are checked (and their types): documents may carry extra keys, and keys that an
+older ampkit did not write take their defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+from ._version import __version__
+
+COMMANDS = ("doctor", "bench", "parity", "audit")
+
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+OPT_BOOL = (bool, type(None))
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false", dict: "an object",
+               list: "a list", type(None): "null"}
+
+
+class DocumentError(ValueError):
+    """What is wrong inside one document, in one line (a reader that knows the file adds its name)."""
+
+
+def envelope(command: str, environment: dict, **body) -> dict:
+    """The document of ``command``: the header every document carries, then ``body`` in its order."""
+    return {"ampkit_version": __version__, "command": command, "environment": environment, **body}
+
+
+def open_envelope(doc) -> str:
+    """Check the header of a parsed document; returns its command. A ``doctor --framework all``
+    document keeps its environments in its parts, so only it may go without ``environment``."""
+    if not isinstance(doc, dict):
+        raise DocumentError(f"the top level is a JSON {_json_kind(doc)}, not an object")
+    if "command" not in doc or "ampkit_version" not in doc:
+        raise DocumentError("it has no 'command'/'ampkit_version' keys, so it was not written by ampkit")
+    command = doc["command"]
+    if command not in COMMANDS:
+        raise DocumentError(f"'command' is {command!r}; ampkit report reads {', '.join(COMMANDS)}")
+    if "environment" in doc and not isinstance(doc["environment"], dict):
+        raise DocumentError("'environment' should be an object")
+    if "environment" not in doc and not (command == "doctor" and "frameworks" in doc):
+        raise DocumentError("lacks the key 'environment'")
+    return command
+
+
+def check(obj, schema: dict, where: str = "", choices: dict | None = None) -> dict:
+    """``obj`` is an object holding every key of ``schema`` (key -> type or tuple of types), each of
+    its type, and each key of ``choices`` holds one of its words; returns ``obj``. ``where``: the
+    object's place in the document ("results[2]"), for the message."""
+    if not isinstance(obj, dict):
+        raise DocumentError(f"{where or 'the document'} should be an object, found {type(obj).__name__}")
+    missing = [k for k in schema if k not in obj]
+    if missing:
+        raise DocumentError(f"{where + ' ' if where else ''}lacks the key{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(repr(k) for k in missing)}")
+    for key, expected in schema.items():
+        label = f"{where}.{key}" if where else repr(key)
+        _check_type(obj[key], expected, label)
+        allowed = (choices or {}).get(key)
+        if allowed and obj[key] not in allowed:
+            raise DocumentError(f"{label} is {obj[key]!r}, expected one of {', '.join(allowed)}")
+    return obj
+
+
+def check_rows(rows: list, schema: dict, where: str, choices: dict | None = None) -> None:
+    for i, row in enumerate(rows):
+        check(row, schema, f"{where}[{i}]", choices)
+
+
+def known(cls, d: dict) -> dict:
+    """The keys of ``d`` that are fields of the dataclass ``cls`` (a newer document's extra keys are left out)."""
+    return {f.name: d[f.name] for f in fields(cls) if f.name in d}
+
+
+def where_in(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _check_type(value, expected, where: str) -> None:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        names = [_TYPE_NAMES.get(t, t.__name__) for t in types if not (t is int and float in types)]
+        raise DocumentError(f"{where} should be {' or '.join(dict.fromkeys(names))}, found {json.dumps(value)[:40]}")
+
+
+def _json_kind(value) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
+            type(None): "null"}.get(type(value), type(value).__name__)
