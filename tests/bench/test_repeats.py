@@ -64,10 +64,12 @@ def test_a_failed_repeat_makes_the_row_say_so():
 ])
 def test_auto_resolves_once_and_marks_its_row(modes, resolved, want):
     cfg = BenchConfig(modes=modes)
-    apply_auto(cfg, lambda: (resolved, "because"))
-    assert cfg.modes == want
-    rows = [_row(m, 100) for m in cfg.modes]
-    mark_auto(rows, cfg)
+    calls = []
+    auto = apply_auto(cfg.modes, lambda: calls.append(1) or (resolved, "because"))
+    assert list(auto.modes) == want and calls == [1]
+    assert cfg.modes == tuple(modes)  # the config is not written into: the choice is the result's
+    rows = [_row(m, 100) for m in auto.modes]
+    mark_auto(rows, auto)
     marked = [r.mode for r in rows if r.resolved_from == "auto"]
     assert marked == [resolved] and next(r for r in rows if r.mode == resolved).resolved_reason == "because"
 

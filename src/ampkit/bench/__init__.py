@@ -43,18 +43,13 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         vs fp32 with its interval and words, skipped steps, flags); ``.to_dict()`` is the JSON
         document ``ampkit bench --json`` writes.
     """
-    from ..backends import get_backend, parse_framework
-    from ..precision import parse_mode_list
-    from .config import BenchConfig, parse_size
+    from . import driver
+    from .config import BenchConfig
 
-    mode_list = parse_mode_list(modes if isinstance(modes, str) else ",".join(modes), allow_auto=True)
-    if isinstance(memory_budget, str):
-        memory_budget = parse_size(memory_budget)
-    cfg = BenchConfig(workload=workload, model=model, input_shape=tuple(input_shape) if input_shape else None,
-                      num_classes=num_classes, modes=mode_list, batch_size=batch_size, memory_budget=memory_budget,
-                      steps=steps, warmup=warmup, repeats=repeats, seq_len=seq_len, image_size=image_size,
-                      device=device, timeout=timeout).validate()
-    return get_backend(parse_framework(framework)).bench(cfg, progress=progress)
+    cfg = BenchConfig(workload=workload, model=model, input_shape=input_shape, num_classes=num_classes, modes=modes,
+                      batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
+                      seq_len=seq_len, image_size=image_size, device=device, timeout=timeout)
+    return driver.run(cfg, framework, progress=progress)
 
 
 make_callable(__name__, bench)

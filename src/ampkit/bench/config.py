@@ -1,14 +1,33 @@
-"""What a bench run is asked to do, validated before anything heavy runs."""
+"""What a bench run is asked to do: a frozen config, checked once when it is made.
+
+Every range check lives here, so the command line and ``ampkit.bench(...)`` refuse the same values
+with the same sentence, naming the CLI flag ("--steps must be >= 1 and at most 1,000,000; received 0").
+What a run decides -- the default workload, what ``auto`` resolved to, where ``--batch-size auto``
+started -- is part of its report (:mod:`ampkit.bench.driver`), never written back here.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
+from ..checks import (
+    MAX_BATCH,
+    MAX_CLASSES,
+    MAX_MEMORY_BYTES,
+    MAX_SAMPLE_ELEMENTS,
+    MAX_STEPS,
+    MAX_TIMEOUT_S,
+    float_in,
+    int_in,
+)
 from ..errors import UsageError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "kb": 10**3, "m": 2**20, "mib": 2**20, "mb": 10**6,
           "g": 2**30, "gib": 2**30, "gb": 10**9, "t": 2**40, "tib": 2**40, "tb": 10**12}
+
+AUTO_BATCH = "auto"
 
 
 def parse_size(text: str) -> int:
@@ -26,62 +45,102 @@ def parse_size(text: str) -> int:
     return value
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchConfig:
+    """One bench run's request. Normalised at construction: ``modes`` may be a comma string or a list
+    (aliases and ``auto`` accepted), ``memory_budget`` a size string ("2GiB"), and a memory budget
+    implies ``batch_size="auto"``."""
+
     workload: str | None = None          # built-in name; None -> the device's default
     model: str | None = None             # MODULE:FACTORY
     input_shape: tuple[int, ...] | None = None
-    num_classes: int | None = None   # None: what the model declares (Keras), else 10
-    modes: list[str] = field(default_factory=lambda: ["fp32", "tf32", "fp16", "bf16"])
+    num_classes: int | None = None       # None: what the model declares (Keras), else 10
+    modes: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
     batch_size: int | str | None = None  # int, "auto", or None (the workload's default)
     memory_budget: int | None = None     # bytes
     steps: int = 20
     warmup: int = 5
     device: str = "auto"
     seed: int = 0
-    search_cap: int = 1 << 16            # the largest batch size --batch-size auto tries
-    batch_size_hint: int | None = None   # where --batch-size auto starts (default: the workload's)
+    search_cap: int = 1 << 16            # the largest batch size --batch-size auto tries (--max-batch-size)
     timeout: float | None = 1800.0       # seconds per mode's child (and the model probe); None: no limit
     repeats: int = 1                     # the mode sequence this many times, interleaved
     seq_len: int | None = None           # --seq-len for a built-in sequence workload (bert-base, gpt2)
     image_size: int | None = None        # --image-size for a built-in image workload (cnn, resnet50, vit_b_16)
-    auto_mode: str | None = None         # what "auto" in modes resolved to (set by the backend)
-    auto_reason: str | None = None
 
-    def validate(self) -> BenchConfig:
+    def __post_init__(self) -> None:
         if self.workload and self.model:
             raise UsageError("give either --workload or --model, not both")
-        if isinstance(self.batch_size, int) and self.batch_size <= 0:
-            raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {self.batch_size}")
-        if self.memory_budget is not None and self.batch_size not in (None, "auto"):
-            raise UsageError("--memory-budget sets the limit for --batch-size auto; drop the explicit --batch-size")
+        int_in(self.steps, "--steps", 1, MAX_STEPS)
+        int_in(self.warmup, "--warmup", 0, MAX_STEPS)
+        int_in(self.repeats, "--repeats", 1, MAX_STEPS)
+        int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
+        int_in(self.search_cap, "--max-batch-size", 1, MAX_BATCH)
+        float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
+        self._set("modes", _modes(self.modes))
+        self._set("input_shape", _input_shape(self.input_shape))
+        self._set("batch_size", _batch_size(self.batch_size))
         if self.memory_budget is not None:
-            self.batch_size = "auto"
-        if self.steps < 1:
-            raise UsageError(f"--steps must be >= 1; received {self.steps}")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be >= 0; received {self.warmup}")
-        if self.search_cap < 1:
-            raise UsageError(f"--max-batch-size must be >= 1; received {self.search_cap}")
-        if self.repeats < 1:
-            raise UsageError(f"--repeats must be >= 1; received {self.repeats}")
-        if self.num_classes is not None and self.num_classes < 1:
-            raise UsageError(f"--num-classes must be >= 1; received {self.num_classes}")
+            if self.batch_size not in (None, AUTO_BATCH):
+                raise UsageError("--memory-budget sets the limit for --batch-size auto; drop the explicit --batch-size")
+            self._set("memory_budget", _memory_budget(self.memory_budget))
+            self._set("batch_size", AUTO_BATCH)
         from .sizes import check_flag_values, size_kwargs
 
         check_flag_values(self.seq_len, self.image_size)
         if self.model:
             size_kwargs("", None, self.model, self.seq_len, self.image_size)  # sizes are for built-ins only
-        return self
+
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)  # a normalisation at construction, before anyone reads it
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["input_shape"] = list(self.input_shape) if self.input_shape else None
+        d["modes"] = list(self.modes)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchConfig:
-        d = dict(d)
-        if d.get("input_shape") is not None:
-            d["input_shape"] = tuple(d["input_shape"])
+        """From :meth:`to_dict`'s keys (others, such as a document's ``auto_mode``, are ignored)."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def _modes(modes) -> tuple[str, ...]:
+    from ..precision import parse_mode_list
+
+    text = modes if isinstance(modes, str) else ",".join(modes)
+    return tuple(parse_mode_list(text, allow_auto=True))
+
+
+def _input_shape(shape) -> tuple[int, ...] | None:
+    if shape is None:
+        return None
+    dims = tuple(shape)
+    if not dims or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in dims):
+        raise UsageError(f"--input-shape must be comma-separated positive integers like 3,32,32; received {shape!r}")
+    if math.prod(dims) > MAX_SAMPLE_ELEMENTS:
+        raise UsageError(f"--input-shape {','.join(map(str, dims))} is {math.prod(dims):,} values per sample; "
+                         f"at most {MAX_SAMPLE_ELEMENTS:,} are accepted")
+    return dims
+
+
+def _batch_size(value) -> int | str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() == AUTO_BATCH:
+        return AUTO_BATCH
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be a positive integer (at most {MAX_BATCH:,}) or 'auto'; "
+                         f"received {value!r}")
+    return value
+
+
+def _memory_budget(value) -> int:
+    nbytes = parse_size(value) if isinstance(value, str) else value
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+        raise UsageError(f"--memory-budget must be a positive number of bytes or a size such as 2GiB; "
+                         f"received {value!r}")
+    if nbytes > MAX_MEMORY_BYTES:
+        raise UsageError(f"--memory-budget must be at most 2**60 bytes (1 EiB); received {nbytes:.3g} bytes")
+    return nbytes

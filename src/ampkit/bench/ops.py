@@ -1,13 +1,101 @@
 """What bench's driver (:mod:`ampkit.bench.driver`) asks of a framework backend: small typed operations.
 
-Part of :class:`ampkit.backends.base.Backend`; the flow around them is the driver's, written once.
+Part of :class:`ampkit.backends.base.Backend`; the flow around them is the driver's, written once:
+the default workload, the CPU rule for ``--batch-size auto``, isolating a user's model, ``auto``,
+one fresh process per mode, ``--repeats``, the report. A backend answers three questions and
+states one fact:
+
+- :meth:`BenchOps.bench_start`: anything this process must do first, and whether a launcher
+  (torchrun) made it one of a group that measures every mode together;
+- :meth:`BenchOps.bench_probe`: build the workload once -- its name, FLOPs, input shapes, default
+  batch -- and, for a user's ``--model``, train one step on a probe batch of 2;
+- :meth:`BenchOps.bench_measure`: one mode, measured, as a :class:`~ampkit.bench.report.BenchRow`
+  (every failure becomes the row's status), in the fresh child the driver started for it;
+- :attr:`BenchOps.bench_searches_in_child`: whether that child can run ``--batch-size auto``'s
+  search itself, or each trial needs a fresh process of its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from ..target import Target
+from .config import BenchConfig
+from .report import BenchRow
+
+#: progress(kind, done, total) from a measuring backend: kind "step" (done of total steps) or
+#: "search" (done = the batch size being tried, total None)
+Progress = Callable[[str, int, "int | None"], None]
+
+
+@dataclass(frozen=True)
+class ModelProbe:
+    """What building the workload once tells the driver, before any mode runs."""
+
+    name: str                                # the workload's name in reports ("mlp", "mymodels:build")
+    flops_per_sample: float | None           # training FLOPs per sample (TFLOP/s, MFU); None: unknown
+    sample_inputs: object = None             # per-sample input shape(s), e.g. [3, 32, 32] or {"input_ids": [128]}
+    batch_size: int = 32                     # the workload's default batch: where --batch-size auto starts
+    environment: dict = field(default_factory=dict)  # what only the model tells (Keras: which Keras built it),
+    #                                                  laid over the backend's environment section
+
+
+class ProbeStepFailed(Exception):
+    """Raised by :meth:`BenchOps.bench_probe` when a user's model fails its probe training step.
+
+    ``detail``: what failed, in one line ("RuntimeError: mat1 and mat2 shapes cannot be multiplied");
+    ``num_classes``: the classes the probe's targets used. The driver turns it into the one
+    usage-error line every framework shares."""
+
+    def __init__(self, detail: str, num_classes: int | None):
+        super().__init__(detail)
+        self.detail = detail
+        self.num_classes = num_classes
+
+
+@dataclass(frozen=True)
+class BenchGroup:
+    """The processes a launcher (torchrun) started, which measure each mode together (DDP)."""
+
+    target: Target       # this process's device
+    world_size: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """One mode to measure.
+
+    ``config.batch_size``: an int, None (the workload's default), or ``"auto"`` only for a backend
+    whose :attr:`~BenchOps.bench_searches_in_child` is true (the driver searches for the others);
+    ``config.workload`` is the built-in that runs (the default already filled in)."""
+
+    config: BenchConfig
+    mode: str
+    target: Target
+    flops_per_sample: float | None = None
+    group: BenchGroup | None = None  # set: measure in this process, across the group (global figures)
 
 
 @runtime_checkable
 class BenchOps(Protocol):
-    """(being written: see issue #21)"""
+    #: True: the child measuring a mode runs --batch-size auto's search itself (its framework hands
+    #: a trial's memory back); False: the driver runs each trial in a fresh child of its own
+    bench_searches_in_child: bool
+
+    def bench_start(self, config: BenchConfig) -> BenchGroup | None:
+        """Called first, in the parent, once: prepare this process (e.g. leave GPU memory to the
+        children) and, under a launcher with more than one process, join its group and return it."""
+
+    def bench_probe(self, config: BenchConfig, target: Target) -> ModelProbe:
+        """Build the workload (on the host) and describe it; for a user's ``--model``, one training
+        step on a probe batch of 2 (:class:`ProbeStepFailed` when it fails). The driver runs it in
+        an isolated child for a ``--model``. Bad input (a size flag the workload does not take) is a
+        :class:`~ampkit.errors.UsageError`."""
+
+    def bench_measure(self, request: MeasureRequest, progress: Progress) -> BenchRow:
+        """Measure one mode: warm-up, timed steps, peak memory, final loss. Never raises for the
+        mode's own failures: an unsupported mode, an out-of-memory error or an exception is the row's
+        ``status`` and ``error``."""

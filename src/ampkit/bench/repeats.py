@@ -15,34 +15,44 @@ row says that auto chose it (``resolved_from: "auto"`` and the reason).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..precision import AUTO
-from .config import BenchConfig
 from .judge import median
 from .report import BenchRow, derive_relative
 
 
-def apply_auto(cfg: BenchConfig, resolve: Callable[[], tuple[str, str]]) -> None:
-    """Replace ``auto`` in ``cfg.modes`` by the mode it resolves to (once); remember the choice."""
-    if AUTO not in cfg.modes:
-        return
+@dataclass(frozen=True)
+class AutoChoice:
+    """The modes that run, once ``auto`` is resolved, and what it resolved to (None: not asked for)."""
+
+    modes: tuple[str, ...]
+    mode: str | None = None
+    reason: str | None = None
+
+
+def apply_auto(modes, resolve: Callable[[], tuple[str, str]]) -> AutoChoice:
+    """``modes`` with ``auto`` replaced by the mode ``resolve()`` picks (called once, only when asked
+    for); a mode already listed runs once."""
+    if AUTO not in modes:
+        return AutoChoice(tuple(modes))
     mode, reason = resolve()
-    modes: list[str] = []
-    for m in cfg.modes:
+    resolved: list[str] = []
+    for m in modes:
         m = mode if m == AUTO else m
-        if m not in modes:
-            modes.append(m)
-    cfg.modes = modes
-    cfg.auto_mode, cfg.auto_reason = mode, reason
+        if m not in resolved:
+            resolved.append(m)
+    return AutoChoice(tuple(resolved), mode, reason)
 
 
-def mark_auto(rows: list[BenchRow], cfg: BenchConfig) -> None:
+def mark_auto(rows: list[BenchRow], auto: AutoChoice) -> None:
+    """The row of auto's mode says that auto chose it, and why."""
     for r in rows:
-        if cfg.auto_mode is not None and r.mode == cfg.auto_mode:
-            r.resolved_from, r.resolved_reason = AUTO, cfg.auto_reason
+        if auto.mode is not None and r.mode == auto.mode:
+            r.resolved_from, r.resolved_reason = AUTO, auto.reason
 
 
-def sequence(modes: list[str], repeats: int) -> list[tuple[int, str]]:
+def sequence(modes, repeats: int) -> list[tuple[int, str]]:
     """(repeat, mode) in the order they run: the sequence, reversed every other repeat."""
     return [(k, m) for k in range(repeats) for m in (modes if k % 2 == 0 else list(reversed(modes)))]
 
@@ -52,7 +62,7 @@ def _median(xs):
     return median(xs) if xs else None
 
 
-def fold(runs: dict[str, list[BenchRow]], modes: list[str], repeats: int) -> list[BenchRow]:
+def fold(runs: dict[str, list[BenchRow]], modes, repeats: int) -> list[BenchRow]:
     """One row per mode from its repeats (in ``modes`` order); paired speedups when N > 1."""
     rows = []
     for mode in modes:

@@ -14,12 +14,14 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..errors import one_line
 from ..isolation import describe_exit, die_with_parent, sigint_blocked, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
+from .ops import MeasureRequest
 from .peaks import peak_tflops
 from .report import BenchRow, derive_relative
 
@@ -106,37 +108,72 @@ def search_batch(row: BenchRow, trial: Callable[[int], tuple[bool, int | None]],
     return best
 
 
-def run_modes(cfg: BenchConfig, device: str, flops, progress, on_row, target, run_one=None) -> tuple[list, bool]:
-    """Every requested mode in turn, ``cfg.repeats`` times interleaved (:mod:`.repeats`), each in a
-    fresh child running ``target`` (or ``run_one(mode)``, which may use several); Ctrl-C keeps the
-    rows that finished."""
-    from .repeats import fold, mark_auto, sequence
+def run_modes(modes, repeats: int, run_one: Callable[[str], BenchRow], *, steps: int, progress=None, on_row=None,
+              fresh: bool = True) -> tuple[list[BenchRow], bool]:
+    """Every mode in turn, ``repeats`` times interleaved (:mod:`.repeats`), each run by
+    ``run_one(mode)``; the repeats folded into one row per mode with the relative figures. Ctrl-C
+    keeps the rows that finished (returns ``interrupted``). ``fresh``: each run is a fresh process
+    (the progress says so when a mode starts)."""
+    from .repeats import fold, sequence
 
     runs: dict[str, list[BenchRow]] = {}
     interrupted = False
     try:
-        for k, mode in sequence(cfg.modes, cfg.repeats):
-            if progress:
-                progress({"mode": mode, "kind": "start", "repeat": k + 1, "repeats": cfg.repeats, "steps": cfg.steps})
-            row = run_one(mode) if run_one else run_child(cfg, mode, device, flops, progress, target)
+        for k, mode in sequence(modes, repeats):
+            if progress and fresh:
+                progress({"mode": mode, "kind": "start", "repeat": k + 1, "repeats": repeats, "steps": steps})
+            row = run_one(mode)
             runs.setdefault(mode, []).append(row)
             if on_row:
                 on_row(row)
     except KeyboardInterrupt:
         interrupted = True
-    rows = fold(runs, cfg.modes, cfg.repeats)
-    derive_relative(rows, runs if cfg.repeats > 1 else None)
-    mark_auto(rows, cfg)
+    rows = fold(runs, modes, repeats)
+    derive_relative(rows, runs if repeats > 1 else None)
     return rows, interrupted
 
 
-def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target) -> BenchRow:
-    """Run one mode in a fresh spawned process; ``target(conn, cfg_dict, mode, device, flops)`` sends
-    JSON messages (progress, then the row) through :func:`serve_row`. A worker that dies yields an
-    error row (an oom row when it was SIGKILLed, the out-of-memory killer's signal)."""
+def search_in_children(spec: str, request: MeasureRequest, start: int, progress=None) -> BenchRow:
+    """``--batch-size auto`` with every trial in a fresh child (:func:`run_child`), then the measured
+    run at the batch found, for a backend whose memory a finished trial keeps (TensorFlow's
+    clear_session does not return it on a CPU: trials in one process would inflate each other's peaks)."""
+    cfg, mode = request.config, request.mode
+    row = BenchRow(mode, steps=cfg.steps)
+
+    def trial(b: int) -> tuple[bool, int | None]:
+        short = replace(cfg, batch_size=b, memory_budget=None, steps=2, warmup=1)
+        got = run_child(spec, replace(request, config=short))
+        if got.status not in ("ok", "oom"):
+            raise TrialFailed(got)
+        return got.status == "ok", got.peak_memory_bytes
+
+    try:
+        best = search_batch(row, trial, start, cfg.search_cap, cfg.memory_budget, mode_progress(progress, mode))
+    except TrialFailed as failed:
+        return failed.row  # unsupported or error: the trial's own row says why
+    if best is None:
+        return row
+    measured = run_child(spec, replace(request, config=replace(cfg, batch_size=best, memory_budget=None)), progress)
+    measured.max_batch_size, measured.search = best, row.search
+    return measured
+
+
+def mode_progress(progress, mode: str):
+    """A backend's ``progress(kind, done, total)`` as the driver's progress messages for ``mode``."""
+    if progress is None:
+        return lambda *a: None
+    return lambda kind, done, total: progress({"mode": mode, "kind": kind, "done": done, "total": total})
+
+
+def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
+    """Measure ``request`` in a fresh spawned process: the backend at ``spec`` (``"module:Class"``,
+    :func:`ampkit.backends.load_backend`) runs its ``bench_measure`` there (:func:`serve_mode`) and
+    sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
+    row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
+    mode, timeout = request.mode, request.config.timeout
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=target, args=(send, cfg.to_dict(), mode, str(device), flops), daemon=True)
+    proc = ctx.Process(target=serve_mode, args=(send, spec, request), daemon=True)
     saved = {k: os.environ.get(k) for k in _CHILD_ENV}
     os.environ.update(_CHILD_ENV)
     try:
@@ -150,7 +187,7 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
                 os.environ[k] = v
     send.close()
     row = None
-    deadline = time.monotonic() + cfg.timeout if cfg.timeout else None
+    deadline = time.monotonic() + timeout if timeout else None
     try:
         while row is None:
             if recv.poll(0.1):
@@ -166,7 +203,7 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
                 break
             elif deadline is not None and time.monotonic() > deadline:
                 stop(proc)
-                return BenchRow(mode, status="error", error=f"no result after {cfg.timeout:g} s (--timeout); "
+                return BenchRow(mode, status="error", error=f"no result after {timeout:g} s (--timeout); "
                                                           "the worker was stopped")
     except BaseException:  # Ctrl-C, SIGTERM: no orphan keeps running
         stop(proc)
@@ -180,6 +217,17 @@ def run_child(cfg: BenchConfig, mode: str, device: str, flops, progress, target)
                        error=("the worker was killed (SIGKILL), most likely by the out-of-memory killer"
                               if killed else f"the worker process {describe_exit(code)} without a result"))
     return row
+
+
+def serve_mode(conn, spec: str, request: MeasureRequest) -> None:
+    """Entry of the per-mode child: the parent's backend, loaded by its spec (so a backend added
+    with :func:`ampkit.backends.register_backend` works here too), measures the mode."""
+    def measure(progress) -> BenchRow:
+        from ..backends import load_backend
+
+        return load_backend(spec).bench_measure(request, progress)
+
+    serve_row(conn, request.mode, measure)
 
 
 def serve_row(conn, mode: str, make_row) -> None:

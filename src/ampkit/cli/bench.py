@@ -36,50 +36,37 @@ def add_arguments(p) -> None:
 
 
 def _batch_size(text):
+    """N or auto (the range is the config's to check)."""
     from ..errors import UsageError
 
-    if text is None or str(text).lower() == "auto":
-        return None if text is None else "auto"
+    if text is None or str(text).strip().lower() == "auto":
+        return text if text is None else "auto"
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}")
-    if not 0 < value <= 2**20:
-        raise UsageError(f"--batch-size must be a positive integer (at most {2**20:,}) or 'auto'; received {text!r}")
-    return value
+        raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}") from None
 
 
 def run(args) -> int:
     import os
-    import sys
 
-    from .. import signals
     from ..backends import get_backend, parse_framework
-    from ..bench.config import BenchConfig, parse_size
+    from ..bench import driver
+    from ..bench.config import BenchConfig
     from ..factory import parse_shape
-    from ..precision import parse_mode_list
     from ..render import bench as render_bench
-    from ..render.output import console, write_json
+    from ..render.output import console
     from . import validate as v
+    from .finish import finish
 
     framework = parse_framework(args.framework)
     v.distributed_env(framework)
-    v.int_in(args.steps, "--steps", 1, v.MAX_STEPS)
-    v.int_in(args.warmup, "--warmup", 0, v.MAX_STEPS)
-    v.int_in(args.num_classes, "--num-classes", 1, v.MAX_CLASSES)
-    v.int_in(args.max_batch_size, "--max-batch-size", 1, v.MAX_BATCH)
-    v.float_in(args.timeout, "--timeout", 0, v.MAX_TIMEOUT_S, lo_open=True)
-    v.sizes(args)
     cfg = BenchConfig(
         workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
-        num_classes=args.num_classes, modes=parse_mode_list(args.modes, allow_auto=True), batch_size=_batch_size(args.batch_size),
-        memory_budget=parse_size(args.memory_budget) if args.memory_budget is not None else None,
-        steps=args.steps, warmup=args.warmup, device=args.device, search_cap=args.max_batch_size,
-        timeout=args.timeout,
-        repeats=args.repeats, seq_len=args.seq_len, image_size=args.image_size,
-    ).validate()
-    v.input_shape(cfg.input_shape)
-    v.memory_budget(cfg.memory_budget)
+        num_classes=args.num_classes, modes=args.modes, batch_size=_batch_size(args.batch_size),
+        memory_budget=args.memory_budget, steps=args.steps, warmup=args.warmup, device=args.device,
+        search_cap=args.max_batch_size, timeout=args.timeout, repeats=args.repeats, seq_len=args.seq_len,
+        image_size=args.image_size)
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))
@@ -112,21 +99,8 @@ def run(args) -> int:
                 bar.update(tasks[row.mode], visible=False)
             con.print(f"[dim]{row.mode}: {row.status}[/]")
 
-        report = backend.bench(cfg, progress=progress, on_row=on_row)
+        report = driver.run(cfg, backend, progress=progress, on_row=on_row)
     if not rank0:
         return 0
-    if report.interrupted:
-        signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
-    render_bench.render(report, con)
-    if args.json:
-        write_json(report.to_dict(), args.json)
-    if args.csv:
-        render_bench.to_csv(report, args.csv)
-    if args.plot:
-        render_bench.plot(report, args.plot)
-    if report.interrupted:
-        print(f"ampkit: {signals.describe()}: kept the {len(report.results)} mode(s) that finished",
-              file=sys.stderr)
-        return signals.exit_code()
-    # 1: a mode failed for real (an exception or a non-finite loss); unsupported/oom rows are findings
-    return 1 if any(r.status == "error" for r in report.results) else 0
+    return finish(report, args, con, render_bench.render, writers={"csv": render_bench.to_csv, "plot": render_bench.plot},
+                  kept=f"the {len(report.results)} mode(s) that finished")

@@ -1,4 +1,4 @@
-"""``ampkit bench`` for Keras: the same rows as PyTorch, each mode in a fresh child process.
+"""``ampkit bench`` for Keras: :class:`ampkit.bench.ops.BenchOps`'s operations, the same rows as PyTorch.
 
 A ``--model`` factory may return a Keras 3 or a Keras 2 (tf_keras) model: each is compiled with its
 own Keras's optimizer and LossScaleOptimizer, and the report's environment says which ran (``keras``).
@@ -10,22 +10,13 @@ import time
 
 from ...bench.config import BenchConfig
 from ...bench.memory import HostPeak, is_oom, rss_bytes
-from ...bench.repeats import apply_auto
-from ...bench.report import BenchReport, BenchRow
-from ...bench.runner import (
-    TrialFailed,
-    check_final_loss,
-    describe_failure,
-    fill_timing,
-    run_child,
-    run_modes,
-    search_batch,
-    serve_row,
-)
+from ...bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed
+from ...bench.report import BenchRow
+from ...bench.runner import check_final_loss, describe_failure, fill_timing
 from ...errors import UsageError
-from .common import grow_gpu_memory, import_tf, tf_device_name, tf_environment
+from .common import grow_gpu_memory, import_tf, tf_environment
 from .flavor import Flavor
-from .workloads import all_layers, build_tf_workload, check_tf_workload, count_flops
+from .workloads import all_layers, build_tf_workload, count_flops
 
 
 class _GpuPeak:
@@ -130,45 +121,6 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
     return row
 
 
-def tf_child_entry(conn, cfg_dict: dict, mode: str, device_str: str, flops: float | None) -> None:
-    def make(progress):
-        if device_str == "cpu":
-            import_tf().config.set_visible_devices([], "GPU")
-        return run_mode_tf(BenchConfig.from_dict(cfg_dict), mode, flops, progress)
-
-    serve_row(conn, mode, make)
-
-
-def _search_mode(cfg: BenchConfig, mode: str, device: str, flops, progress) -> BenchRow:
-    """--batch-size auto for Keras: every trial in a fresh child process.
-
-    TensorFlow keeps the memory of a finished trial (clear_session does not return it on a CPU),
-    so trials in one process would inflate each other's peaks; a fresh process per trial cannot.
-    """
-    row = BenchRow(mode, steps=cfg.steps)
-
-    def trial(b: int) -> tuple[bool, int | None]:
-        short = BenchConfig.from_dict({**cfg.to_dict(), "batch_size": b, "memory_budget": None,
-                                       "steps": 2, "warmup": 1})
-        got = run_child(short, mode, device, flops, None, target=tf_child_entry)
-        if got.status not in ("ok", "oom"):
-            raise TrialFailed(got)
-        return got.status == "ok", got.peak_memory_bytes
-
-    say = (lambda kind, done, total: progress({"mode": mode, "kind": kind, "done": done, "total": total})) \
-        if progress else None
-    try:
-        best = search_batch(row, trial, cfg.batch_size_hint or 32, cfg.search_cap, cfg.memory_budget, say)
-    except TrialFailed as failed:
-        return failed.row  # unsupported or error: the trial's own row says why
-    if best is None:
-        return row
-    final = BenchConfig.from_dict({**cfg.to_dict(), "batch_size": best, "memory_budget": None})
-    measured = run_child(final, mode, device, flops, progress, target=tf_child_entry)
-    measured.max_batch_size, measured.search = best, row.search
-    return measured
-
-
 _TELLING = ("incompatible", "outside the valid range", "received a label", "expected", "shape", "must")
 
 
@@ -202,13 +154,13 @@ def _shapes(x):
     return list(x.shape[1:]) if hasattr(x, "shape") else None
 
 
-def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor, object]:
+def _probe_tf(cfg: BenchConfig | dict) -> tuple[float | None, str, int, Flavor, object]:
     """Build the workload and, for a user's model, train one step on a batch of 2: a wrong
     --input-shape or --num-classes is reported now, in one line, not as an error row per mode.
     Returns (FLOPs per sample, name, default batch size, the Keras it was built with, per-sample input shapes)."""
     import keras
 
-    cfg = BenchConfig.from_dict(cfg_dict)
+    cfg = cfg if isinstance(cfg, BenchConfig) else BenchConfig.from_dict(cfg)
     keras.utils.set_random_seed(cfg.seed)
     workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
     flops = count_flops(workload.model)
@@ -223,46 +175,35 @@ def _probe_tf(cfg_dict: dict) -> tuple[float | None, str, int, Flavor, object]:
             workload.model.compile(optimizer=k.optimizers.SGD(0.0), loss=workload.keras_loss())
             workload.model.train_on_batch(x, y)
         except Exception as exc:
-            shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
-            raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
-                             f"--num-classes {cfg.num_classes or workload.num_classes}: {type(exc).__name__}: {telling_line(exc)}")
+            raise ProbeStepFailed(f"{type(exc).__name__}: {telling_line(exc)}",
+                                  cfg.num_classes or workload.num_classes) from None
     return flops, workload.name, workload.batch_size, workload.flavor, shapes
 
 
-def run_bench_tf(cfg: BenchConfig, progress=None, on_row=None) -> BenchReport:
-
-    cfg.validate()
-    if cfg.workload:  # a wrong name is refused before TensorFlow is imported (and prints its notices)
-        cfg.workload = check_tf_workload(cfg.workload)
-    grow_gpu_memory()  # this parent only validates: leave the GPU's memory to each mode's child
+def _use_device(target) -> None:
+    """A CPU target hides the GPUs from this process (a child starts seeing them all)."""
     tf = import_tf()
-    gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"
-    note = None
-    if not cfg.model and not cfg.workload:
-        cfg.workload = "resnet50" if gpu else "mlp"
-        note = f"no --workload given: ran the default for a {'GPU' if gpu else 'CPU'} device, {cfg.workload!r}"
-    if cfg.workload:
-        cfg.workload = check_tf_workload(cfg.workload)
-    _sizes(cfg)  # a --seq-len / --image-size the workload does not take: one line, before any child
-    if cfg.batch_size == "auto" and not gpu and cfg.memory_budget is None:
-        raise UsageError("on a CPU, --batch-size auto needs --memory-budget SIZE; e.g. --memory-budget 2GiB")
-    if cfg.model:  # a user's model: imported and probed in a child (crash, sys.exit, hang -> one line)
-        from ...isolation import run_isolated
-
-        flops, name, cfg.batch_size_hint, keras_ran, shapes = run_isolated(
-            _probe_tf, cfg.to_dict(), what=f"probing --model {cfg.model}", timeout=cfg.timeout)
-    else:
-        flops, name, cfg.batch_size_hint, keras_ran, shapes = _probe_tf(cfg.to_dict())  # where --batch-size auto starts
-    device = "cuda" if gpu else "cpu"
-    from .keras_engine import resolve_auto_tf  # imports Keras: after the cheap checks above
-
-    apply_auto(cfg, lambda: resolve_auto_tf(cpu=not gpu))  # the measured verdict for the device that runs
-    run_one = (lambda mode: _search_mode(cfg, mode, device, flops, progress)) if cfg.batch_size == "auto" else None
-    rows, interrupted = run_modes(cfg, device, flops, progress, on_row, target=tf_child_entry, run_one=run_one)
-    return BenchReport(workload=name, device=tf_device_name() if gpu else "CPU:0", results=rows,
-                       environment=tf_environment(keras_ran), flops_per_sample=flops, config=cfg.to_dict(), note=note,
-                       interrupted=interrupted, sample_inputs=shapes)
+    if not target.accelerator and tf.config.get_visible_devices("GPU"):
+        tf.config.set_visible_devices([], "GPU")
 
 
 class TensorFlowBench:
-    """tensorflow/bench's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.bench.ops.BenchOps` for Keras: each mode in the driver's fresh child, and for
+    ``--batch-size auto`` each trial too (``bench_searches_in_child`` False): TensorFlow keeps a
+    finished trial's memory (clear_session does not return it on a CPU), so trials in one process
+    would inflate each other's peaks."""
+
+    bench_searches_in_child = False
+
+    def bench_start(self, config: BenchConfig) -> None:
+        grow_gpu_memory()  # this parent only probes: leave the GPU's memory to each mode's child
+        return None
+
+    def bench_probe(self, config: BenchConfig, target) -> ModelProbe:
+        _use_device(target)
+        flops, name, batch_size, flavor, shapes = _probe_tf(config)
+        return ModelProbe(name, flops, shapes, batch_size, environment={"keras": flavor.label})
+
+    def bench_measure(self, request: MeasureRequest, progress) -> BenchRow:
+        _use_device(request.target)
+        return run_mode_tf(request.config, request.mode, request.flops_per_sample, progress)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...bench.memory import HostPeak
+from ...bench.memory import HostPeak, rss_bytes
 from ...timing import step_ms_summary
 from .engine import MixedPrecision
 from .timing import synchronize
@@ -137,3 +137,21 @@ def measure(workload: Workload, mode: str, device: torch.device, batch_size: int
             del opt
     return Measurement(batch_size, times, mem.peak, mem.source, skipped, final_loss,
                        warmup_skipped_steps=skipped_before, first_loss=first_loss)
+
+
+def rss_baseline(mode: str, device: torch.device) -> int:
+    """RSS after a throwaway step of a tiny model in the same mode.
+
+    torch loads kernels and libraries lazily on the first autocast/backward/optimizer step
+    (over 100 MiB on a CPU); that is not the workload's memory, so it goes into the baseline.
+    """
+    tiny = torch.nn.Linear(8, 8).to(device)
+    mp = MixedPrecision(mode, device)
+    opt = torch.optim.AdamW(tiny.parameters())
+    with mp.autocast():
+        loss = tiny(torch.randn(2, 8, device=device)).float().sum()
+    mp.backward(loss)
+    mp.step(opt, zero_grad=True)
+    del tiny, opt, loss, mp
+    gc.collect()
+    return rss_bytes()

@@ -1,0 +1,113 @@
+"""``ampkit bench``'s one flow, for every framework: the backend only answers small questions
+(:class:`ampkit.bench.ops.BenchOps`).
+
+1. The built-in workload's name is checked before the framework loads; ``bench_start`` prepares this
+   process (and, under torchrun, joins the group); ``--device`` becomes a :class:`~ampkit.target.Target`.
+2. No workload named: the device's default runs, and the report's note says so. On a CPU,
+   ``--batch-size auto`` needs ``--memory-budget`` (there is no out-of-memory error to stop at).
+3. The workload is built once (``bench_probe``): a user's ``--model`` in an isolated child, where
+   a crash, ``sys.exit`` or a hang becomes one usage-error line, and a model that cannot train on
+   a probe batch of 2 is refused before any mode runs.
+4. ``auto`` in the modes resolves once, here (:mod:`.repeats`).
+5. Each mode runs in a fresh spawned child (:func:`.runner.run_child`), ``--repeats`` times
+   interleaved; Ctrl-C keeps the rows that finished. ``--batch-size auto`` searches inside that
+   child, or with one child per trial for a backend that cannot hand a trial's memory back
+   (``bench_searches_in_child``). Under a launcher the modes run in this process, across the group.
+6. The report: rows with their relative figures, auto's row marked, the environment, the config as
+   asked plus what the run decided (the workload that ran, the resolved modes, auto's choice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..errors import UsageError
+from ..target import Target
+from .config import AUTO_BATCH, BenchConfig
+from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
+from .repeats import AutoChoice, apply_auto, mark_auto
+from .report import BenchReport, BenchRow
+from .runner import mode_progress, run_child, run_modes, search_in_children
+
+__all__ = ["BenchGroup", "CPU_AUTO_BATCH", "document_config", "probe_model", "run"]
+
+CPU_AUTO_BATCH = ("on a CPU, --batch-size auto needs --memory-budget SIZE (there is no out-of-memory error to stop "
+                  "at); e.g. --memory-budget 2GiB")
+
+
+def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None] | None = None,
+        on_row: Callable[[BenchRow], None] | None = None) -> BenchReport:
+    """Run the bench that ``config`` asks for on ``backend`` (a Backend, or a framework name:
+    ``auto``, ``torch``, ``tensorflow``, a registered one). ``progress(message)`` gets
+    ``{"mode", "kind", ...}`` as modes run; ``on_row(row)`` each row as it finishes (rank 0 only
+    under a launcher). Ctrl-C returns the rows that finished, ``interrupted`` set."""
+    from ..backends import backend_spec, get_backend
+
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or "auto")
+    workload = backend.check_workload(config.workload) if config.workload else None  # before the framework loads
+    group = backend.bench_start(config)
+    target = group.target if group else backend.target(config.device)
+    note = None
+    if not config.model and not workload:
+        workload = backend.default_workload(target)
+        note = f"no --workload given: ran the default for a {target.kind.upper()} device, {workload!r}"
+    if config.batch_size == AUTO_BATCH and not target.accelerator and config.memory_budget is None:
+        raise UsageError(CPU_AUTO_BATCH)
+    cfg = config if workload == config.workload else replace(config, workload=workload)
+    probe = probe_model(backend, cfg, target)
+    auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
+    spec = backend_spec(backend)
+
+    def run_one(mode: str) -> BenchRow:
+        request = MeasureRequest(cfg, mode, target, probe.flops_per_sample, group)
+        if group is not None:  # under a launcher: in this process, every rank together
+            return backend.bench_measure(request, mode_progress(progress, mode))
+        if cfg.batch_size == AUTO_BATCH and not backend.bench_searches_in_child:
+            return search_in_children(spec, request, probe.batch_size, progress)
+        return run_child(spec, request, progress)
+
+    rows, interrupted = run_modes(auto.modes, cfg.repeats, run_one, steps=cfg.steps, progress=progress,
+                                  on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None)
+    mark_auto(rows, auto)
+    return BenchReport(workload=probe.name, device=target.label, results=rows,
+                       environment={**backend.environment(target), **probe.environment},
+                       world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
+                       config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
+                       sample_inputs=probe.sample_inputs)
+
+
+def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
+    """``bench_probe``: here for a built-in workload, in an isolated child for a user's ``--model``
+    (:func:`ampkit.isolation.run_isolated`: its crash, ``sys.exit`` or hang is one usage-error line)."""
+    if not cfg.model:
+        return _probe(backend, cfg, target)
+    from ..backends import backend_spec
+    from ..isolation import run_isolated
+
+    return run_isolated(_probe_isolated, backend_spec(backend), cfg, target, what=f"probing --model {cfg.model}",
+                        timeout=cfg.timeout)
+
+
+def _probe_isolated(spec: str, cfg: BenchConfig, target: Target) -> ModelProbe:
+    from ..backends import load_backend
+
+    return _probe(load_backend(spec), cfg, target)
+
+
+def _probe(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
+    try:
+        return backend.bench_probe(cfg, target)
+    except ProbeStepFailed as failed:
+        shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
+        raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
+                         f"--num-classes {failed.num_classes}: {failed.detail}") from None
+
+
+def document_config(cfg: BenchConfig, auto: AutoChoice, probe: ModelProbe) -> dict:
+    """The document's ``config``: what was asked (the default workload filled in, auto resolved)
+    and where ``--batch-size auto`` started."""
+    return {**cfg.to_dict(), "modes": list(auto.modes), "batch_size_hint": probe.batch_size,
+            "auto_mode": auto.mode, "auto_reason": auto.reason}
+
