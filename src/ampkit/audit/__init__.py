@@ -1,10 +1,11 @@
 """``ampkit.audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", ...)``: per-layer
 numerics of a mixed-precision step against an fp32 reference.
 
-This package holds what both frameworks share (statistics, findings, the report); the measuring
-lives in each backend. The module itself is callable, so ``ampkit.audit(model, batch)`` is the
-PyTorch audit (see :func:`ampkit.backends.torch.audit.audit`) whether or not this package has
-been imported; ``help(ampkit.audit)`` and ``inspect.signature(ampkit.audit)`` show its parameters.
+This package holds the audit's one flow for every framework (:mod:`.driver`: the step loop, loss
+scaling's back-off, the first inf/NaN, the report), its frozen config, statistics and findings;
+each backend only measures (:mod:`.ops`). The module itself is callable, so
+``ampkit.audit(model, batch)`` is the PyTorch audit whether or not this package has been imported;
+``help(ampkit.audit)`` and ``inspect.signature(ampkit.audit)`` show its parameters.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import inspect
 
 from .._callable import make_callable
-from .core import AuditConfig, AuditReport, Finding, LayerStats
+from .config import AuditConfig
+from .report import AuditReport, Finding, LayerStats
 
 __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
@@ -44,13 +46,12 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
         ``.to_dict()`` is the JSON document ``ampkit audit --json`` writes.
     """
-    from ..backends.torch.audit import audit as _audit
+    from ..backends import get_backend
+    from .driver import audit_here
+    from .ops import LiveModel
 
-    extra = {"loss_fn": loss_fn} if loss_fn is not None else {}
-    if seed:
-        extra["seed"] = seed
-    return _audit(model_or_workload, batch, mode=mode, loss_scale=loss_scale, steps=steps, device=device, lr=lr,
-                  **extra)
+    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=str(device), seed=seed)
+    return audit_here(config, get_backend("torch"), LiveModel(model_or_workload, batch, loss_fn, lr))
 
 
 make_callable(__name__, audit)

@@ -1,19 +1,62 @@
-"""What an audit run is asked to do."""
+"""What an audit run is asked to do: frozen, and checked once, here, for the CLI and the library alike.
+
+Every message names the CLI flag (``--steps must be >= 1 and at most 10,000; received 0``), so a
+library caller reads the sentence a CLI user does. What a run decides -- the mode ``auto`` chose,
+the workload that ran, the batch it audited at -- is in the :class:`~ampkit.audit.report.AuditReport`,
+never written back here (the driver derives a new config with :func:`dataclasses.replace`).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ..checks import MAX_BATCH, MAX_CLASSES, MAX_LOSS_SCALE, MAX_SAMPLE_ELEMENTS, MAX_TIMEOUT_S, float_in, int_in
+from ..errors import UsageError
+from ..isolation import DEFAULT_TIMEOUT_S
+from ..precision import parse_mode
 
-@dataclass
+#: the modes an audit compares against float32 (``auto`` resolves to one of them)
+AUDIT_MODES = ("fp16", "bf16")
+MAX_AUDIT_STEPS = 10_000
+
+
+@dataclass(frozen=True)
 class AuditConfig:
-    workload: str | None = None
-    model: str | None = None
+    workload: str | None = None      # built-in name; None: the device's default (or --model)
+    model: str | None = None         # MODULE:FACTORY
     input_shape: tuple[int, ...] | None = None
     num_classes: int | None = None   # None: what the model declares (Keras), else 10
-    mode: str = "fp16"
+    mode: str = "fp16"               # fp16, bf16 or auto (aliases accepted; kept canonical)
     steps: int = 1
-    loss_scale: float | None = None
-    batch_size: int | None = None
+    loss_scale: float | None = None  # None: the framework scaler's initial scale (fp16), 1 (bf16)
+    batch_size: int | None = None    # None: the workload's (capped for the zoo on a CPU, and said so)
     device: str = "auto"
     seed: int = 0
+    seq_len: int | None = None       # --seq-len of a built-in sequence workload
+    image_size: int | None = None    # --image-size of a built-in image workload
+    timeout: float | None = DEFAULT_TIMEOUT_S  # seconds the isolated audit may take (None: no limit)
+
+    def __post_init__(self) -> None:
+        mode = parse_mode(self.mode)
+        if mode not in (*AUDIT_MODES, "auto"):
+            raise UsageError(f"--mode must be fp16, bf16 or auto for an audit; received {self.mode!r}")
+        object.__setattr__(self, "mode", mode)  # the canonical name, once: nobody re-parses it
+        int_in(self.steps, "--steps", 1, MAX_AUDIT_STEPS)
+        int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
+        int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
+        float_in(self.loss_scale, "--loss-scale", 0, MAX_LOSS_SCALE, lo_open=True)
+        if mode == "bf16" and self.loss_scale is not None and self.loss_scale != 1.0:
+            raise UsageError("bf16 trains without loss scaling; --loss-scale applies to fp16 only")
+        float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
+        from ..bench.sizes import check_flag_values, size_kwargs
+
+        check_flag_values(self.seq_len, self.image_size)
+        if self.workload and self.model:
+            raise UsageError("give either --workload or --model, not both")
+        if self.model:
+            size_kwargs("", None, self.model, self.seq_len, self.image_size)  # sizes are for built-ins only
+        if self.input_shape and math.prod(self.input_shape) > MAX_SAMPLE_ELEMENTS:
+            shape = ",".join(map(str, self.input_shape))
+            raise UsageError(f"--input-shape {shape} is {math.prod(self.input_shape):,} values per sample; "
+                             f"at most {MAX_SAMPLE_ELEMENTS:,} are accepted")

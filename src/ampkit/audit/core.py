@@ -2,7 +2,7 @@
 
 Each backend measures (hooks on modules in PyTorch, per-layer outputs in Keras) and fills
 :class:`LayerStats`; everything after that — headroom, underflow shares, findings, the suggested
-loss scale, the JSON document — is decided here, once for both frameworks.
+loss scale — is decided here, once for every framework (the step loop and the report: :mod:`.driver`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import UsageError
 from ..formats import BF16, FP16, FloatFormat
-from ..precision import parse_mode
 from .config import AuditConfig  # noqa: F401  (re-exported: its old home)
 from .report import DTYPE_NAME, SEVERITY, SEVERITY_LABEL, AuditReport, Finding, LayerStats  # noqa: F401
 
@@ -86,23 +84,11 @@ def format_of(mode: str) -> FloatFormat:
     return FP16 if mode == "fp16" else BF16
 
 
-def check_audit_args(mode: str, steps: int, loss_scale: float | None, default_scale: float) -> tuple[str, float]:
-    """The canonical mode and the loss scale to audit at; bad values are usage errors.
-
-    ``default_scale`` is the framework engine's initial scale for fp16 (GradScaler 2**16, Keras's
-    LossScaleOptimizer 2**15): an audit measures what a default run would see.
-    """
-    mode = parse_mode(mode, allow_auto=False)
-    if mode not in ("fp16", "bf16"):
-        raise UsageError(f"audit is for the low-precision modes fp16 and bf16; received {mode!r}")
-    if steps < 1:
-        raise UsageError(f"steps must be >= 1; received {steps}")
-    scale = float(loss_scale) if loss_scale is not None else (default_scale if mode == "fp16" else 1.0)
-    if not (scale > 0 and math.isfinite(scale)):
-        raise UsageError(f"loss scale must be a positive number; received {loss_scale}")
-    if mode == "bf16" and scale != 1.0:
-        raise UsageError("bf16 trains without loss scaling; --loss-scale applies to fp16 only")
-    return mode, scale
+def merge_dtypes(layer: LayerStats, kinds) -> None:
+    """Add the dtype names its outputs had in one audited pass to ``layer.fwd_dtype`` ("float16",
+    "float32,float16": sorted, each once)."""
+    seen = set(layer.fwd_dtype.split(",")) if layer.fwd_dtype else set()
+    layer.fwd_dtype = ",".join(sorted(seen | set(kinds)))
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,91 @@
 """What audit's driver (:mod:`ampkit.audit.driver`) asks of a framework backend: small typed operations.
 
 Part of :class:`ampkit.backends.base.Backend`; the flow around them is the driver's, written once.
+A backend opens an :class:`AuditSession` on one model and batch; the driver then runs, per step,
+``measure`` (``rewind`` and ``measure`` again while loss scaling backs off), ``record`` and
+``train``, and builds the report from ``layers``, ``advice`` and ``environment``. The loop, the
+back-off, the first inf/NaN, the findings and the report are the driver's alone.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ..target import Target
+from .config import AuditConfig
+from .core import Advice
+from .report import LayerStats
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """A model object handed to the library (``ampkit.audit(model, batch, loss_fn)``), audited in
+    this process: the framework's model or workload (PyTorch), or a zero-argument builder of the
+    model (Keras: it is built once per policy). ``batch``: ``(inputs, targets)``; ``lr``: the
+    optimizer's learning rate between audited steps (None: the workload's or the backend's)."""
+
+    model: Any
+    batch: Any = None
+    loss_fn: Any = None
+    lr: float | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one measured step saw: inf/NaN in the audited pass's forward, in its backward, in the
+    float32 reference; and where the audited pass first held one (``{"name", "phase"}``: the
+    forward's first, else the module whose backward produced it), or None."""
+
+    forward_nonfinite: bool
+    backward_nonfinite: bool
+    reference_nonfinite: bool
+    first_nonfinite: dict | None = None
+
+
+@runtime_checkable
+class AuditSession(Protocol):
+    """One model and batch under audit, as a backend measures it.
+
+    ``device``: the reports' device label; ``workload``: the workload's name (None for a bare
+    model); ``initial_scale``: the framework scaler's default initial scale (an fp16 audit starts
+    where a default run starts); ``notes``: what opening it decided (the batch it audits at)."""
+
+    device: str
+    workload: str | None
+    initial_scale: float
+    notes: tuple[str, ...]
+
+    def measure(self, step: int, scale: float) -> StepOutcome:
+        """Step ``step``'s fp32 reference and audited pass at loss scale ``scale``, from the same
+        weights and random numbers; nothing is added to the statistics yet."""
+
+    def rewind(self) -> None:
+        """Undo the measured step (its gradients, updated buffers): it will be measured again."""
+
+    def record(self) -> None:
+        """Add the measured step's statistics to the layers."""
+
+    def train(self, scale: float) -> None:
+        """One training step in the mode at ``scale``: later steps see later weights."""
+
+    def layers(self) -> list[LayerStats]:
+        """Every module/layer that ran, in execution order, with what :meth:`record` added."""
+
+    def advice(self) -> Advice:
+        """How this framework words the fixes (float32 for one layer, its loss scaler's names)."""
+
+    def environment(self) -> dict:
+        """The report's environment section (the framework flavour that ran included)."""
+
+    def close(self) -> None:
+        """Give the model back as it came (parameters, buffers, gradients, train/eval mode)."""
 
 
 @runtime_checkable
 class AuditOps(Protocol):
-    """(being written: see issue #21)"""
+    def audit_session(self, config: AuditConfig, target: Target, live: LiveModel | None = None) -> AuditSession:
+        """Open a session: ``live``'s model when given, else the config's ``workload`` (already
+        checked and resolved by the driver) or ``model`` (MODULE:FACTORY), with ``config.mode``
+        fp16 or bf16 (``auto`` resolved), at ``config.batch_size``, sized by ``seq_len``/``image_size``."""

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
 from .common import add_device, add_framework, add_json, add_sizes, add_timeout
-
-#: after Ctrl-C or SIGTERM, how long the audit may take to finish its current step and answer
-STOP_GRACE_S = 60.0
 
 
 def add_arguments(p) -> None:
@@ -30,82 +25,30 @@ def add_arguments(p) -> None:
     add_timeout(p, "the audit")
 
 
-def audit_in_child(framework: str, cfg, sizes: dict | None = None):
-    """The whole audit, run by :func:`ampkit.isolation.run_isolated`: user code, an out-of-memory
-    or a crash in it ends as one line, never as ampkit's death. ``sizes``: --seq-len/--image-size,
-    handed to the built-in workload this process builds."""
-    from ..backends import get_backend
-
-    if sizes:
-        _apply_sizes(framework, cfg, sizes)
-    return get_backend(framework).audit(cfg)
-
-
-def _apply_sizes(framework: str, cfg, sizes: dict) -> None:
-    """Check --seq-len/--image-size against the workload that will run and set them as the default
-    size of the built-in workloads in this (child) process."""
-    from ..bench.sizes import size_kwargs
-
-    if framework == "torch":
-        from ..backends.torch.devices import resolve_device
-        from ..backends.torch.workloads import DEFAULT_SIZES, check_builtin, default_workload
-
-        name = None if cfg.model else check_builtin(cfg.workload or default_workload(resolve_device(cfg.device)))
-    else:
-        from ..backends.tensorflow.workloads import DEFAULT_SIZES, check_tf_workload
-
-        name = None if cfg.model else check_tf_workload(cfg.workload or "mlp")
-    DEFAULT_SIZES.clear()
-    DEFAULT_SIZES.update(size_kwargs(framework, name, cfg.model, sizes.get("seq_len"), sizes.get("image_size")))
-
-
 def run(args) -> int:
-    from .. import signals
-    from ..audit.core import AuditConfig
+    """parse -> :class:`~ampkit.audit.config.AuditConfig` -> :func:`ampkit.audit.driver.run` -> finish."""
+    from ..audit import driver
+    from ..audit.config import AuditConfig
     from ..backends import get_backend, parse_framework
-    from ..errors import UsageError
     from ..factory import parse_shape
-    from ..isolation import PartialResult, run_isolated
-    from ..precision import parse_mode
+    from ..isolation import PartialResult
     from ..render import audit as render_audit
-    from ..render.output import console, write_json
+    from ..render.output import console
     from . import validate as v
+    from .finish import finish
 
     framework = parse_framework(args.framework)
-    mode = parse_mode(args.mode)
-    if mode not in ("fp16", "bf16", "auto"):
-        raise UsageError(f"--mode must be fp16, bf16 or auto for an audit; received {args.mode!r}")
-    v.int_in(args.steps, "--steps", 1, 10_000)
-    v.int_in(args.batch_size, "--batch-size", 1, v.MAX_BATCH)
-    v.int_in(args.num_classes, "--num-classes", 1, v.MAX_CLASSES)
-    v.float_in(args.loss_scale, "--loss-scale", 0, v.MAX_LOSS_SCALE, lo_open=True)
-    v.float_in(args.timeout, "--timeout", 0, v.MAX_TIMEOUT_S, lo_open=True)
-    v.sizes(args)
-    if args.workload and args.model:
-        raise UsageError("give either --workload or --model, not both")
-    v.outputs(args, ("json", "JSON", "--json", True))
     cfg = AuditConfig(workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
-                      num_classes=args.num_classes, mode=mode, steps=args.steps, loss_scale=args.loss_scale,
-                      batch_size=args.batch_size, device=args.device)
-    v.input_shape(cfg.input_shape)
+                      num_classes=args.num_classes, mode=args.mode, steps=args.steps, loss_scale=args.loss_scale,
+                      batch_size=args.batch_size, device=args.device, seq_len=args.seq_len,
+                      image_size=args.image_size, timeout=args.timeout)
+    v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     backend = get_backend(framework)  # a missing framework: one line here, not from the child
+    cause = None
     try:
-        sizes = {"seq_len": args.seq_len, "image_size": args.image_size}
-        report = run_isolated(audit_in_child, backend.name, cfg, sizes if any(sizes.values()) else None,
-                              timeout=args.timeout,
-                              what=f"auditing {args.model or args.workload or 'the default workload'}",
-                              keep_partial=STOP_GRACE_S)
+        report = driver.run(cfg, backend)
     except PartialResult as stopped:  # Ctrl-C or SIGTERM: the steps that finished are kept
-        signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
-        report = stopped.result
-        render_audit.render(report, con)
-        if args.json:
-            write_json(report.to_dict(), args.json)
-        print(f"ampkit: {signals.describe()}: kept the {report.completed} audited step(s) that finished",
-              file=sys.stderr)
-        return signals.exit_code(stopped.cause)
-    render_audit.render(report, con)
-    if args.json:
-        write_json(report.to_dict(), args.json)
-    return 1 if report.failed else 0
+        report, cause = stopped.result, stopped.cause
+    return finish(report, args, con, render_audit.render, kept=f"the {report.completed} audited step(s) that finished",
+                  cause=cause)

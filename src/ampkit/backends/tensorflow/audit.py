@@ -21,28 +21,15 @@ given as code for that Keras (:func:`keras_fp32_hint`).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from functools import partial
 
 import numpy as np
 
-from ...audit.core import (
-    Advice,
-    AuditConfig,
-    AuditReport,
-    LayerStats,
-    audit_mode_for_auto,
-    backoff_note,
-    check_audit_args,
-    findings_for,
-    format_of,
-    lost_below,
-    precision_threshold,
-)
+from ...audit.core import Advice, AuditReport, LayerStats, format_of, lost_below, merge_dtypes, precision_threshold
 from ...audit.core import relative_error as core_relative_error
+from ...audit.ops import StepOutcome
 from ...errors import UsageError
 from ...formats import BF16, FloatFormat
-from ...isolation import stop_requested
 from .common import import_tf, tf_device_name, tf_environment
 
 #: Keras's LossScaleOptimizer's default initial_scale: an fp16 audit looks at what a default run sees
@@ -176,184 +163,174 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
     and, as LossScaleOptimizer does, halves it while only the scaled gradients overflow (the step
     is skipped); the report says so and audits the scale a default run trains at.
     """
-    from .flavor import flavor_of, keras3, load_every_keras
-    from .keras_engine import MixedPrecision
-    from .randomness import MatchedRandomness
+    from ...audit.config import AuditConfig
+    from ...audit.driver import audit_here
+    from ...audit.ops import LiveModel
+    from ...backends import get_backend
 
-    tf = import_tf()
-    scale_fixed = loss_scale is not None
-    mode, scale = check_audit_args(mode, steps, loss_scale, DEFAULT_LOSS_SCALE)
-    initial_scale, backoffs = scale, 0
-    fmt = format_of(mode)
-    lost_fwd, limit = lost_below(fmt), precision_threshold(fmt)
-    flavors = load_every_keras()  # the scopes below then set the policy in whichever Keras build_model uses
-    mp_ref, mp = MixedPrecision("fp32", keras="keras"), MixedPrecision(mode, initial_scale=scale, keras="keras")
-    for fl in flavors:  # tf_keras keeps a seed generator of its own: seeded too, the same model every run
-        fl.module.utils.set_random_seed(seed)
-    with mp_ref.scope():
-        ref = build_model()
-    with mp.scope():
-        aud = build_model()
-    flavor = flavor_of(aud) or keras3()
-    aud.set_weights(ref.get_weights())
-    _, ref_counts, ref_inter, _ = _outputs_model(ref)
-    aud_layers, counts, aud_inter, sources = _outputs_model(aud)
-    if counts != ref_counts:
-        raise UsageError("the model's factory built different models under float32 and the mode's policy; "
-                         "the audit needs it to build the same model each time")
-    names = [lay.name for lay in aud_layers]
-    stats = {n: LayerStats(n, type(lay).__name__) for n, lay in zip(names, aud_layers)}
-    rng = MatchedRandomness()
-    first_nonfinite, reference_nonfinite = None, False
-    done = 0
+    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, seed=seed)
+    return audit_here(config, get_backend("tensorflow"), LiveModel(build_model, (x, y), loss_fn, lr, name))
 
-    def audited_pass(step_seed: int, at_scale: float, engine):
-        """The mode's forward and backward (gradients of the loss scaled by ``at_scale``); the
-        model's non-trainable state as it was before."""
-        before = _snapshot(aud)
-        with rng.active():
-            rng.start(step_seed)
+
+def _nonfinite(arrays) -> bool:
+    return any(a is not None and not np.isfinite(a).all() for a in arrays)
+
+
+class KerasAuditSession:
+    """:class:`ampkit.audit.ops.AuditSession` for a Keras model built twice by ``build_model``:
+    under the float32 policy (the reference) and under the mode's, with the same weights."""
+
+    initial_scale = DEFAULT_LOSS_SCALE
+
+    def __init__(self, build_model, x, y, loss_fn, mode: str, *, lr: float = 1e-3, name: str | None = None,
+                 seed: int = 0, notes: tuple[str, ...] = ()):
+        from .flavor import flavor_of, keras3, load_every_keras
+        from .keras_engine import MixedPrecision
+        from .randomness import MatchedRandomness
+
+        self.x, self.y, self.loss_fn, self.mode, self.lr, self.seed = x, y, loss_fn, mode, lr, seed
+        self.device, self.workload, self.notes = tf_device_name(), name, notes
+        self.fmt = format_of(mode)
+        self._engines = {}
+        flavors = load_every_keras()  # the scopes below then set the policy in whichever Keras build_model uses
+        self.mp_ref = MixedPrecision("fp32", keras="keras")
+        for fl in flavors:  # tf_keras keeps a seed generator of its own: seeded too, the same model every run
+            fl.module.utils.set_random_seed(seed)
+        with self.mp_ref.scope():
+            self.ref = build_model()
+        with self._engine(self.initial_scale if mode == "fp16" else 1.0).scope():
+            self.aud = build_model()
+        self.flavor = flavor_of(self.aud) or keras3()
+        self.aud.set_weights(self.ref.get_weights())
+        _, ref_counts, self.ref_inter, _ = _outputs_model(self.ref)
+        aud_layers, self.counts, self.aud_inter, self.sources = _outputs_model(self.aud)
+        if self.counts != ref_counts:
+            raise UsageError("the model's factory built different models under float32 and the mode's policy; "
+                             "the audit needs it to build the same model each time")
+        self.names = [lay.name for lay in aud_layers]
+        self.stats = {n: LayerStats(n, type(lay).__name__) for n, lay in zip(self.names, aud_layers)}
+        self.rng = MatchedRandomness()
+        self._step = None
+
+    def _engine(self, scale: float):
+        """The mode's engine at ``scale`` (a fresh one per scale keeps the loss scale where it was asked)."""
+        from .keras_engine import MixedPrecision
+
+        if scale not in self._engines:
+            self._engines[scale] = MixedPrecision(self.mode, initial_scale=scale, keras="keras")
+        return self._engines[scale]
+
+    def _pass(self, model, engine, step_seed: int, scale: float | None) -> tuple[list, list, list]:
+        """A forward and backward as training runs, with this step's random draws, in ``engine``'s
+        scope: outputs, gradients (of the loss times ``scale``, as LossScaleOptimizer scales it;
+        None: the loss itself) and the outputs' dtypes."""
+        tf = import_tf()
+        with self.rng.active():
+            self.rng.start(step_seed)
             with engine.scope():
                 with tf.GradientTape() as tape:
-                    flat = _call(aud_inter, x)
-                    loss = loss_fn(y, flat[-1]) * at_scale  # the scaled loss, as LossScaleOptimizer scales it
+                    flat = _call(model, self.x)
+                    loss = self.loss_fn(self.y, flat[-1])
+                    loss = loss if scale is None else loss * scale
                 grads = tape.gradient(loss, flat)
+        return [_np(t) for t in flat], [None if g is None else _np(g) for g in grads], [t.dtype.name for t in flat]
+
+    def measure(self, step: int, scale: float) -> StepOutcome:
+        step_seed = self.seed * 7919 + step
+        if self._step != step:  # the reference, once per step (a back-off retry reuses it)
+            self.ref.set_weights(self.aud.get_weights())  # weights and moving statistics: both passes start alike
+            # the reference runs with TF32 off, as fp32 means
+            self.flat_r, self.grads_r, _ = self._pass(self.ref_inter, self.mp_ref, step_seed, None)
+            self._step = step
+        before = _snapshot(self.aud)
+        self.flat_a, self.grads_a, self.dtypes = self._pass(self.aud_inter, self._engine(scale), step_seed, scale)
         _restore(before)  # the audit's pass updated moving statistics: the training step does that
-        dtypes[:] = [t.dtype.name for t in flat]
-        return [_np(t) for t in flat], [None if g is None else _np(g) for g in grads]
+        self.scale = scale
+        outs_a, g_a = _split(self.flat_a, self.counts), _split(self.grads_a, self.counts)
+        fwd_bad = next((n for n, a in zip(self.names, outs_a) if _nonfinite(a)), None)
+        # backward order: the last layer's gradient comes first
+        bwd_bad = next((n for n, g in reversed(list(zip(self.names, g_a))) if _nonfinite(g)), None)
+        first = {"name": fwd_bad, "phase": "forward"} if fwd_bad else \
+            ({"name": bwd_bad, "phase": "backward"} if bwd_bad else None)
+        return StepOutcome(_nonfinite(self.flat_a), _nonfinite(self.grads_a),
+                           _nonfinite(self.flat_r) or _nonfinite(self.grads_r), first)
 
-    dtypes: list[str] = []  # the audited pass's output dtypes, in flat order
+    def rewind(self) -> None:
+        """Nothing to undo: the audited pass put the model's state back and left no gradients."""
 
-    def nonfinite(arrays) -> bool:
-        return any(a is not None and not np.isfinite(a).all() for a in arrays)
-
-    for step in range(steps):
-        if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
-            break
-        step_seed = seed * 7919 + step
-        ref.set_weights(aud.get_weights())  # weights and moving statistics: both passes start alike
-        with rng.active():
-            rng.start(step_seed)
-            with mp_ref.scope():  # the reference runs with TF32 off, as fp32 means
-                with tf.GradientTape() as tape:
-                    flat_r = _call(ref_inter, x)
-                    loss_r = loss_fn(y, flat_r[-1])
-                grads_r = tape.gradient(loss_r, flat_r)
-        flat_r = [_np(t) for t in flat_r]
-        grads_r = [None if g is None else _np(g) for g in grads_r]
-        ref_bad = nonfinite(flat_r) or nonfinite(grads_r)
-        while True:
-            flat_a, grads_a = audited_pass(step_seed, scale, mp)
-            # LossScaleOptimizer's own start: gradients that overflow only at the scale (forward and
-            # fp32 reference finite) make it skip the step and halve the scale. Unless the scale was
-            # given, the audit does the same and audits the scale a default run trains at.
-            if (mode == "fp16" and not scale_fixed and nonfinite(grads_a) and not nonfinite(flat_a)
-                    and not ref_bad and scale / 2 >= 1.0):
-                scale /= 2
-                backoffs += 1
-                mp = MixedPrecision(mode, initial_scale=scale, keras="keras")
-                continue
-            break
-        outs_r, outs_a = _split(flat_r, counts), _split(flat_a, counts)
-        for n, kinds in zip(names, _split(dtypes, counts)):
-            seen = set(stats[n].fwd_dtype.split(",")) if stats[n].fwd_dtype else set()
-            stats[n].fwd_dtype = ",".join(sorted(seen | set(kinds)))
-        g_r, g_a = _split(grads_r, counts), _split(grads_a, counts)
-        fwd_bad, bwd_bad = None, None
-        for i, n in enumerate(names):
-            r, a = outs_r[i], outs_a[i]
-            st = stats[n]
+    def record(self) -> None:
+        fmt, scale, lost_fwd, limit = self.fmt, self.scale, lost_below(self.fmt), precision_threshold(self.fmt)
+        outs_r, outs_a = _split(self.flat_r, self.counts), _split(self.flat_a, self.counts)
+        g_r, g_a = _split(self.grads_r, self.counts), _split(self.grads_a, self.counts)
+        for n, kinds in zip(self.names, _split(self.dtypes, self.counts)):
+            merge_dtypes(self.stats[n], kinds)
+        for i, n in enumerate(self.names):
+            r, a, st = outs_r[i], outs_a[i], self.stats[n]
             st.calls += 1
             absr = np.concatenate([np.abs(t).ravel() for t in r]) if r else np.zeros(0)
-            reference_nonfinite |= not np.isfinite(absr).all()
             st.fwd_amax = max(st.fwd_amax, float(np.nanmax(absr)) if absr.size else 0.0)
             nz = absr > 0
             st.count_forward(int(nz.sum()), int((nz & (absr < fmt.smallest_normal)).sum()),
                              int((nz & (absr < lost_fwd)).sum()))
             bad = sum(int((~np.isfinite(t)).sum()) for t in a)
             st.fwd_nonfinite += bad
-            if bad and fwd_bad is None:
-                fwd_bad = n
             if not bad and np.isfinite(absr).all():
                 st.rel_error = max(st.rel_error or 0.0, relative_error(a, r, fmt))
-                src = sources[i]
+                src = self.sources[i]
                 if st.rel_error > limit and src is not None:  # what error reaches it? (0 from the model's inputs)
-                    got_a = [flat_a[j] for j in src if j >= 0]
-                    got_r = [flat_r[j] for j in src if j >= 0]
+                    got_a = [self.flat_a[j] for j in src if j >= 0]
+                    got_r = [self.flat_r[j] for j in src if j >= 0]
                     err = relative_error(got_a, got_r, fmt) if got_r else 0.0
                     st.input_rel_error = max(st.input_rel_error or 0.0, err)
             gr = [g for g in g_r[i] if g is not None]
             if gr:
                 g = np.concatenate([np.abs(t).ravel() for t in gr])
-                reference_nonfinite |= not np.isfinite(g).all()
                 st.grad_amax = max(st.grad_amax, float(np.nanmax(g)) if g.size else 0.0)
                 gnz = g > 0
                 st.count_grad(int(gnz.sum()), int((gnz & (g * scale < fmt.smallest_normal)).sum()),
                               int((gnz & (g * scale < lost_fwd)).sum()))
             st.grad_nonfinite += sum(int((~np.isfinite(t)).sum()) for t in g_a[i] if t is not None)
-        for i in reversed(range(len(names))):  # backward order: the last layer's gradient comes first
-            if any(t is not None and not np.isfinite(t).all() for t in g_a[i]):
-                bwd_bad = names[i]
-                break
-        if first_nonfinite is None and (fwd_bad or bwd_bad):
-            first_nonfinite = {"name": fwd_bad or bwd_bad, "phase": "forward" if fwd_bad else "backward", "step": step}
+
+    def train(self, scale: float) -> None:
         # one training step in the mode (a fresh optimizer keeps the loss scale where it was asked);
         # a model without trainable variables (only dropout, say) has nothing to train
-        if aud.trainable_variables:
+        if self.aud.trainable_variables:
+            mp = self._engine(scale)
             with mp.scope():
-                opt = mp.optimizer(flavor.module.optimizers.SGD(lr))
-                mp.train_step(aud, opt, x, y, loss_fn)
-        done += 1
-    layers = [stats[n] for n in names] if done else []
-    for st in layers:
-        st.finish(fmt)
-    findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite,
-                                       Advice(partial(keras_fp32_hint, flavor=flavor), "LossScaleOptimizer",
-                                              "initial_scale", partial(keras_scale_code, flavor=flavor),
-                                              'mp = ampkit.keras.MixedPrecision("bf16")'))
-    report = AuditReport(mode, scale, layers, first_nonfinite, findings, tf_device_name(), steps,
-                         tf_environment(flavor), name, reference_nonfinite, suggested,
-                         interrupted=stop_requested(), steps_completed=done)
-    if backoffs:
-        report.initial_loss_scale, report.skipped_steps = float(initial_scale), backoffs
-        report.note = backoff_note("LossScaleOptimizer", initial_scale, scale, backoffs)
-    return report
+                opt = mp.optimizer(self.flavor.module.optimizers.SGD(self.lr))
+                mp.train_step(self.aud, opt, self.x, self.y, self.loss_fn)
+        self._step = None
 
+    def layers(self) -> list[LayerStats]:
+        return [self.stats[n] for n in self.names]
 
-def audit_from_config_tf(cfg: AuditConfig) -> AuditReport:
-    from .workloads import build_tf_workload, check_tf_workload
+    def advice(self) -> Advice:
+        return Advice(partial(keras_fp32_hint, flavor=self.flavor), "LossScaleOptimizer", "initial_scale",
+                      partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")')
 
-    tf = import_tf()
-    if cfg.mode == "auto":
-        from .keras_engine import resolve_auto_tf
+    def environment(self) -> dict:
+        return tf_environment(self.flavor)
 
-        gpu = bool(tf.config.list_physical_devices("GPU")) and cfg.device != "cpu"
-        mode, note = audit_mode_for_auto(lambda: resolve_auto_tf(cpu=not gpu))
-        report = audit_from_config_tf(replace(cfg, mode=mode))
-        report.resolved_from, report.note = "auto", note + (f"; {report.note}" if report.note else "")
-        return report
-    workload_name = None if cfg.model else check_tf_workload(cfg.workload or "mlp")
-    probe = build_tf_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes)
-    bs = cfg.batch_size or probe.batch_size
-    x, y = probe.make_batch(bs, cfg.seed)
-    loss = probe.keras_loss()
-    if isinstance(loss, str):
-        loss = probe.flavor.module.losses.get(loss)
-
-    def build():
-        return build_tf_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes).model
-
-    try:
-        return audit_keras(build, x, y, loss, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps,
-                           lr=probe.lr, name=probe.name, seed=cfg.seed)
-    except UsageError:
-        raise
-    except Exception as exc:  # a user's model that fails under the audit: one line, as bench's probe says it
-        if cfg.model:
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise UsageError(f"{cfg.model} failed under audit: {type(exc).__name__}: {first}") from exc
-        raise
+    def close(self) -> None:
+        """The models were built for the audit: nothing of the caller's to give back."""
 
 
 class TensorFlowAudit:
-    """tensorflow/audit's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.audit.ops.AuditOps` for TensorFlow/Keras."""
+
+    def audit_session(self, config, target, live=None) -> KerasAuditSession:
+        from .workloads import build_tf_workload
+
+        if live is not None:
+            x, y = live.batch
+            return KerasAuditSession(live.model, x, y, live.loss_fn, config.mode, lr=1e-3 if live.lr is None else live.lr,
+                                     name=live.name, seed=config.seed)
+        sizes = {k: v for k, v in (("seq_len", config.seq_len), ("image_size", config.image_size)) if v}
+        args = (config.workload, config.model, config.input_shape, config.num_classes)
+        probe = build_tf_workload(*args, sizes=sizes)
+        x, y = probe.make_batch(config.batch_size or probe.batch_size, config.seed)
+        loss = probe.keras_loss()
+        if isinstance(loss, str):
+            loss = probe.flavor.module.losses.get(loss)
+        return KerasAuditSession(lambda: build_tf_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
+                                 lr=probe.lr, name=probe.name, seed=config.seed)

@@ -22,26 +22,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ...audit.core import (
-    Advice,
-    AuditConfig,
-    AuditReport,
-    LayerStats,
-    audit_mode_for_auto,
-    backoff_note,
-    check_audit_args,
-    findings_for,
-    format_of,
-    precision_threshold,
-)
+from ...audit.core import Advice, AuditReport, LayerStats, format_of, merge_dtypes, precision_threshold
+from ...audit.ops import StepOutcome
 from ...errors import UsageError, one_line
-from ...isolation import stop_requested
-from .devices import resolve_device
 from .engine import MixedPrecision
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
 from .numerics.probes import InputProbe, StepProbe
-from .workloads import Workload, build_workload, check_builtin, cross_entropy, default_workload
+from .workloads import Workload, build_workload, cross_entropy
 
 #: GradScaler's default init_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**16
@@ -66,56 +54,16 @@ def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe) -> tuple[
 def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
           loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None,
           seed: int = 0) -> AuditReport:
-    """Audit the numerics of ``mode`` layer by layer against an fp32 reference.
+    """Audit the numerics of ``mode`` layer by layer against an fp32 reference: ``ampkit.audit``
+    (the same parameters), run by the neutral driver through :class:`TorchAudit`'s session.
 
-    Args:
-        model_or_workload: an ``ampkit.Workload`` (its model, batch maker and loss are used), or
-            a model together with ``batch=(inputs, targets)`` and ``loss_fn(output, targets)``.
-        mode: ``fp16``, ``bf16`` (aliases accepted) or ``auto`` (auto's choice when it is fp16 or
-            bf16, else bf16; the report's ``resolved_from`` and ``note`` say so).
-        loss_scale: the fixed loss scale to audit at (default: the engine's initial scale,
-            2**16 for fp16; 1 for bf16, which uses no scaling).
-        steps: training steps to audit; the optimizer (AdamW) steps after each audited step.
-        seed: step ``i`` runs both its fp32 reference and the audited pass from seed ``seed + i``,
-            so dropout masks (and any other random draw of the model) are identical in both; the
-            caller's random stream is left as it was.
-
-    The model runs in train mode (as training does; its previous mode is restored afterwards).
+    The model runs in train mode (as training does); parameters, buffers, ``.grad`` and its
+    train/eval mode are put back afterwards.
     """
-    if isinstance(mode, str) and mode.strip().lower() == "auto":
-        from .devices import resolve_auto
+    from ...audit import audit as neutral_audit
 
-        dev = resolve_device(device)
-        chosen, note = audit_mode_for_auto(lambda: resolve_auto(dev))
-        report = audit(model_or_workload, batch, loss_fn, mode=chosen, loss_scale=loss_scale, steps=steps,
-                       device=dev, lr=lr, seed=seed)
-        report.resolved_from, report.note = "auto", note + (f"; {report.note}" if report.note else "")
-        return report
-    scale_fixed = loss_scale is not None
-    mode, loss_scale = check_audit_args(mode, steps, loss_scale, DEFAULT_LOSS_SCALE)
-    device = resolve_device(device)
-    if isinstance(model_or_workload, Workload):
-        workload = model_or_workload
-        workload.model.to(device)
-        batch = workload.make_batch(workload.batch_size, device, torch.Generator().manual_seed(0)) if batch is None else batch
-    else:
-        if batch is None:
-            raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
-        workload = Workload(model_or_workload.to(device), lambda *a: batch, loss_fn=loss_fn)
-    model = workload.model
-    was_training = model.training
-    # the caller's model comes back as it was: the audit trains it (AdamW, so later steps see later
-    # weights) on copies' worth of memory, then puts parameters, buffers and .grad back
-    saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
-    grads = [(p, p.grad) for p in model.parameters()]
-    model.train()  # audited as training runs: dropout on, BatchNorm on batch statistics
-    try:
-        return _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, seed, scale_fixed)
-    finally:
-        model.train(was_training)
-        _restore(saved)
-        for p, g in grads:
-            p.grad = g
+    return neutral_audit(model_or_workload, batch, loss_fn, mode=mode, loss_scale=loss_scale, steps=steps,
+                         device=device, lr=lr, seed=seed)
 
 
 @contextlib.contextmanager
@@ -205,87 +153,98 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
         model.zero_grad(set_to_none=True)
 
 
-def _audit_steps(workload, batch, model, mode, loss_scale, steps, device, lr, seed, scale_fixed) -> AuditReport:
-    fmt = format_of(mode)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
-    layers: dict[str, LayerStats] = {}
-    names_in_order: list[str] = []
-    first_nonfinite = None
-    reference_nonfinite = False
-    initial_scale, backoffs = loss_scale, 0
-    done = 0
-    for step in range(steps):
-        if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
-            break
-        buffers = [(b, b.detach().clone()) for b in model.buffers()]
-        while True:
-            try:
-                run = _audited_step(model, workload, batch, mode, fmt, loss_scale, device, seed + step, buffers)
-            except Exception as exc:
-                _fails_in_fp32_too(model, workload, batch, device, seed + step, buffers, exc)
-                raise
-            # GradScaler's own start: gradients that overflow only at the scale (forward and fp32
-            # reference finite) make it skip the step and halve the scale. Unless the user fixed the
-            # scale, the audit does the same and audits the scale a default run trains at.
-            if (mode == "fp16" and not scale_fixed and run.backward_nonfinite and not run.forward_nonfinite
-                    and not run.reference_nonfinite and loss_scale / 2 >= 1.0):
-                loss_scale /= 2
-                backoffs += 1
-                _restore(buffers)
-                model.zero_grad(set_to_none=True)
-                continue
-            break
-        order, order2, meta = run.ref_order, run.order, run.meta
+class TorchAuditSession:
+    """:class:`ampkit.audit.ops.AuditSession` for a torch model: a workload's model and one batch.
+
+    Opening it puts the model in train mode (audited as training runs: dropout on, BatchNorm on
+    batch statistics) and keeps copies of its parameters, buffers and ``.grad``; :meth:`close` puts
+    all of it back. Between audited steps the optimizer (AdamW) steps through the engine."""
+
+    initial_scale = DEFAULT_LOSS_SCALE
+
+    def __init__(self, workload: Workload, batch, mode: str, device, *, lr: float | None = None, seed: int = 0,
+                 notes: tuple[str, ...] = ()):
+        self.workload_obj, self.batch, self.mode, self.dev, self.seed = workload, batch, mode, device, seed
+        self.device, self.workload, self.notes = str(device), workload.name, notes
+        self.fmt = format_of(mode)
+        model = self.model = workload.model
+        self._was_training = model.training
+        # the caller's model comes back as it was: the audit trains it (AdamW, so later steps see later
+        # weights) on copies' worth of memory, then puts parameters, buffers and .grad back
+        self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
+        self._grads = [(p, p.grad) for p in model.parameters()]
+        model.train()
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
+        self._layers: dict[str, LayerStats] = {}
+        self._names: list[str] = []
+        self._step, self._buffers, self._run, self._scale = None, None, None, 1.0
+
+    def measure(self, step: int, scale: float) -> StepOutcome:
+        if self._step != step:  # what the reference and each retry start from
+            self._step, self._buffers = step, [(b, b.detach().clone()) for b in self.model.buffers()]
+        args = (self.model, self.workload_obj, self.batch)
+        try:
+            run = _audited_step(*args, self.mode, self.fmt, scale, self.dev, self.seed + step, self._buffers)
+        except Exception as exc:
+            _fails_in_fp32_too(*args, self.dev, self.seed + step, self._buffers, exc)
+            raise
+        self._run, self._scale = run, scale
+        first = next(({"name": k[0], "phase": "forward"} for k in run.order
+                      if any(s[0] > 0 for s in run.fwd.get(k, []))), None)
+        if first is None:
+            first = origin_backward(run.events, run.meta["depth"], {k: i for i, k in enumerate(run.order)})
+        return StepOutcome(run.forward_nonfinite, run.backward_nonfinite, run.reference_nonfinite, first)
+
+    def rewind(self) -> None:
+        _restore(self._buffers)
+        self.model.zero_grad(set_to_none=True)
+
+    def record(self) -> None:
+        run, meta, layers = self._run, self._run.meta, self._layers
         candidates = {k[0] for k, rows in run.fwd.items() if meta["leaf"].get(k[0], True)
-                      and any(len(r) > 1 and r[0] == 0 and r[1] > precision_threshold(fmt) for r in rows)}
+                      and any(len(r) > 1 and r[0] == 0 and r[1] > precision_threshold(self.fmt) for r in rows)}
         if candidates:  # what error reaches them? (the same step's forward twice more, same randomness)
-            inputs = InputProbe(model, candidates, fmt)
-            for engine in (MixedPrecision("fp32", device), MixedPrecision(mode, device, init_scale=loss_scale)):
-                _restore(buffers)
-                with _same_randomness(device, seed + step):
-                    inputs.run(workload, batch, engine, reference=engine.mode == "fp32")
-            _restore(buffers)
+            inputs = InputProbe(self.model, candidates, self.fmt)
+            for engine in (MixedPrecision("fp32", self.dev), MixedPrecision(self.mode, self.dev, init_scale=self._scale)):
+                _restore(self._buffers)
+                with _same_randomness(self.dev, self.seed + self._step):
+                    inputs.run(self.workload_obj, self.batch, engine, reference=engine.mode == "fp32")
+            _restore(self._buffers)
             for name, err in inputs.errors.items():
                 lay = layers.setdefault(name, LayerStats(name, meta["types"].get(name, "?"), leaf=True))
                 lay.input_rel_error = max(lay.input_rel_error or 0.0, err)
-            del inputs
-        run.mp.step(opt, zero_grad=True)
-        del buffers
-        if step == 0:
-            for name, _ in order:
-                if name not in names_in_order:
-                    names_in_order.append(name)
-        order_index = {k: i for i, k in enumerate(order2)}
-        _accumulate(layers, meta, fmt, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
+        if not self._names:
+            self._names = list(dict.fromkeys(name for name, _ in run.ref_order))
+        _accumulate(layers, meta, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
         for name, kinds in run.dtypes.items():
             if name in layers:
-                seen = set(layers[name].fwd_dtype.split(",")) if layers[name].fwd_dtype else set()
-                layers[name].fwd_dtype = ",".join(sorted(seen | kinds))
-        reference_nonfinite = reference_nonfinite or run.reference_nonfinite
-        if first_nonfinite is None:
-            fwd_bad = next((k for k in order2 if any(s[0] > 0 for s in run.fwd.get(k, []))), None)
-            if fwd_bad is not None:
-                first_nonfinite = {"name": fwd_bad[0], "phase": "forward"}
-            else:
-                first_nonfinite = origin_backward(run.events, meta["depth"], order_index)
-            if first_nonfinite is not None:
-                first_nonfinite["step"] = step
-        done += 1
-    ordered = [layers[n] for n in names_in_order if n in layers]
-    findings, suggested = findings_for(ordered, fmt, mode, loss_scale, first_nonfinite, reference_nonfinite,
-                                       Advice(torch_fp32_hint(model, device.type), "GradScaler", "init_scale",
-                                              lambda s: f"scaler = torch.amp.GradScaler({device.type!r}, init_scale={s:g})",
-                                              f'mp = ampkit.MixedPrecision("bf16", device={device.type!r})'))
-    report = AuditReport(mode, float(loss_scale), ordered, first_nonfinite, findings, str(device), steps,
-                         torch_environment(device), workload.name, reference_nonfinite, suggested,
-                         interrupted=stop_requested(), steps_completed=done)
-    if backoffs:
-        report.initial_loss_scale, report.skipped_steps = float(initial_scale), backoffs
-        report.note = backoff_note("GradScaler", initial_scale, loss_scale, backoffs)
-    return report
+                merge_dtypes(layers[name], kinds)
+
+    def train(self, scale: float) -> None:
+        self._run.mp.step(self.opt, zero_grad=True)  # the engine of the measured pass: at ``scale``
+        self._run = self._buffers = self._step = None
+
+    def layers(self) -> list[LayerStats]:
+        return [self._layers[n] for n in self._names if n in self._layers]
+
+    def advice(self) -> Advice:
+        kind = self.dev.type
+        return Advice(torch_fp32_hint(self.model, kind), "GradScaler", "init_scale",
+                      lambda s: f"scaler = torch.amp.GradScaler({kind!r}, init_scale={s:g})",
+                      f'mp = ampkit.MixedPrecision("bf16", device={kind!r})')
+
+    def environment(self) -> dict:
+        return torch_environment(self.dev)
+
+    def close(self) -> None:
+        self._run = self._buffers = None
+        self.model.train(self._was_training)
+        _restore(self._saved)
+        for p, g in self._grads:
+            p.grad = g
 
 
-def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
+def _accumulate(layers, meta, ref_fwd, ref_grad, fwd, grad) -> None:
     for key, stats in ref_fwd.items():
         name = key[0]
         lay = layers.setdefault(name, LayerStats(name, meta["types"].get(name, "?"), leaf=meta["leaf"].get(name, True)))
@@ -312,8 +271,6 @@ def _accumulate(layers, meta, fmt, ref_fwd, ref_grad, fwd, grad) -> None:
         lay = layers.get(key[0])
         if lay is not None:
             lay.grad_nonfinite += int(sum(s[0] for s in stats))
-    for lay in layers.values():
-        lay.finish(fmt)
 
 
 def module_expr(model: nn.Module, name: str, root: str = "model") -> str:
@@ -367,28 +324,31 @@ def audit_batch_size(workload: Workload, name: str | None, device) -> tuple[int,
     return workload.batch_size, None
 
 
-def audit_from_config(cfg: AuditConfig) -> AuditReport:
-    """The CLI's entry: a built-in workload or MODULE:FACTORY, built as bench builds them."""
-    device = resolve_device(cfg.device)
-    if cfg.workload and cfg.model:
-        raise UsageError("give either --workload or --model, not both")
-    workload_name = None if cfg.model else check_builtin(cfg.workload or default_workload(device))
-    workload = build_workload(workload_name, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed)
-    bs, batch_note = (cfg.batch_size, None) if cfg.batch_size else audit_batch_size(workload, workload_name, device)
-    batch = workload.make_batch(bs, device, torch.Generator().manual_seed(cfg.seed))
-    try:
-        report = audit(workload, batch, mode=cfg.mode, loss_scale=cfg.loss_scale, steps=cfg.steps, device=device,
-                       seed=cfg.seed)
-        if batch_note:
-            report.note = f"{report.note}; {batch_note}" if report.note else batch_note
-        return report
-    except UsageError:
-        raise
-    except Exception as exc:
-        if cfg.model:
-            raise UsageError(f"{cfg.model} failed under audit: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-        raise
-
-
 class TorchAudit:
-    """torch/audit's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.audit.ops.AuditOps` for PyTorch."""
+
+    def audit_session(self, config, target, live=None) -> TorchAuditSession:
+        device = torch.device(target.device)
+        if live is not None:
+            return TorchAuditSession(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
+        workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,
+                                  seed=config.seed, seq_len=config.seq_len, image_size=config.image_size)
+        bs, note = ((config.batch_size, None) if config.batch_size
+                    else audit_batch_size(workload, config.workload, device))
+        batch = workload.make_batch(bs, device, torch.Generator().manual_seed(config.seed))
+        return TorchAuditSession(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else ())
+
+
+def _live_workload(live, device) -> tuple[Workload, Any]:
+    """The library's model or Workload on ``device``, and the batch to audit (a Workload makes its
+    own when none was given)."""
+    if isinstance(live.model, Workload):
+        workload = live.model
+        workload.model.to(device)
+        if live.batch is not None:
+            return workload, live.batch
+        return workload, workload.make_batch(workload.batch_size, device, torch.Generator().manual_seed(0))
+    if live.batch is None:
+        raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
+    batch = live.batch
+    return Workload(live.model.to(device), lambda *a: batch, loss_fn=live.loss_fn or cross_entropy), batch

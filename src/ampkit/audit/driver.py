@@ -1,0 +1,119 @@
+"""``ampkit audit``'s one flow, for every framework: the backend measures, this decides.
+
+:func:`run` (the CLI) isolates the whole audit in a child process -- a user's model that crashes,
+exits or runs out of memory ends as one line -- and on Ctrl-C or SIGTERM keeps the audited steps
+that finished (:class:`~ampkit.isolation.PartialResult`). :func:`audit_here` is the flow itself,
+in this process (the child's body, and the library's for a live model): ``auto``, the default
+workload, the session (:class:`~ampkit.audit.ops.AuditSession`), the step loop and the report.
+
+The step loop (:func:`audit_session`) follows dynamic loss scaling as a default run does: in fp16
+without a fixed ``--loss-scale``, a step whose scaled gradients alone overflow (forward and fp32
+reference finite) is the step GradScaler / LossScaleOptimizer skips while halving the scale, so the
+audit halves it too, measures the step again, and audits the scale a default run trains at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..backends import backend_spec, load_backend
+from ..bench.sizes import size_kwargs
+from ..errors import UsageError
+from ..isolation import PartialResult, run_isolated, stop_requested
+from .config import AuditConfig
+from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
+from .ops import AuditSession, LiveModel
+from .report import AuditReport
+
+__all__ = ["STOP_GRACE_S", "audit_here", "audit_session", "run"]
+
+#: after Ctrl-C or SIGTERM, how long the audit may take to finish its current step and answer
+STOP_GRACE_S = 60.0
+
+
+def run(config: AuditConfig, backend) -> AuditReport:
+    """The audit in a child process (``config.timeout``); raises :class:`PartialResult` holding the
+    finished steps' report (marked interrupted) when Ctrl-C or SIGTERM stopped it."""
+    what = f"auditing {config.model or config.workload or 'the default workload'}"
+    try:
+        return run_isolated(_in_child, backend_spec(backend), config, what=what, timeout=config.timeout,
+                            keep_partial=STOP_GRACE_S)
+    except PartialResult as stopped:
+        stopped.result.interrupted = True  # stopped as its last step finished: still a stopped command
+        raise
+
+
+def _in_child(spec: str, config: AuditConfig) -> AuditReport:
+    return audit_here(config, load_backend(spec))
+
+
+def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> AuditReport:
+    """The audit in this process: ``live``'s model when given, else the config's workload or model."""
+    target = backend.target(config.device)
+    auto_note = None
+    if config.mode == "auto":
+        mode, auto_note = audit_mode_for_auto(lambda: backend.resolve_auto(target))
+        config = replace(config, mode=mode)  # checked again: auto's bf16 with a --loss-scale is refused
+    if live is None and not config.model:
+        name = backend.check_workload(config.workload or backend.default_workload(target))
+        size_kwargs(backend.name, name, None, config.seq_len, config.image_size)  # a size it does not take
+        config = replace(config, workload=name)
+    try:
+        session = backend.audit_session(config, target, live)
+        try:
+            report = audit_session(session, config)
+        finally:
+            session.close()
+    except UsageError:
+        raise
+    except Exception as exc:  # a user's model that fails under the audit: one line, as bench's probe says it
+        if config.model:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise UsageError(f"{config.model} failed under audit: {type(exc).__name__}: {first}") from exc
+        raise
+    if auto_note:
+        report.resolved_from = "auto"
+        report.note = "; ".join(n for n in (auto_note, report.note) if n)
+    return report
+
+
+def audit_session(session: AuditSession, config: AuditConfig) -> AuditReport:
+    """``config.steps`` audited steps of an open session (``config.mode`` fp16 or bf16), then the
+    findings and the report. A stop request between steps ends the loop with what finished."""
+    mode, fmt = config.mode, format_of(config.mode)
+    scale_fixed = config.loss_scale is not None
+    scale = float(config.loss_scale) if scale_fixed else (float(session.initial_scale) if mode == "fp16" else 1.0)
+    initial_scale, backoffs, done = scale, 0, 0
+    first_nonfinite, reference_nonfinite = None, False
+    for step in range(config.steps):
+        if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
+            break
+        outcome = session.measure(step, scale)
+        # GradScaler's / LossScaleOptimizer's own start: gradients that overflow only at the scale
+        # make it skip the step and halve the scale; unless the scale was given, the audit does too
+        while (mode == "fp16" and not scale_fixed and outcome.backward_nonfinite and not outcome.forward_nonfinite
+               and not outcome.reference_nonfinite and scale / 2 >= 1.0):
+            scale /= 2
+            backoffs += 1
+            session.rewind()
+            outcome = session.measure(step, scale)
+        session.record()
+        session.train(scale)
+        reference_nonfinite = reference_nonfinite or outcome.reference_nonfinite
+        if first_nonfinite is None and outcome.first_nonfinite is not None:
+            first_nonfinite = {**outcome.first_nonfinite, "step": step}
+        done += 1
+    layers = session.layers() if done else []
+    for lay in layers:
+        lay.finish(fmt)
+    advice = session.advice()
+    findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, advice)
+    report = AuditReport(mode, scale, layers, first_nonfinite, findings, session.device, config.steps,
+                         session.environment(), session.workload, reference_nonfinite, suggested,
+                         interrupted=stop_requested(), steps_completed=done)
+    notes = list(session.notes)
+    if backoffs:
+        report.initial_loss_scale, report.skipped_steps = initial_scale, backoffs
+        notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs))
+    report.note = "; ".join(notes) or None
+    return report
