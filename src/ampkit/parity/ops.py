@@ -1,13 +1,52 @@
 """What parity's driver (:mod:`ampkit.parity.driver`) asks of a framework backend: small typed operations.
 
-Part of :class:`ampkit.backends.base.Backend`; the flow around them is the driver's, written once.
+Part of :class:`ampkit.backends.base.Backend`; the flow around them -- the modes (``auto``
+included), the seed x mode loop, the statistics, the verdicts and the report -- is the driver's,
+written once. A backend trains one seed in one mode on :class:`ParityData` and says what happened.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from ..target import Target
+from .report import RunRecord
+
+
+@dataclass(frozen=True)
+class ParityData:
+    """What every run of a parity trains on.
+
+    ``x_*``/``y_*``: inputs and class indices; NumPy arrays for the built-in datasets
+    (:func:`ampkit.parity.datasets.load`: float32 inputs, images NCHW, int64 targets), or a
+    framework's own tensors from its library entry. ``model``: a built-in architecture name
+    (``"mlp"``: 64 features; ``"cnn"``: 1x28x28 images; 10 classes) or a zero-argument factory
+    returning a fresh float32 model (called after seeding). ``epochs``: the default when the config
+    names none. ``loss_fn``/``metric_fn``: the framework's ``(logits, targets) -> scalar``; None for
+    cross-entropy and accuracy (higher is better)."""
+
+    name: str
+    x_train: object
+    y_train: object
+    x_test: object
+    y_test: object
+    model: str | Callable[[], object]
+    epochs: int
+    batch_size: int = 64
+    lr: float = 1e-3
+    loss_fn: Callable | None = None
+    metric_fn: Callable | None = None
 
 
 @runtime_checkable
 class ParityOps(Protocol):
-    """(being written: see issue #21)"""
+    def train_seed(self, data: ParityData, mode: str, seed: int, target: Target, *, epochs: int,
+                   on_epoch: Callable[[int, int], None] | None = None) -> RunRecord:
+        """Train a fresh ``data.model`` on ``target`` in ``mode`` for ``epochs`` epochs and evaluate it
+        after each one: ``RunRecord(mode, seed, train_loss, test_accuracy, test_loss, skipped_steps,
+        seconds)`` with one entry per epoch. The same ``seed`` gives the same initial weights in every
+        mode, and epoch ``e`` visits the training samples in ``loader_order(n, seed, e)``
+        (:func:`ampkit.parity.core.loader_order`), so the runs of a seed are paired.
+        ``on_epoch(done, total)`` after each epoch."""

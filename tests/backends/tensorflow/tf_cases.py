@@ -26,10 +26,11 @@ def doctor_selftests():
 
 
 def parity_digits():
-    from ampkit.backends.tensorflow.parity import run_parity_tf
-    from ampkit.parity.core import ParityConfig
+    from ampkit.backends import get_backend
+    from ampkit.parity.config import ParityConfig
+    from ampkit.parity.driver import run
 
-    rep = run_parity_tf(ParityConfig(dataset="digits", modes=["fp32", "bf16", "fp16"], seeds=2, epochs=4))
+    rep = run(get_backend("tensorflow"), ParityConfig(dataset="digits", modes=["fp32", "bf16", "fp16"], seeds=2, epochs=4))
     assert [r.mode for r in rep.results] == ["fp32", "bf16", "fp16"]
     for r in rep.results:
         assert r.metric["mean"] >= 0.9, (r.mode, r.metric)

@@ -1,11 +1,13 @@
-"""Parity for Keras: the same datasets, splits, data order, seeds and statistics as PyTorch."""
+"""Parity for Keras: the same datasets, splits, data order, seeds and statistics as PyTorch (the flow:
+:mod:`ampkit.parity.driver`)."""
 
 from __future__ import annotations
 
 import time
 
-from ...parity.core import ParityConfig, ParityReport, RunRecord, loader_order, resolve_modes, run_seeds, summarize
-from .common import import_tf, tf_device_name, tf_environment
+from ...parity.core import loader_order
+from ...parity.ops import ParityData
+from ...parity.report import RunRecord
 
 
 def dataset_model(arch: str):
@@ -29,7 +31,10 @@ def dataset_model(arch: str):
     return keras.Model(inputs, out)
 
 
-def train_one_tf(ds, mode: str, seed: int, *, epochs: int, on_epoch=None) -> RunRecord:
+def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=None) -> RunRecord:
+    """Train one seed in one mode: a built-in architecture (``ds.model``, a name) or a caller's
+    factory of a fresh Keras model, with AdamW and (unless ``ds`` names its own) sparse cross-entropy
+    on logits, judged by accuracy."""
     import keras
 
     from .keras_engine import MixedPrecision
@@ -44,9 +49,10 @@ def train_one_tf(ds, mode: str, seed: int, *, epochs: int, on_epoch=None) -> Run
     # build, train and evaluate inside the mode's scope: its policy, and TF32 on or off as the mode says
     with mp.scope():
         keras.utils.set_random_seed(seed)  # the same initial weights in every mode
-        model = dataset_model(ds.arch)
+        model = ds.model() if callable(ds.model) else dataset_model(ds.model)
         model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(ds.lr)),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                      loss=ds.loss_fn or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[ds.metric_fn or "accuracy"])
         for epoch in range(epochs):
             order = loader_order(len(x), seed, epoch)  # the same data order as PyTorch's parity
             hist = model.fit(x[order], y[order], batch_size=ds.batch_size, epochs=1, shuffle=False, verbose=0,
@@ -62,22 +68,9 @@ def train_one_tf(ds, mode: str, seed: int, *, epochs: int, on_epoch=None) -> Run
     return rec
 
 
-def run_parity_tf(cfg: ParityConfig, progress=None) -> ParityReport:
-    from ...parity.datasets import load
-    from .keras_engine import mode_support_tf, resolve_auto_tf
-
-    cfg.validate()
-    import_tf()
-    ds = load(cfg.dataset)
-    modes, note = resolve_modes(cfg.modes, mode_support_tf, "in TensorFlow here", auto=resolve_auto_tf)
-    epochs = cfg.epochs or ds.epochs
-    t0 = time.perf_counter()
-    records = run_seeds(modes, list(range(cfg.seeds)),
-                        lambda mode, seed, cb: train_one_tf(ds, mode, seed, epochs=epochs, on_epoch=cb), progress)
-    results = summarize(records, modes, cfg.tolerance)
-    return ParityReport(ds.name, tf_device_name(), results, tf_environment(), cfg.tolerance, epochs,
-                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted, note=note)
-
-
 class TensorFlowParity:
-    """tensorflow/parity's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.parity.ops.ParityOps` for TensorFlow/Keras (the flow: :mod:`ampkit.parity.driver`)."""
+
+    def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
+                   on_epoch=None) -> RunRecord:
+        return train_one_tf(data, mode, seed, epochs=epochs, on_epoch=on_epoch)

@@ -1,6 +1,7 @@
 """Parity for PyTorch: each (seed, mode) run trains through ``ampkit.MixedPrecision``.
 
-The data order, the statistics and the verdicts are :mod:`ampkit.parity.core`'s, shared with Keras.
+The data order, the statistics and the verdicts are :mod:`ampkit.parity.core`'s and the flow is
+:mod:`ampkit.parity.driver`'s, shared with Keras.
 """
 
 from __future__ import annotations
@@ -8,15 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...errors import UsageError
-from ...parity.core import ParityConfig, ParityReport, RunRecord, loader_order, resolve_modes, run_seeds, summarize
-from .devices import mode_support, resolve_auto, resolve_device
+from ...parity.core import loader_order
+from ...parity.ops import ParityData
+from ...parity.report import RunRecord
 from .engine import MixedPrecision
-from .environment import torch_environment
 
 
 @torch.no_grad()
@@ -69,53 +70,6 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
     return rec
 
 
-# ---------------------------------------------------------------- entry points
-def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, modes=None, seeds: int | list[int] = 3,
-           epochs: int = 10, batch_size: int = 64, lr: float = 1e-3, tolerance: float = 0.01, device="auto",
-           loss_fn=F.cross_entropy, metric_fn=accuracy, dataset: str = "custom", progress=None) -> ParityReport:
-    """Parity on your own model and data.
-
-    Args:
-        make_model: zero-argument callable returning a fresh float32 model (called after seeding,
-            so each seed gives the same initial weights in every mode).
-        train, test: ``(inputs, targets)`` tensors.
-        modes: list or comma string; fp32 is the baseline and is added when missing; ``auto``
-            stands for the mode auto picks on this device (the report's ``note`` says which).
-        seeds: how many seeds (0, 1, 2, ...) or an explicit list.
-        metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better (default accuracy).
-        tolerance: how much worse than fp32 (absolute metric) still counts as parity.
-    """
-    device = resolve_device(device)
-    modes, note = resolve_modes(modes, lambda m: mode_support(m, device), f"on {device}",
-                                auto=lambda: resolve_auto(device))
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    if not seed_list:
-        raise UsageError("parity needs at least one seed")
-    if epochs < 1:
-        raise UsageError(f"epochs must be >= 1; received {epochs}")
-    t0 = time.perf_counter()
-    records = run_seeds(modes, seed_list, lambda mode, seed, cb: train_one(
-        make_model, mode, seed, device, train, test, epochs=epochs, batch_size=batch_size, lr=lr, loss_fn=loss_fn,
-        metric_fn=metric_fn, on_epoch=cb), progress)
-    results = summarize(records, modes, tolerance)
-    return ParityReport(dataset, str(device), results, torch_environment(device), tolerance, epochs,
-                        elapsed_s=round(time.perf_counter() - t0, 3), interrupted=records.interrupted, note=note)
-
-
-def run_parity(cfg: ParityConfig, progress=None) -> ParityReport:
-    """The CLI's entry: a built-in dataset with its model."""
-    from ...parity.datasets import load
-
-    cfg.validate()
-    device = resolve_device(cfg.device)
-    ds = load(cfg.dataset)
-    train = (torch.from_numpy(ds.x_train), torch.from_numpy(ds.y_train).long())
-    test = (torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test).long())
-    return parity(lambda: dataset_model(ds.arch), train, test, modes=cfg.modes,
-                  seeds=cfg.seeds, epochs=cfg.epochs or ds.epochs, batch_size=ds.batch_size, lr=ds.lr,
-                  tolerance=cfg.tolerance, device=device, dataset=ds.name, progress=progress)
-
-
 def dataset_model(arch: str) -> nn.Module:
     """The model of a built-in dataset (the Keras backend builds the same shapes)."""
     if arch == "mlp":  # digits: 64 features
@@ -129,5 +83,20 @@ def dataset_model(arch: str) -> nn.Module:
     raise ValueError(f"no PyTorch model for dataset architecture {arch!r}")
 
 
+def _tensors(x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    """A built-in dataset's NumPy arrays as tensors (shared memory, no copy); a caller's tensors as they are."""
+    x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+    y = torch.from_numpy(y).long() if isinstance(y, np.ndarray) else y
+    return x, y
+
+
 class TorchParity:
-    """torch/parity's operations for the neutral driver (being written: issue #21)."""
+    """:class:`ampkit.parity.ops.ParityOps` for PyTorch (the flow: :mod:`ampkit.parity.driver`)."""
+
+    def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
+                   on_epoch=None) -> RunRecord:
+        make_model = data.model if callable(data.model) else (lambda: dataset_model(data.model))
+        return train_one(make_model, mode, seed, torch.device(target.device), _tensors(data.x_train, data.y_train),
+                         _tensors(data.x_test, data.y_test), epochs=epochs, batch_size=data.batch_size, lr=data.lr,
+                         loss_fn=data.loss_fn or F.cross_entropy, metric_fn=data.metric_fn or accuracy,
+                         on_epoch=on_epoch)
