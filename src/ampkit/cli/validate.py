@@ -1,50 +1,13 @@
-"""Every option checked before any work starts: numbers within stated bounds, output paths,
-the distributed environment. A bad value is one line and exit 2 in well under a second."""
+"""What the CLI checks before any work starts, beside the configs (which check every value, for the
+library too: :mod:`ampkit.checks`): output paths and the distributed environment. A bad value is
+one line and exit 2 in well under a second."""
 
 from __future__ import annotations
 
-import math
 import os
 
-from ..checks import (  # noqa: F401  (the range checks moved down, for the configs; kept here for cli/*)
-    MAX_BATCH,
-    MAX_CLASSES,
-    MAX_EPOCHS,
-    MAX_LOSS_SCALE,
-    MAX_MEMORY_BYTES,
-    MAX_SAMPLE_ELEMENTS,
-    MAX_SEEDS,
-    MAX_STEPS,
-    MAX_TIMEOUT_S,
-    float_in,
-    int_in,
-)
 from ..errors import UsageError
 from ..outputs import check_distinct, check_output, reserve_stdout
-
-
-def input_shape(shape) -> None:
-    if shape and math.prod(shape) > MAX_SAMPLE_ELEMENTS:
-        raise UsageError(f"--input-shape {','.join(map(str, shape))} is {math.prod(shape):,} values per sample; "
-                         f"at most {MAX_SAMPLE_ELEMENTS:,} are accepted")
-
-
-def sizes(args) -> None:
-    """--seq-len / --image-size within their bounds (whether the workload takes them is checked
-    where the workload is known: :func:`ampkit.bench.sizes.size_kwargs`)."""
-    from ..bench.sizes import MAX_IMAGE_SIZE, MAX_SEQ_LEN
-
-    int_in(getattr(args, "seq_len", None), "--seq-len", 1, MAX_SEQ_LEN)
-    int_in(getattr(args, "image_size", None), "--image-size", 1, MAX_IMAGE_SIZE)
-    if getattr(args, "model", None) and (getattr(args, "seq_len", None) or getattr(args, "image_size", None)):
-        from ..bench.sizes import size_kwargs
-
-        size_kwargs("", None, args.model, getattr(args, "seq_len", None), getattr(args, "image_size", None))
-
-
-def memory_budget(nbytes) -> None:
-    if nbytes is not None and nbytes > MAX_MEMORY_BYTES:
-        raise UsageError(f"--memory-budget must be at most 2**60 bytes (1 EiB); received {nbytes:.3g} bytes")
 
 
 def outputs(args, *specs: tuple[str, str, str, bool]) -> None:
