@@ -2,7 +2,10 @@
 
 * :func:`check_output` refuses (exit 2, one line) a path that the run could not write at its end:
   an empty name, a folder, a missing or read-only folder, an extension the writer cannot produce,
-  ``-`` where stdout makes no sense — so a long run never fails at the last moment.
+  ``-`` where stdout makes no sense, one of the run's own input files — so a long run never fails
+  at the last moment. It is the one check of every command's output paths (``cli/validate.outputs``
+  for doctor, bench, parity and audit; ``ampkit report`` for ``--html``/``--markdown``), and
+  :func:`check_output_dir` the one of an output folder (``report --plots``).
 * :func:`atomic_path` / :func:`atomic_write` write to a unique temporary name in the target's own
   folder and rename it over the target only when complete (``os.replace`` is atomic within one
   file system): a reader never sees half a file, an interrupted write leaves nothing behind.
@@ -26,6 +29,8 @@ _FOREIGN = {  # an extension that names another writer's format is a mistake, no
     "JSON": ("csv", "tsv", *PLOT_FORMATS, "html", "htm", "md"),
     "CSV": ("json", *PLOT_FORMATS, "html", "htm", "md"),
 }
+#: writers whose file must carry one of their extensions (the report's page and its Markdown)
+REQUIRED_EXTENSIONS = {"HTML": ("html", "htm"), "Markdown": ("md", "markdown")}
 
 _reserved_fd: int | None = None
 _may_reserve = False  # set by the program's entry point; a library caller's (or test's) stdout is left alone
@@ -41,15 +46,21 @@ def _ext(path: str) -> str:
     return os.path.splitext(path)[1].lower().lstrip(".")
 
 
-def check_output(path: str | None, what: str, flag: str, *, stdout_ok: bool = True) -> None:
-    """Refuse an output path that cannot be written, before any work (``what``: JSON, CSV, plot)."""
+def _example(what: str) -> str:
+    return {"plot": "out.png", "HTML": "report.html", "Markdown": "report.md"}.get(what, f"out.{what.lower()}")
+
+
+def check_output(path: str | None, what: str, flag: str, *, stdout_ok: bool = True, inputs=()) -> None:
+    """Refuse an output path that cannot be written, before any work (``what``: JSON, CSV, plot, HTML,
+    Markdown). ``inputs``: files the run reads, which its output must not overwrite."""
     if path is None:
         return
-    if not str(path).strip():
+    path = str(path)
+    if not path.strip():
         raise UsageError(f"{flag} is empty; give a file path" + (" or '-' for stdout" if stdout_ok else ""))
     if path == "-":
         if not stdout_ok:
-            raise UsageError(f"{flag} cannot go to stdout ('-'); give a file path, e.g. {flag} out.png")
+            raise UsageError(f"{flag} cannot go to stdout ('-'): {flag} needs a file name, e.g. {flag} {_example(what)}")
         return
     ext = _ext(path)
     if what == "plot" and ext and ext not in PLOT_FORMATS:
@@ -60,7 +71,11 @@ def check_output(path: str | None, what: str, flag: str, *, stdout_ok: bool = Tr
                          f"use a .{what.lower()} name")
     if path.endswith(os.sep) or os.path.isdir(path):
         raise UsageError(f"{flag} {path!r} is a folder; give a file name inside it, "
-                         f"e.g. {os.path.join(path, 'result.' + ('png' if what == 'plot' else what.lower()))}")
+                         f"e.g. {os.path.join(path, _example(what).replace('out.', 'result.'))}")
+    required = REQUIRED_EXTENSIONS.get(what)
+    if required and ext not in required:
+        raise UsageError(f"{flag} {path!r} should end in {' or '.join('.' + e for e in required)} "
+                         f"(e.g. {_example(what)})")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"{flag} {path!r}: folder {parent!r} does not exist; create it first (mkdir -p)")
@@ -68,6 +83,24 @@ def check_output(path: str | None, what: str, flag: str, *, stdout_ok: bool = Tr
         raise UsageError(f"{flag} {path!r}: folder {parent!r} is not writable")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise UsageError(f"{flag} {path!r} exists and is not writable")
+    real = os.path.realpath(path)
+    if any(os.path.realpath(p) == real for p in inputs):
+        raise UsageError(f"{flag} {path!r} is one of the input documents; write to another file")
+
+
+def check_output_dir(path: str | None, flag: str, what: str = "files") -> None:
+    """Refuse an output folder (made when missing) that cannot be written: a file, a missing parent,
+    a read-only folder."""
+    if path is None:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a file; give a folder for the {what}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(path) and not os.path.isdir(parent):
+        raise UsageError(f"{flag} {path!r}: folder {parent!r} does not exist; create it first (mkdir -p)")
+    target = path if os.path.isdir(path) else parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path!r}: folder {target!r} is not writable")
 
 
 def check_distinct(*pairs: tuple[str | None, str]) -> None:
@@ -107,6 +140,12 @@ def atomic_write(path: str, newline: str | None = None):
     """Open a text file that appears at ``path`` only once it is complete."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline=newline) as fh:
         yield fh
+
+
+def write_text(path: str, text: str) -> None:
+    """``text`` to ``path``, atomically (:func:`atomic_write`), with ``\\n`` line ends everywhere."""
+    with atomic_write(path, newline="\n") as fh:
+        fh.write(text)
 
 
 def reserve_stdout() -> None:

@@ -44,7 +44,7 @@ def test_table_says_less_and_more_and_counts_warmup_skips():
 
 
 def test_one_colour_table_for_every_chart():
-    from ampkit.report import charts
+    from ampkit.render import charts
 
     assert charts.MODE_COLORS is MODE_COLORS
     assert all(charts.color(m) == mode_color(m) for m in ("fp32", "tf32", "fp16", "bf16", "fp8", "other"))

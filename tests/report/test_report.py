@@ -204,7 +204,7 @@ def test_bad_input_is_one_line_and_exit_2(case, docs, tmp_path):
 
 BAD_OUTPUTS = {
     "missing folder": (lambda t: ["--html", t / "no" / "r.html"], "does not exist"),
-    "a directory": (lambda t: ["--html", t], "is a directory"),
+    "a directory": (lambda t: ["--html", t], "is a folder"),
     "wrong extension": (lambda t: ["--html", t / "r.txt"], "should end in .html"),
     "markdown extension": (lambda t: ["--markdown", t / "r.html"], "should end in .md"),
     "html to stdout": (lambda t: ["--html", "-"], "--html needs a file name"),

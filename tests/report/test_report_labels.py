@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from ampkit.render.audit import findings_summary
 from ampkit.report import build, html, load, markdown
-from ampkit.report.model import findings_summary
 
 ENV = {"framework": "torch", "framework_version": "2.9.0", "python": "3.11", "platform": "Linux",
        "cpu": {"model": "Test CPU"}}

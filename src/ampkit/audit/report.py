@@ -13,7 +13,7 @@ DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
 SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
 #: the words of each rank: a precision note never reads like an overflow
 SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
-FINDING_KINDS = tuple(SEVERITY)
+FINDING_KINDS = ("overflow", "underflow", "nonfinite", "precision", "contract")
 #: the contract's keys (and types) of an audit document, its layers and findings; the rest is optional
 SCHEMA = {"mode": str, "loss_scale": NUM, "layers": list, "first_nonfinite": (dict, type(None)), "findings": list}
 LAYER_SCHEMA = {"name": str, "type": str, "fwd_amax": OPT_NUM, "fwd_headroom_log2": OPT_NUM,
@@ -167,4 +167,4 @@ class AuditReport:
                    d.get("steps", 1), env if isinstance(env, dict) else {}, d.get("workload"),
                    d.get("reference_nonfinite", False), d.get("suggested_loss_scale"), d.get("resolved_from"),
                    d.get("note"), bool(d.get("interrupted", False)), d.get("steps_completed"),
-                   d.get("initial_loss_scale"), int(d.get("skipped_steps") or 0))
+                   d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0)

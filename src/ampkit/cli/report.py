@@ -38,16 +38,15 @@ def run(args) -> int:
     import os
     import sys
 
-    from ..errors import UsageError
+    from ..outputs import check_distinct, check_output, check_output_dir, write_text
     from ..report import build, load_all
     from ..report import render as render_report
-    from ..report.output import check_output, check_plots_dir, write_atomic
 
-    if args.html == "-":
-        raise UsageError("--html needs a file name (e.g. report.html); use --markdown - for stdout")
-    check_output(args.html, "HTML", args.files)
-    check_output(args.markdown, "Markdown", args.files)
-    check_plots_dir(args.plots)
+    # every output path first (exit 2 before any document is read); --markdown alone may be stdout
+    check_output(args.html, "HTML", "--html", stdout_ok=False, inputs=args.files)
+    check_output(args.markdown, "Markdown", "--markdown", inputs=args.files)
+    check_output_dir(args.plots, "--plots", "PNG charts")
+    check_distinct((args.html, "--html"), (args.markdown, "--markdown"))
     report = build(load_all(args.files))
 
     pngs = {}
@@ -55,7 +54,7 @@ def run(args) -> int:
         os.makedirs(args.plots, exist_ok=True)
         pngs = render_report.attach_charts(report, svg=False, png_dir=args.plots)
     if args.html:
-        write_atomic(args.html, render_report.html(report))
+        write_text(args.html, render_report.html(report))
         print(f"wrote {args.html} ({report.counts})", file=sys.stderr)
     if args.markdown:
         text = render_report.markdown(report, pngs, args.markdown)
@@ -63,7 +62,7 @@ def run(args) -> int:
             sys.stdout.write(text)
             sys.stdout.flush()
         else:
-            write_atomic(args.markdown, text)
+            write_text(args.markdown, text)
             print(f"wrote {args.markdown}", file=sys.stderr)
     if pngs:
         print(f"wrote {len(pngs)} PNG charts into {args.plots}", file=sys.stderr)
@@ -76,14 +75,11 @@ def run(args) -> int:
 
 def _summary(report) -> None:
     """The verdicts side by side, as a terminal table on stdout."""
-    import os
-
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False)
-    if not con.is_terminal and "COLUMNS" not in os.environ:
-        con = Console(highlight=False, width=140)
+    from ..render.output import console
+
+    con = console(json_to_stdout=False)
     styles = {"good": "green", "bad": "bold red", "neutral": "yellow", "muted": "dim", "info": "bold", "none": "dim"}
     table = Table(title=f"ampkit report — {report.counts}", title_justify="left")
     table.add_column("")

@@ -1,15 +1,19 @@
-"""Rendering of audit reports: a rich table sorted by severity, then the findings."""
+"""How an audit report is shown: the console table (sorted by severity) and its findings, the
+chart of the report's page, and the page's rows and verdicts."""
 
 from __future__ import annotations
 
 import math
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 
 from rich.table import Table
 
 from ..audit.core import SEVERITY, format_of, precision_threshold, rounding_unit
-from .output import fmt, print_keras_line
+from ..audit.report import SEVERITY_LABEL
+from . import charts
+from .output import finite, fmt, print_keras_line
 
 _KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "contract": "yellow",
                "precision": "magenta"}
@@ -89,3 +93,139 @@ def render(report, con) -> None:
         con.print(f.advice, markup=False, highlight=False)
         if f.code:
             con.print(textwrap.indent(f.code, "    "), markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------- the report's page
+#: audit findings' severities, most severe first (ampkit.audit.report.Finding.level)
+SEVERITIES = ("error", "warning", "note")
+
+
+@dataclass
+class AuditView:
+    """An audit document as the report's page shows it: layers in execution order, findings."""
+
+    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
+    workload: str
+    mode: str
+    device: str
+    loss_scale: float
+    steps: int | None
+    first: dict | None
+    findings: list[dict]
+    layers: list[dict]
+    suggested_loss_scale: float | None
+    chart: str = ""
+    chart_id: str = ""
+
+    @property
+    def summary(self) -> str:
+        """"clean", or the findings counted by severity (never "clean" with one)."""
+        return findings_summary(self.findings)[0]
+
+    @property
+    def summary_tone(self) -> str:
+        return findings_summary(self.findings)[1]
+
+
+def page_view(report, doc=None) -> AuditView:
+    first = report.first_nonfinite
+    kinds: dict[str, list[str]] = {}
+    for f in report.findings:
+        kinds.setdefault(f.layer, []).append(f.kind)
+    layers = []
+    for i, lay in enumerate(report.layers):
+        layers.append({"index": i, "name": lay.name or "(model)", "raw_name": lay.name, "type": lay.type,
+                       "fwd_amax": finite(lay.fwd_amax), "fwd_headroom": finite(lay.fwd_headroom_log2),
+                       "fwd_underflow": finite(lay.fwd_underflow_frac) or 0.0, "fwd_nonfinite": lay.fwd_nonfinite or 0,
+                       "grad_amax": finite(lay.grad_amax), "grad_headroom": finite(lay.grad_headroom_log2),
+                       "grad_underflow": finite(lay.grad_underflow_frac) or 0.0,
+                       "grad_nonfinite": lay.grad_nonfinite or 0, "rel_error": finite(lay.rel_error),
+                       "first": bool(first and first["name"] == lay.name),
+                       "kinds": list(dict.fromkeys(kinds.get(lay.name, [])))})
+    findings = [{"layer": f.layer or "(model)", "kind": f.kind, "advice": f.advice,
+                 "severity": SEVERITY_LABEL.get(f.severity, "finding"),
+                 "first": bool(first and first["name"] == f.layer and f.kind == "nonfinite")}
+                for f in report.findings]
+    steps = report.steps if isinstance(report.steps, int) and not isinstance(report.steps, bool) else None
+    return AuditView(doc, str(report.workload or "model"), report.mode, str(report.device or "—"),
+                     float(report.loss_scale), steps, first, findings, layers, finite(report.suggested_loss_scale))
+
+
+def findings_summary(findings: list[dict]) -> tuple[str, str]:
+    """("29 findings: 3 errors, 20 warnings, 6 notes", tone) -- never "clean" when there is one.
+    Tone: bad with an error, neutral with a warning (or findings of unknown severity), muted for notes only."""
+    if not findings:
+        return "clean", "good"
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.get("severity") or "finding"] = counts.get(f.get("severity") or "finding", 0) + 1
+    n = len(findings)
+    parts = [f"{counts[s]} {s}{'s' * (counts[s] != 1)}" for s in (*SEVERITIES, "finding") if counts.get(s)]
+    text = f"{n} finding{'s' * (n != 1)}" + (f": {', '.join(parts)}" if set(counts) != {"finding"} else "")
+    tone = "bad" if counts.get("error") else "neutral" if counts.get("warning") or counts.get("finding") else "muted"
+    return text, tone
+
+
+def verdicts(view: AuditView) -> list[dict]:
+    text, tone = findings_summary(view.findings)
+    if view.first:
+        first = f"inf/NaN first in {view.first['name'] or '(model)'} ({view.first['phase']})"
+        text, tone = (f"{first}; {text}" if view.findings else first), "bad"
+    return [{"key": f"audit {view.workload}: {view.mode}", "text": text, "tone": tone}]
+
+
+def figure(view: AuditView):
+    """Per layer, in execution order: headroom in bits above (forward output, and gradient at the
+    loss scale; below 0 overflows), underflow shares below; the first layer with inf/NaN is marked
+    in red and labelled. None without layers."""
+    from matplotlib.figure import Figure
+
+    layers = view.layers
+    if not layers:
+        return None
+    fig = Figure(figsize=(min(max(6.5, 0.3 * len(layers) + 2), 14.0), 4.8), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    xs = list(range(len(layers)))
+    cap = 40.0  # beyond +-40 bits (or infinite: an all-zero tensor) bars are drawn at the cap
+    w = 0.4
+    grad_color = "#8c564b"
+
+    def capped(v):
+        return cap if v is None else max(-cap, min(cap, v))
+
+    top.bar([x - w / 2 for x in xs], [capped(lay["fwd_headroom"]) for lay in layers], w,
+            color=charts.color(view.mode), label="forward output")
+    top.bar([x + w / 2 for x in xs], [capped(lay["grad_headroom"]) for lay in layers], w, color=grad_color,
+            label="gradient (at the loss scale)")
+    top.axhline(0, color="black", lw=0.8)
+    top.set_ylabel("headroom\n(log2 bits)")
+    fig.suptitle(f"{view.workload} in {view.mode}, loss scale {view.loss_scale:g}: per layer in execution order",
+                 fontsize=10)
+    top.legend(fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, borderaxespad=0)
+    bottom.bar([x - w / 2 for x in xs], [lay["fwd_underflow"] * 100 for lay in layers], w,
+               color=charts.color(view.mode), label="forward underflow")
+    bottom.bar([x + w / 2 for x in xs], [lay["grad_underflow"] * 100 for lay in layers], w,
+               color=grad_color, label="gradient underflow")
+    bottom.axhline(5, color="black", lw=0.6, ls=":")
+    bottom.set_ylabel("underflow (%)")
+    bottom.set_ylim(0, max([5.0] + [max(lay["fwd_underflow"], lay["grad_underflow"]) * 100 for lay in layers]) * 1.2)
+    for lay in layers:
+        if lay["first"]:
+            for ax in (top, bottom):
+                ax.axvspan(lay["index"] - 0.5, lay["index"] + 0.5, color=charts.BAD, alpha=0.15, lw=0)
+                ax.axvline(lay["index"], color=charts.BAD, lw=1.2, ls="--")
+            top.annotate(f"first inf/NaN: {lay['name']} ({view.first['phase']})", (lay["index"], 0.97),
+                         xycoords=("data", "axes fraction"), xytext=(-6, 0), textcoords="offset points",
+                         color=charts.BAD, fontsize=8, va="top", ha="right", fontweight="bold")
+    step = max(1, math.ceil(len(layers) / 40))
+    bottom.set_xticks(xs[::step])
+    bottom.set_xticklabels([_short(lay["name"]) for lay in layers[::step]], rotation=60, ha="right", fontsize=7)
+    for tick, lay in zip(bottom.get_xticklabels(), layers[::step]):
+        if lay["first"]:
+            tick.set_color(charts.BAD)
+            tick.set_fontweight("bold")
+    return fig
+
+
+def _short(name: str, limit: int = 22) -> str:
+    return name if len(name) <= limit else "…" + name[-(limit - 1):]

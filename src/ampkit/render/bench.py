@@ -1,20 +1,25 @@
-"""Rendering of bench reports: rich table, CSV and a PNG plot."""
+"""How a bench report is shown: the console table, the CSV, the chart (``--plot`` and the report's
+page), and the report page's rows and verdicts."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.table import Table
 
 from ..bench.report import CSV_COLUMNS
-from .output import fmt, fmt_bytes, fmt_memory_ratio, mode_color, print_keras_line, write_csv
+from . import charts
+from .output import finite, fmt, fmt_bytes, fmt_memory_ratio, print_keras_line, tone, write_csv
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
-_FLAG_WORDS = {"diverged": "loss diverged", "all_timed_steps_skipped": "all steps skipped"}
+#: bench flags (see ampkit.bench.judge) in words
+FLAG_WORDS = {"diverged": "loss diverged", "all_timed_steps_skipped": "all steps skipped"}
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "baseline": "dim"}
 
 
 def _status(r) -> str:
     if r.status == "ok" and r.flags:
-        return "[bold yellow]ok, " + ", ".join(_FLAG_WORDS.get(f, f) for f in r.flags) + "[/]"
+        return "[bold yellow]ok, " + ", ".join(FLAG_WORDS.get(f, f) for f in r.flags) + "[/]"
     return f"[{_STATUS_STYLE.get(r.status, '')}]{r.status}[/]"
 
 
@@ -135,37 +140,129 @@ def to_csv(report, path: str) -> None:
 
 
 def plot(report, path: str) -> None:
-    """PNG: throughput and peak memory per mode, speedup and memory saving labelled."""
-    import matplotlib
+    """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
+    fig = charts.draw(figure, page_view(report))
+    fig.suptitle(f"ampkit bench — {report.workload} ({report.framework}) on {report.device}")
+    charts.save(fig, path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    rows = [r for r in report.results if r.status == "ok"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    modes = [r.mode for r in rows]
-    colors = [mode_color(m) for m in modes] or None
-    bars = ax1.bar(modes, [r.samples_per_s for r in rows], color=colors)
-    for b, r in zip(bars, rows):
-        label = (f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 is not None
-                 else "no speedup: " + ", ".join(r.flags) if r.flags else "")
-        ax1.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom")
-    ax1.set_title("throughput (samples/s)")
-    bars = ax2.bar(modes, [(r.peak_memory_bytes or 0) / 2**20 for r in rows], color=colors)
-    for b, r in zip(bars, rows):
-        label = fmt_memory_ratio(r.memory_saving_vs_fp32) if r.memory_saving_vs_fp32 and r.mode != "fp32" else ""
-        ax2.annotate(label, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom")
-    ax2.set_title("peak memory (MiB)")
-    for r in report.results:
-        if r.status != "ok":
-            ax1.annotate(f"{r.mode}: {r.status}", xy=(0.01, 0.95 - 0.06 * report.results.index(r)),
-                         xycoords="axes fraction", fontsize=8, color="gray")
-    fig.suptitle(f"ampkit bench — {report.workload} on {report.device}")
-    fig.tight_layout()
-    from ..outputs import atomic_path, plot_format
+# ---------------------------------------------------------------- the report's page
+@dataclass
+class BenchView:
+    """A bench document as the report's page shows it: rows of printable values."""
 
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=100, format=plot_format(path))
-    finally:
-        plt.close(fig)
+    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
+    rows: list[dict]
+    workload: str
+    device: str
+    has_ci: bool
+    has_max_batch: bool
+    note: str | None
+    chart: str = ""       # inline SVG, filled by the page's renderer
+    chart_id: str = ""
+
+
+def page_view(report, doc=None) -> BenchView:
+    rows = [_page_row(r) for r in report.results]
+    return BenchView(doc, rows, str(report.workload), str(report.device), has_ci=any(r["speedup_ci"] for r in rows),
+                     has_max_batch=any(r["max_batch_size"] is not None for r in rows),
+                     note=report.note if isinstance(report.note, str) else None)
+
+
+def _page_row(r) -> dict:
+    ci = [finite(x) for x in r.speedup_ci] if isinstance(r.speedup_ci, list) and len(r.speedup_ci) == 2 else None
+    step = r.step_ms if isinstance(r.step_ms, dict) else {}
+    flags = [f for f in r.flags if isinstance(f, str)] if isinstance(r.flags, list) else []
+    row = {"mode": r.mode, "status": r.status, "error": r.error, "resolved_from": r.resolved_from,
+           "batch_size": r.batch_size, "samples_per_s": finite(r.samples_per_s), "p50": finite(step.get("p50")),
+           "p90": finite(step.get("p90")), "peak_memory_bytes": finite(r.peak_memory_bytes),
+           "max_batch_size": r.max_batch_size, "speedup": finite(r.speedup_vs_fp32),
+           "speedup_ci": ci if ci and None not in ci else None, "repeats": r.repeats,
+           "memory_saving": finite(r.memory_saving_vs_fp32), "skipped_steps": r.skipped_steps,
+           "final_loss": finite(r.final_loss), "warmup_skipped_steps": r.warmup_skipped_steps, "flags": flags,
+           "warning": r.warning if isinstance(r.warning, str) else None, "tflops": finite(r.tflops),
+           "mfu": finite(r.mfu)}
+    row["speedup_verdict"] = _speedup_verdict(r.speedup_verdict, row)
+    row["memory_words"] = "baseline" if r.mode == "fp32" else fmt_memory_ratio(row["memory_saving"], "×")
+    row["status_words"] = (r.status + ", " + ", ".join(FLAG_WORDS.get(f, f) for f in flags)
+                           if r.status == "ok" and flags else r.status)
+    return row
+
+
+def _speedup_verdict(word, row: dict) -> str | None:
+    """The row's own words when it has them (bench writes ``speedup_verdict``), else read from its
+    interval by bench's rule; a speedup without an interval (an older one-run document) has no
+    verdict: one run cannot tell a difference from noise."""
+    from ..bench.judge import words
+    from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate
+
+    if row["mode"] == "fp32":
+        return "baseline"
+    if word in (FASTER, SLOWER, SAME, SMALL, "baseline"):
+        return word
+    if row["speedup"] is None or not row["speedup_ci"]:
+        return None
+    return words(Estimate(row["speedup"], *row["speedup_ci"], 2))
+
+
+def verdicts(view: BenchView) -> list[dict]:
+    """The page's verdict rows: a mode's speedup is green or red only when its interval clears the threshold."""
+    out = []
+    for r in view.rows:
+        if r["mode"] == "fp32" and r["status"] == "ok":
+            continue
+        if r["status"] != "ok":
+            text, t = r["status"], tone(r["status"])
+        elif r["flags"]:  # the bench withheld the speedup: say why, in red
+            text, t = f"{r['status_words']}: no speedup claimed", "bad"
+        elif r["speedup"] is None:
+            text, t = "ok", "neutral"
+        else:
+            text = f"{r['speedup']:.2f}× fp32"
+            if r["speedup_ci"]:
+                text += f" [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}]"
+            verdict = r["speedup_verdict"]
+            if verdict in ("no measurable difference", "small difference"):
+                text += f": {verdict}"
+            elif verdict is None:
+                text += ": one run, no interval"
+            t = "good" if verdict == "faster" else "bad" if verdict == "slower" else "neutral"
+        out.append({"key": f"bench {view.workload}: {r['mode']}", "text": text, "tone": t})
+    return out
+
+
+def figure(view: BenchView):
+    """Throughput, speedup vs fp32 (with its interval as a whisker) and peak memory per mode, and the
+    largest batch that fits when the bench searched for it; None without rows."""
+    rows = view.rows
+    if not rows:
+        return None
+    panels = ["throughput", "speedup", "memory"] + (["max_batch"] if view.has_max_batch else [])
+    fig, axes = charts.figure(2.6 * len(panels), 2.6, len(panels))
+    for ax, panel in zip(axes, panels):
+        if panel == "throughput":
+            charts.bars(ax, rows, "samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.0f}")
+        elif panel == "memory":
+            mib = [dict(r, peak_mib=r["peak_memory_bytes"] / 2**20 if r["peak_memory_bytes"] is not None else None)
+                   for r in rows]
+            charts.bars(ax, mib, "peak_mib", "peak memory (MiB)", lambda v: f"{v:,.0f}")
+        elif panel == "max_batch":
+            mb = [dict(r, max_batch_size=r["max_batch_size"] if isinstance(r["max_batch_size"], (int, float)) else None)
+                  for r in rows]
+            charts.bars(ax, mb, "max_batch_size", "max batch size", lambda v: f"{v:,.0f}")
+        else:
+            _speedup_panel(ax, rows)
+    return fig
+
+
+def _speedup_panel(ax, rows: list[dict]) -> None:
+    tops = {i: r["speedup_ci"][1] for i, r in enumerate(rows)
+            if r["status"] == "ok" and r["speedup_ci"] and r["speedup"] is not None}
+    charts.bars(ax, rows, "speedup", "speedup vs fp32 (×)", lambda v: f"{v:.2f}×", label_y=tops)
+    for i, hi in tops.items():
+        r = rows[i]
+        lo = r["speedup_ci"][0]
+        ax.errorbar([i], [r["speedup"]], yerr=[[max(0.0, r["speedup"] - lo)], [max(0.0, hi - r["speedup"])]],
+                    fmt="none", ecolor="black", capsize=4, lw=1)
+        ax.set_ylim(0, max(ax.get_ylim()[1], hi * 1.18))
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")

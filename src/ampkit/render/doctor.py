@@ -1,10 +1,13 @@
-"""Rich rendering of doctor reports."""
+"""How a doctor report is shown: the console header and table, and the report page's rows and verdicts."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.table import Table
 
 from ..cpu import cpu_features
+from .output import finite, fmt_bytes, tone
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
                   "unsupported": "dim", "broken": "bold red"}
@@ -55,7 +58,7 @@ def render(report, con) -> None:
         + (f"  ·  driver {env['driver_version']}" if env.get("driver_version") else ""),
     ]
     for g in env.get("gpus", []):
-        memory = f"  {g['memory_total_bytes'] / 2**30:.1f} GiB" if g.get("memory_total_bytes") else ""
+        memory = f"  {fmt_bytes(g['memory_total_bytes'])}" if g.get("memory_total_bytes") else ""
         lines.append(f"GPU {g['index']}: {g['name']}  cc {g.get('compute_capability')}{memory}")
     threads = f", torch threads {cpu['threads']}" if cpu.get("threads") else ""
     kernels = f"  ·  torch kernels {cpu['torch_cpu_capability']}" if cpu.get("torch_cpu_capability") else ""
@@ -82,3 +85,36 @@ def render(report, con) -> None:
     con.print(f"recommended: [bold]{report.recommended}[/] — {report.reason}")
     if report.elapsed_s is not None:
         con.print(f"[dim]doctor took {report.elapsed_s:.1f} s[/]")
+
+
+# ---------------------------------------------------------------- the report's page
+@dataclass
+class DoctorView:
+    """A doctor document as the report's page shows it: one row per mode."""
+
+    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
+    rows: list[dict]
+    recommended: str
+    reason: str
+    device: str
+    quick: bool
+
+
+def page_view(report, doc=None) -> DoctorView:
+    rows = []
+    for mode, m in report.modes.items():
+        ci = m.speedup_ci if isinstance(m.speedup_ci, list) and len(m.speedup_ci) == 2 else None
+        rows.append({"mode": mode, "supported": m.supported, "selftest": m.selftest, "accelerated": m.accelerated,
+                     "speedup": finite(m.speedup), "speedup_ci": [finite(x) for x in ci] if ci else None,
+                     "rounds": m.rounds, "verdict": m.verdict, "reason": m.reason or ""})
+    return DoctorView(doc, rows, report.recommended, report.reason, report.device, bool(report.quick))
+
+
+def verdicts(view: DoctorView) -> list[dict]:
+    out = [{"key": "doctor: recommended", "text": view.recommended, "tone": "info"}]
+    for r in view.rows:
+        if r["mode"] == "fp32":
+            continue
+        text = r["verdict"] + (f" ({r['speedup']:.2f}×)" if r["speedup"] is not None else "")
+        out.append({"key": f"doctor: {r['mode']}", "text": text, "tone": tone(r["verdict"])})
+    return out

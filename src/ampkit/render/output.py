@@ -56,16 +56,15 @@ def dumps(doc: dict) -> str:
 
 def write_json(doc: dict, path: str | None) -> None:
     """The document to ``path`` (atomically) or, for ``-``, alone to stdout."""
-    from ..outputs import atomic_write, write_stdout
+    from ..outputs import write_stdout, write_text
 
     if not path:
         return
-    text = dumps(doc)
+    text = dumps(doc) + "\n"
     if path == "-":
-        write_stdout(text + "\n")
-        return
-    with atomic_write(path) as fh:
-        fh.write(text + "\n")
+        write_stdout(text)
+    else:
+        write_text(path, text)
 
 
 def write_csv(rows: list[dict], path: str, columns: list[str]) -> None:
@@ -89,6 +88,13 @@ def write_csv(rows: list[dict], path: str, columns: list[str]) -> None:
         fill(fh)
 
 
+def finite(x) -> float | None:
+    """A number that can be drawn or printed, else None (JSON null, bools and non-numbers too)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
 def fmt(x, spec: str = ".3g", none: str = "—") -> str:
     if x is None:
         return none
@@ -97,21 +103,33 @@ def fmt(x, spec: str = ".3g", none: str = "—") -> str:
     return format(x, spec)
 
 
-def fmt_memory_ratio(saving) -> str:
+def fmt_memory_ratio(saving, times: str = "x") -> str:
     """``memory_saving_vs_fp32`` (fp32 peak / this mode's peak) in words: "1.30x less", "1.10x more"."""
-    if saving is None or not isinstance(saving, (int, float)) or not math.isfinite(saving) or saving <= 0:
+    saving = finite(saving)
+    if saving is None or saving <= 0:
         return "—"
     if abs(saving - 1) < 0.005:
         return "same as fp32"
-    return f"{saving:.2f}x less" if saving > 1 else f"{1 / saving:.2f}x more"
+    return f"{saving:.2f}{times} less" if saving > 1 else f"{1 / saving:.2f}{times} more"
 
 
 def fmt_bytes(n) -> str:
+    """1536 -> "1.5 KiB" (binary units; "—" for none)."""
+    n = finite(n)
     if n is None:
         return "—"
-    n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+#: the tone of a verdict or status word on the report's page (green, red, grey; neutral otherwise)
+GOOD = {"recommended", "usable", "pass", "baseline", "ok", "clean"}
+BAD = {"broken", "fail", "error", "oom", "nonfinite"}
+MUTED = {"unsupported", "skip"}
+
+
+def tone(word: str) -> str:
+    return "good" if word in GOOD else "bad" if word in BAD else "muted" if word in MUTED else "neutral"

@@ -1,10 +1,14 @@
-"""Rendering of parity reports: rich table and a PNG of loss curves."""
+"""How a parity report is shown: the console table, the chart (``--plot`` and the report's page),
+and the report page's rows and verdicts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.table import Table
 
-from .output import fmt, mode_color, print_keras_line
+from . import charts
+from .output import finite, fmt, print_keras_line, tone
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 
@@ -34,32 +38,107 @@ def render(report, con) -> None:
 
 
 def plot(report, path: str) -> None:
-    """PNG: training loss per epoch, mean over seeds with a min-max band, final accuracies labelled."""
-    import matplotlib
+    """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
+    fig = charts.draw(figure, page_view(report))
+    if fig is None:
+        fig, (ax,) = charts.figure(6.0, 2.0, 1)
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no training run finished: nothing to draw", ha="center", va="center")
+    fig.suptitle(f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}")
+    charts.save(fig, path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+# ---------------------------------------------------------------- the report's page
+@dataclass
+class ParityView:
+    """A parity document as the report's page shows it: rows of printable values and curves."""
+
+    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
+    rows: list[dict]
+    dataset: str
+    device: str
+    tolerance: float | None
+    alpha: float | None
+    epochs: int | None
+    has_curves: bool
+    chart: str = ""
+    chart_id: str = ""
+
+
+def page_view(report, doc=None) -> ParityView:
+    rows = []
     for r in report.results:
-        curves = np.array([run.train_loss for run in r.runs], dtype=float)
-        epochs = np.arange(1, curves.shape[1] + 1)
-        mean = curves.mean(0)
-        color = mode_color(r.mode)
-        ax.plot(epochs, mean, label=f"{r.mode}: acc {r.metric['mean']:.3f} ± {r.metric['std']:.3f} ({r.verdict})",
-                color=color)
-        ax.fill_between(epochs, curves.min(0), curves.max(0), alpha=0.2, color=color)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("training loss (mean over seeds, band: min-max)")
-    ax.set_yscale("log")
-    ax.set_title(f"ampkit parity — {report.dataset} on {report.device}")
-    ax.legend()
-    fig.tight_layout()
-    from ..outputs import atomic_path, plot_format
+        metric = r.metric if isinstance(r.metric, dict) else {}
+        loss = r.final_loss if isinstance(r.final_loss, dict) else {}
+        rows.append({"mode": r.mode, "seeds": r.seeds if isinstance(r.seeds, list) else [],
+                     "metric_name": metric.get("name", "metric"), "metric_mean": finite(metric.get("mean")),
+                     "metric_std": finite(metric.get("std")), "loss_mean": finite(loss.get("mean")),
+                     "loss_std": finite(loss.get("std")), "delta": finite(r.delta_vs_fp32),
+                     "p_value": finite(r.p_value), "verdict": r.verdict, "reason": r.reason or "",
+                     "skipped_steps": r.skipped_steps, "acc_curve": _curve(r.runs, "test_accuracy"),
+                     "loss_curve": _curve(r.runs, "train_loss")})
+    epochs = report.epochs if isinstance(report.epochs, int) and not isinstance(report.epochs, bool) else None
+    return ParityView(doc, rows, str(report.dataset), str(report.device or "—"), finite(report.tolerance),
+                      finite(report.alpha), epochs, any(r["acc_curve"] for r in rows))
 
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=100, format=plot_format(path))
-    finally:
-        plt.close(fig)
+
+def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
+    """Mean and std per epoch over seeds (runs of unequal length: the common prefix)."""
+    series = [getattr(run, key) for run in runs]
+    series = [[finite(v) for v in s] for s in series if isinstance(s, list)]
+    series = [s for s in series if s and None not in s]
+    if not series:
+        return None
+    n = min(len(s) for s in series)
+    mean, std = [], []
+    for i in range(n):
+        vals = [s[i] for s in series]
+        mu = sum(vals) / len(vals)
+        mean.append(mu)
+        std.append((sum((v - mu) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 0.0)
+    return mean, std
+
+
+def verdicts(view: ParityView) -> list[dict]:
+    out = []
+    for r in view.rows:
+        if r["verdict"] == "baseline":
+            continue
+        text = r["verdict"] + (f" (p={r['p_value']:.3g})" if r["p_value"] is not None else "")
+        out.append({"key": f"parity {view.dataset}: {r['mode']}", "text": text, "tone": tone(r["verdict"])})
+    return out
+
+
+def figure(view: ParityView):
+    """Test accuracy and train loss per epoch, mean over seeds with a ± std band; after a single
+    epoch there is no curve, so each mode is a point with a ± std whisker. None without curves."""
+    from matplotlib.ticker import MaxNLocator
+
+    if not view.has_curves:
+        return None
+    fig, axes = charts.figure(8.0, 2.8, 2)
+    epochs_n = min((len(r["acc_curve"][0]) for r in view.rows if r["acc_curve"]), default=0)
+    for ax, key, title in ((axes[0], "acc_curve", "test accuracy"), (axes[1], "loss_curve", "train loss")):
+        rows = [r for r in view.rows if r[key]]
+        if epochs_n <= 1:
+            for i, r in enumerate(rows):
+                (mu,), (sd,) = r[key][0][:1], r[key][1][:1]
+                ax.errorbar([i], [mu], yerr=[sd], fmt="o", color=charts.color(r["mode"]), capsize=5, ms=6)
+            ax.set_xticks(range(len(rows)))
+            ax.set_xticklabels([f"{r['mode']}\n({r['verdict']})" for r in rows])
+            ax.set_xlim(-0.6, len(rows) - 0.4)
+            ax.set_title(f"{title} after 1 epoch (mean ± std over seeds)")
+            continue
+        for r in rows:
+            mean, std = r[key]
+            xs = list(range(1, len(mean) + 1))
+            c = charts.color(r["mode"])
+            ax.plot(xs, mean, marker="o", ms=3, color=c, label=f"{r['mode']} ({r['verdict']})")
+            ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                            color=c, alpha=0.18, lw=0)
+        ax.set_title(f"{title} (mean ± std over seeds)")
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if epochs_n > 1:
+        axes[0].legend(fontsize=8, frameon=False)
+    return fig

@@ -6,10 +6,11 @@ The Markdown uses the same model and links PNG charts when a plots folder is giv
 
 from __future__ import annotations
 
-import math
 import os
 
-from .model import Report
+from ..render import charts
+from ..render.output import finite, fmt_bytes
+from .model import PRESENTERS, Report
 
 _FILTERS = {}
 
@@ -21,23 +22,10 @@ def _filter(fn):
 
 @_filter
 def num(x, spec: str = ".3g", none: str = "—") -> str:
-    if x is None or isinstance(x, bool):
-        return none
-    if isinstance(x, float) and not math.isfinite(x):
-        return none
-    return format(x, spec)
+    return none if finite(x) is None else format(x, spec)
 
 
-@_filter
-def size(n) -> str:
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+_FILTERS["size"] = fmt_bytes
 
 
 @_filter
@@ -75,25 +63,17 @@ def _environment(autoescape: bool):
     return env
 
 
-def _views(report: Report):
-    for env in report.environments:
-        for views in (env.bench, env.parity, env.audit):
-            yield from views
-
-
 def _chart_id(env_letter: str, kind: str, i: int) -> str:
     return f"{env_letter.lower()}-{kind}-{i + 1}"
 
 
 def attach_charts(report: Report, *, svg: bool = True, png_dir: str | None = None) -> dict[str, str]:
     """Draw every chart once: inline SVG into the views, PNGs into ``png_dir``; returns id -> PNG path."""
-    from . import charts
-
     pngs = {}
     for env in report.environments:
-        for kind, views in (("bench", env.bench), ("parity", env.parity), ("audit", env.audit)):
-            for i, view in enumerate(views):
-                fig = charts.figure_for(view)
+        for kind in ("bench", "parity", "audit"):
+            for i, view in enumerate(getattr(env, kind)):
+                fig = charts.draw(PRESENTERS[kind].figure, view)
                 if fig is None:
                     continue
                 view.chart_id = _chart_id(env.letter, kind, i)
@@ -101,7 +81,7 @@ def attach_charts(report: Report, *, svg: bool = True, png_dir: str | None = Non
                     view.chart = charts.svg(fig, view.chart_id, f"{kind} chart of {view.doc.label}")
                 if png_dir:
                     path = os.path.join(png_dir, f"{view.chart_id}.png")
-                    charts.png(fig, path)
+                    charts.save(fig, path)
                     pngs[view.chart_id] = path
     return pngs
 
