@@ -70,6 +70,18 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
     return rec
 
 
+def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, modes=None, seeds: int | list[int] = 3,
+           epochs: int = 10, batch_size: int = 64, lr: float = 1e-3, tolerance: float = 0.01, device="auto",
+           loss_fn=F.cross_entropy, metric_fn=accuracy, dataset: str = "custom", progress=None):
+    """Parity on your own model and data: ``ampkit.parity`` (the same parameters, with PyTorch's
+    defaults spelled out), run by the neutral driver through :class:`TorchParity`."""
+    from ...parity import parity as neutral_parity
+
+    return neutral_parity(make_model, train, test, modes=modes, seeds=seeds, epochs=epochs, batch_size=batch_size,
+                          lr=lr, tolerance=tolerance, device=device, loss_fn=loss_fn, metric_fn=metric_fn,
+                          dataset=dataset, progress=progress)
+
+
 def dataset_model(arch: str) -> nn.Module:
     """The model of a built-in dataset (the Keras backend builds the same shapes)."""
     if arch == "mlp":  # digits: 64 features
