@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..bench.report import CSV_COLUMNS
 from . import charts
-from .output import finite, fmt, fmt_bytes, fmt_memory_ratio, print_keras_line, tone, write_csv
+from .output import PageView, finite, fmt, fmt_bytes, fmt_memory_ratio, print_keras_line, tone, write_csv
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
 #: bench flags (see ampkit.bench.judge) in words
@@ -139,27 +139,16 @@ def to_csv(report, path: str) -> None:
     write_csv([r.csv_row() for r in report.results], path, CSV_COLUMNS)
 
 
-def plot(report, path: str) -> None:
-    """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
-    fig = charts.draw(figure, page_view(report))
-    fig.suptitle(f"ampkit bench — {report.workload} ({report.framework}) on {report.device}")
-    charts.save(fig, path)
-
-
 # ---------------------------------------------------------------- the report's page
 @dataclass
-class BenchView:
-    """A bench document as the report's page shows it: rows of printable values."""
+class BenchView(PageView):
+    """A bench document on the report's page."""
 
-    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
-    rows: list[dict]
     workload: str
     device: str
     has_ci: bool
     has_max_batch: bool
     note: str | None
-    chart: str = ""       # inline SVG, filled by the page's renderer
-    chart_id: str = ""
 
 
 def page_view(report, doc=None) -> BenchView:
@@ -266,3 +255,9 @@ def _speedup_panel(ax, rows: list[dict]) -> None:
                     fmt="none", ecolor="black", capsize=4, lw=1)
         ax.set_ylim(0, max(ax.get_ylim()[1], hi * 1.18))
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
+
+
+def plot(report, path: str) -> None:
+    """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
+    title = f"ampkit bench — {report.workload} ({report.framework}) on {report.device}"
+    charts.plot(figure, page_view(report), title, path)

@@ -13,7 +13,7 @@ import re
 
 from .output import MODE_COLORS, mode_color
 
-__all__ = ["BAD", "MODE_COLORS", "color", "draw", "figure", "save", "svg"]
+__all__ = ["BAD", "MODE_COLORS", "color", "draw", "figure", "plot", "save", "svg"]
 BAD = "#d62728"
 STYLE = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "ampkit-report", "font.size": 9,
          "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
@@ -51,6 +51,18 @@ def bars(ax, rows: list[dict], key: str, title: str, fmt, label_y: dict | None =
                     textcoords="offset points", ha="center", va="bottom", fontsize=8, color="black" if ok else BAD)
     ax.set_ylim(0, top * 1.18)
     ax.set_title(title)
+
+
+def plot(fn, view, title: str, path: str) -> None:
+    """A command's ``--plot``: the chart ``fn(view)`` under ``title``, to ``path``; a view with
+    nothing to draw (an interrupted run) gets a figure that says so."""
+    fig = draw(fn, view)
+    if fig is None:
+        fig, (ax,) = draw(figure, 6.0, 2.0, 1)
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no run finished: nothing to draw", ha="center", va="center")
+    fig.suptitle(title)
+    save(fig, path)
 
 
 def save(fig, path: str, dpi: int = 110) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..cpu import cpu_features
-from .output import finite, fmt_bytes, tone
+from .output import PageView, finite, fmt_bytes, verdict_row
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
                   "unsupported": "dim", "broken": "bold red"}
@@ -89,11 +89,9 @@ def render(report, con) -> None:
 
 # ---------------------------------------------------------------- the report's page
 @dataclass
-class DoctorView:
-    """A doctor document as the report's page shows it: one row per mode."""
+class DoctorView(PageView):
+    """A doctor document on the report's page: one row per mode."""
 
-    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
-    rows: list[dict]
     recommended: str
     reason: str
     device: str
@@ -111,10 +109,6 @@ def page_view(report, doc=None) -> DoctorView:
 
 
 def verdicts(view: DoctorView) -> list[dict]:
-    out = [{"key": "doctor: recommended", "text": view.recommended, "tone": "info"}]
-    for r in view.rows:
-        if r["mode"] == "fp32":
-            continue
-        text = r["verdict"] + (f" ({r['speedup']:.2f}×)" if r["speedup"] is not None else "")
-        out.append({"key": f"doctor: {r['mode']}", "text": text, "tone": tone(r["verdict"])})
-    return out
+    return [{"key": "doctor: recommended", "text": view.recommended, "tone": "info"}] + [
+        verdict_row(f"doctor: {r['mode']}", r["verdict"], f" ({r['speedup']:.2f}×)" if r["speedup"] is not None else "")
+        for r in view.rows if r["mode"] != "fp32"]

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+from dataclasses import dataclass, field
 
 #: one colour per mode, the same in every chart ampkit draws (bench and parity PNGs, the report's charts)
 MODE_COLORS = {"fp32": "#7f7f7f", "tf32": "#9467bd", "fp16": "#ff7f0e", "bf16": "#1f77b4", "fp8": "#e377c2"}
@@ -133,3 +134,18 @@ MUTED = {"unsupported", "skip"}
 
 def tone(word: str) -> str:
     return "good" if word in GOOD else "bad" if word in BAD else "muted" if word in MUTED else "neutral"
+
+
+def verdict_row(key: str, word: str, detail: str = "") -> dict:
+    """One row of the report page's verdict table: the word (and its detail) in the word's tone."""
+    return {"key": key, "text": word + detail, "tone": tone(word)}
+
+
+@dataclass
+class PageView:
+    """One document as the report's page (:mod:`ampkit.report`) shows it: rows of printable values."""
+
+    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
+    rows: list[dict]
+    chart: str = field(default="", kw_only=True)      # its chart as inline SVG, filled by the page's renderer
+    chart_id: str = field(default="", kw_only=True)

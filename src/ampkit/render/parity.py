@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from . import charts
-from .output import finite, fmt, print_keras_line, tone
+from .output import PageView, finite, fmt, print_keras_line, verdict_row
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
 
@@ -37,32 +37,17 @@ def render(report, con) -> None:
         con.print(f"[dim]parity took {report.elapsed_s:.1f} s[/]")
 
 
-def plot(report, path: str) -> None:
-    """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
-    fig = charts.draw(figure, page_view(report))
-    if fig is None:
-        fig, (ax,) = charts.figure(6.0, 2.0, 1)
-        ax.set_axis_off()
-        ax.text(0.5, 0.5, "no training run finished: nothing to draw", ha="center", va="center")
-    fig.suptitle(f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}")
-    charts.save(fig, path)
-
-
 # ---------------------------------------------------------------- the report's page
 @dataclass
-class ParityView:
-    """A parity document as the report's page shows it: rows of printable values and curves."""
+class ParityView(PageView):
+    """A parity document on the report's page (with its curves)."""
 
-    doc: object  # the ampkit.report.load.Document it came from (None for a fresh report)
-    rows: list[dict]
     dataset: str
     device: str
     tolerance: float | None
     alpha: float | None
     epochs: int | None
     has_curves: bool
-    chart: str = ""
-    chart_id: str = ""
 
 
 def page_view(report, doc=None) -> ParityView:
@@ -100,13 +85,9 @@ def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
 
 
 def verdicts(view: ParityView) -> list[dict]:
-    out = []
-    for r in view.rows:
-        if r["verdict"] == "baseline":
-            continue
-        text = r["verdict"] + (f" (p={r['p_value']:.3g})" if r["p_value"] is not None else "")
-        out.append({"key": f"parity {view.dataset}: {r['mode']}", "text": text, "tone": tone(r["verdict"])})
-    return out
+    return [verdict_row(f"parity {view.dataset}: {r['mode']}", r["verdict"],
+                        f" (p={r['p_value']:.3g})" if r["p_value"] is not None else "")
+            for r in view.rows if r["verdict"] != "baseline"]
 
 
 def figure(view: ParityView):
@@ -142,3 +123,9 @@ def figure(view: ParityView):
     if epochs_n > 1:
         axes[0].legend(fontsize=8, frameon=False)
     return fig
+
+
+def plot(report, path: str) -> None:
+    """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
+    title = f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}"
+    charts.plot(figure, page_view(report), title, path)
