@@ -86,10 +86,9 @@ def test_a_recorded_choice_that_measured_slower_is_never_followed(cache, no_quic
 
 
 def test_the_doctor_writes_its_verdict_and_auto_follows_it(cache):
-    from ampkit.backends import get_backend
     from ampkit.doctor import driver
 
-    report = driver.run(get_backend("torch"), "cpu", modes=("fp32", "bf16"))
+    report = driver.run("cpu", "torch", modes=("fp32", "bf16"))
     assert report.auto_cache == str(cache / auto_cache.FILE_NAME)
     entry = auto_cache.load(cpu_fp())
     assert entry["source"] == "doctor" and entry["recommended"] == report.recommended

@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..backends import get_backend, parse_framework
+    from ..backends import parse_framework
     from ..parity.config import ParityConfig
     from ..parity.driver import run as run_parity
     from ..render import parity as render_parity
@@ -34,10 +34,9 @@ def run(args) -> int:
     cfg = ParityConfig(dataset=args.dataset, modes=args.modes, seeds=args.seeds, epochs=args.epochs,
                        tolerance=args.tolerance, device=args.device)
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
-    backend = get_backend(framework)
     con = console(json_to_stdout=args.json == "-")
     with _epoch_bar() as progress:
-        report = run_parity(backend, cfg, progress=progress)
+        report = run_parity(cfg, framework, progress=progress)
     seeds = len(report.results[0].seeds) if report.results else 0
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {},

@@ -9,7 +9,6 @@ __all__ = ["DoctorReport", "ModeReport", "run_doctor"]
 
 def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None) -> DoctorReport:
     """Run the doctor for one framework on one device and return its report (:mod:`.driver`)."""
-    from ..backends import get_backend
     from .driver import run
 
-    return run(get_backend(framework), device, quick=quick, progress=progress)
+    return run(device, framework, quick=quick, progress=progress)

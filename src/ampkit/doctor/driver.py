@@ -22,14 +22,19 @@ from .verdicts import evaluate
 ACCELERATOR_PLAN = Plan(budget_s=10.0, op_box_s=0.1, max_reps=10)
 
 
-def run(backend, device="auto", *, quick: bool = False, progress: Callable[[str], None] | None = None,
+def run(device="auto", backend="auto", *, quick: bool = False, progress: Callable[[str], None] | None = None,
         modes: tuple[str, ...] = MODES) -> DoctorReport:
-    """The doctor's report for ``backend`` on ``device`` (``--device``: auto, cpu, cuda, cuda:N).
+    """The doctor's report on ``device`` (``--device``: auto, cpu, cuda, cuda:N) for ``backend`` (a
+    Backend, or a framework name: ``auto``, ``torch``, ``tensorflow``, a registered one).
 
     ``quick``: self-tests only (no measurement, nothing cached for ``auto``). ``progress(msg)``
     hears each step, named by framework ("torch self-test bf16"). ``modes``: the rows of the
     report (every mode; a mode the device cannot run is reported unsupported, with the reason).
     """
+    from ..backends import get_backend
+
+    if isinstance(backend, str):
+        backend = get_backend(backend)
     t0 = time.perf_counter()
     target = backend.target(device)
     prefix = f"{backend.name} "

@@ -50,13 +50,12 @@ def parity(make_model, train, test, *, modes=None, seeds=3, epochs=10, batch_siz
         fp32, the p-value and the verdict (``baseline``, ``pass``, ``fail``); ``.to_dict()`` is
         the JSON document ``ampkit parity --json`` writes.
     """
-    from ..backends import get_backend
     from .driver import run
 
     config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance, device=device)
     data = ParityData(dataset, train[0], train[1], test[0], test[1], model=make_model, epochs=epochs,
                       batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)
-    return run(get_backend("torch"), config, data=data, progress=progress)
+    return run(config, "torch", data=data, progress=progress)
 
 
 make_callable(__name__, parity)

@@ -73,16 +73,21 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
     return records
 
 
-def run(backend, config: ParityConfig, *, data: ParityData | None = None,
+def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         progress: Callable[[str, int, int, int], None] | None = None) -> ParityReport:
-    """Parity of ``config``'s modes against fp32 on ``backend``.
+    """Parity of ``config``'s modes against fp32 on ``backend`` (a Backend, or a framework name:
+    ``auto``, ``torch``, ``tensorflow``, a registered one).
 
     ``data``: what to train (a caller's own model and data); None loads ``config.dataset``, a
     built-in one, before the framework is asked for anything. ``progress(mode, seed, epochs_done,
     epochs)`` after each epoch. Ctrl-C or SIGTERM ends the loop early: the report keeps the seeds
     whose every mode finished and says ``interrupted``.
     """
+    from ..backends import get_backend
+
     data = data if data is not None else load(config.dataset)
+    if isinstance(backend, str):
+        backend = get_backend(backend)
     target = backend.target(config.device)
     modes, note = resolve_modes(config.modes, lambda m: backend.mode_support(m, target), f"on {target.label}",
                                 auto=lambda: backend.resolve_auto(target))

@@ -26,11 +26,10 @@ def doctor_selftests():
 
 
 def parity_digits():
-    from ampkit.backends import get_backend
     from ampkit.parity.config import ParityConfig
     from ampkit.parity.driver import run
 
-    rep = run(get_backend("tensorflow"), ParityConfig(dataset="digits", modes=["fp32", "bf16", "fp16"], seeds=2, epochs=4))
+    rep = run(ParityConfig(dataset="digits", modes=["fp32", "bf16", "fp16"], seeds=2, epochs=4), "tensorflow")
     assert [r.mode for r in rep.results] == ["fp32", "bf16", "fp16"]
     for r in rep.results:
         assert r.metric["mean"] >= 0.9, (r.mode, r.metric)
