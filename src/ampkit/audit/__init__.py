@@ -50,7 +50,8 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
     from .driver import audit_here
     from .ops import LiveModel
 
-    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=str(device), seed=seed)
+    device = str(device) if hasattr(device, "type") else device  # a torch.device as its name
+    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=device, seed=seed)
     return audit_here(config, get_backend("torch"), LiveModel(model_or_workload, batch, loss_fn, lr))
 
 

@@ -6,7 +6,7 @@ that finished (:class:`~ampkit.isolation.PartialResult`). :func:`audit_here` is 
 in this process (the child's body, and the library's for a live model): ``auto``, the default
 workload, the session (:class:`~ampkit.audit.ops.AuditSession`), the step loop and the report.
 
-The step loop (:func:`audit_session`) follows dynamic loss scaling as a default run does: in fp16
+The step loop (:func:`run_session`) follows dynamic loss scaling as a default run does: in fp16
 without a fixed ``--loss-scale``, a step whose scaled gradients alone overflow (forward and fp32
 reference finite) is the step GradScaler / LossScaleOptimizer skips while halving the scale, so the
 audit halves it too, measures the step again, and audits the scale a default run trains at.
@@ -25,7 +25,7 @@ from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
 from .ops import AuditSession, LiveModel
 from .report import AuditReport
 
-__all__ = ["STOP_GRACE_S", "audit_here", "audit_session", "run"]
+__all__ = ["STOP_GRACE_S", "audit_here", "run", "run_session"]
 
 #: after Ctrl-C or SIGTERM, how long the audit may take to finish its current step and answer
 STOP_GRACE_S = 60.0
@@ -61,7 +61,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     try:
         session = backend.audit_session(config, target, live)
         try:
-            report = audit_session(session, config)
+            report = run_session(session, config)
         finally:
             session.close()
     except UsageError:
@@ -77,7 +77,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     return report
 
 
-def audit_session(session: AuditSession, config: AuditConfig) -> AuditReport:
+def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
     """``config.steps`` audited steps of an open session (``config.mode`` fp16 or bf16), then the
     findings and the report. A stop request between steps ends the loop with what finished."""
     mode, fmt = config.mode, format_of(config.mode)
