@@ -29,6 +29,17 @@ class DocumentError(ValueError):
     """What is wrong inside one document, in one line (a reader that knows the file adds its name)."""
 
 
+class Enveloped:
+    """What the reports of bench, parity and audit share: the environment section, written by the
+    backend that ran, is the one place that names the framework."""
+
+    environment: dict
+
+    @property
+    def framework(self) -> str | None:
+        return self.environment.get("framework")
+
+
 def envelope(command: str, environment: dict, **body) -> dict:
     """The document of ``command``: the header every document carries, then ``body`` in its order."""
     return {"ampkit_version": __version__, "command": command, "environment": environment, **body}

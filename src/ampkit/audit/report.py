@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..envelope import NUM, OPT_NUM, check, check_rows, envelope, known
+from ..envelope import NUM, OPT_NUM, Enveloped, check, check_rows, envelope, known
 from ..formats import FloatFormat
 
 #: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
@@ -102,7 +102,7 @@ class Finding:
 
 
 @dataclass
-class AuditReport:
+class AuditReport(Enveloped):
     mode: str
     loss_scale: float
     layers: list[LayerStats]
@@ -124,11 +124,6 @@ class AuditReport:
     @property
     def failed(self) -> bool:
         return self.first_nonfinite is not None
-
-    @property
-    def framework(self) -> str | None:
-        """Which framework ran: read from the environment section, the one place a backend sets it."""
-        return self.environment.get("framework")
 
     def to_dict(self) -> dict:
         return envelope("audit", self.environment, framework=self.framework, workload=self.workload,

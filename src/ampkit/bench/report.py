@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..envelope import OPT_NUM, check, check_rows, envelope, known
+from ..envelope import OPT_NUM, Enveloped, check, check_rows, envelope, known
 
 STATUSES = ("ok", "unsupported", "oom", "error")
 #: the contract's keys (and types) of a bench document and of each row; the rest is optional
@@ -75,7 +75,7 @@ class BenchRow:
 
 
 @dataclass
-class BenchReport:
+class BenchReport(Enveloped):
     workload: str
     device: str
     results: list[BenchRow]
@@ -86,11 +86,6 @@ class BenchReport:
     note: str | None = None
     interrupted: bool = False
     sample_inputs: object = None  # per-sample input shape(s) the workload ran with, e.g. [3, 32, 32]
-
-    @property
-    def framework(self) -> str | None:
-        """Which framework ran: read from the environment section, the one place a backend sets it."""
-        return self.environment.get("framework")
 
     @property
     def failed(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..envelope import OPT_NUM, check, check_rows, envelope, known
+from ..envelope import OPT_NUM, Enveloped, check, check_rows, envelope, known
 
 ALPHA = 0.05
 VERDICTS = ("baseline", "pass", "fail")
@@ -59,7 +59,7 @@ class ParityResult:
 
 
 @dataclass
-class ParityReport:
+class ParityReport(Enveloped):
     dataset: str
     device: str
     results: list[ParityResult]
@@ -74,11 +74,6 @@ class ParityReport:
     @property
     def failed(self) -> bool:
         return any(r.verdict == "fail" for r in self.results)
-
-    @property
-    def framework(self) -> str | None:
-        """Which framework ran: read from the environment section, the one place a backend sets it."""
-        return self.environment.get("framework")
 
     def to_dict(self) -> dict:
         return envelope("parity", self.environment, framework=self.framework, dataset=self.dataset,
