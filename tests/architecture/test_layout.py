@@ -114,13 +114,113 @@ def test_each_framework_is_imported_only_inside_its_backend_folder(framework, ho
     assert not offenders, offenders
 
 
-def test_get_backend_returns_the_backend_protocol():
-    from ampkit.backends import Backend, get_backend
+def _backend_of(module: str) -> str | None:
+    """``torch`` for ``ampkit.backends.torch.x``; None outside a backend folder (``ampkit.backends``
+    itself and its ``base`` protocol are neutral)."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[:2] == ["ampkit", "backends"] and (PKG / "backends" / parts[2]).is_dir():
+        return parts[2]
+    return None
 
-    backend = get_backend("torch")
-    assert isinstance(backend, Backend) and backend.name == "torch"
-    for method in ("doctor", "bench", "parity", "audit"):
-        assert callable(getattr(backend, method))
+
+def _cross_backend_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{mod} imports {dep}" for mod, deps in sorted(graph.items()) for dep in sorted(deps)
+            if _backend_of(mod) and _backend_of(dep) and _backend_of(mod) != _backend_of(dep)]
+
+
+def test_backends_import_nothing_from_each_other():
+    assert not _cross_backend_imports(_graph())
+
+
+def test_cross_backend_check_sees_a_planted_import():
+    assert _backend_of("ampkit.backends.torch.bench") == "torch" and _backend_of("ampkit.backends.base") is None
+    graph = {"ampkit.backends.torch.bench": {"ampkit.backends.tensorflow.common", "ampkit.bench.runner"},
+             "ampkit.backends.tensorflow.common": {"ampkit.environment"}, "ampkit.bench.runner": set()}
+    assert _cross_backend_imports(graph) == ["ampkit.backends.torch.bench imports ampkit.backends.tensorflow.common"]
+
+
+#: the only neutral modules that may name a backend module: the package's lazy public names, and
+#: ampkit.keras, the public name of the Keras engine
+_MAY_NAME_A_BACKEND = {"ampkit", "ampkit.keras"}
+
+
+def test_commands_reach_a_backend_only_through_the_protocol():
+    """The CLI, the drivers and the library entry points get a backend from ampkit.backends
+    (get_backend / load_backend); none imports a backend's own modules."""
+    graph = _graph()
+    offenders = [f"{mod} imports {dep}" for mod, deps in sorted(graph.items()) for dep in sorted(deps)
+                 if not _backend_of(mod) and _backend_of(dep) and mod not in _MAY_NAME_A_BACKEND]
+    assert not offenders, offenders
+
+
+MAX_MODULE_LINES = 400
+MAX_ENGINE_CLASS_LINES = 300
+
+
+def _long_modules(root: Path, limit: int) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(root)}: {n} lines")
+    return out
+
+
+def test_no_module_is_over_400_lines():
+    assert not _long_modules(PKG, MAX_MODULE_LINES)
+
+
+def test_line_limit_sees_a_planted_long_module(tmp_path):
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert _long_modules(tmp_path, MAX_MODULE_LINES) == [f"long.py: {MAX_MODULE_LINES + 1} lines"]
+
+
+def _class_lines(root: Path, name: str) -> dict[str, int]:
+    """Lines of every class ``name`` defined under ``root`` (decorators and docstring included)."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                found[str(path.relative_to(root))] = node.end_lineno - start + 1
+    return found
+
+
+def test_the_engine_front_class_is_under_300_lines():
+    """ampkit.MixedPrecision is a front: scaling, distribution and schedulers live in their own parts."""
+    import ampkit
+
+    front = ampkit.MixedPrecision
+    lines = _class_lines(PKG / "backends" / "torch", "MixedPrecision")
+    assert lines, "no MixedPrecision class in the torch backend"
+    where = Path(sys.modules[front.__module__].__file__).relative_to(PKG / "backends" / "torch")
+    assert lines[str(where)] < MAX_ENGINE_CLASS_LINES, lines
+
+
+def test_class_lines_counts_decorators_and_body(tmp_path):
+    (tmp_path / "m.py").write_text("import dataclasses\n\n@dataclasses.dataclass\nclass MixedPrecision:\n"
+                                   "    a: int = 1\n\n    def f(self):\n        return 2\n")
+    assert _class_lines(tmp_path, "MixedPrecision") == {"m.py": 6}
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_each_backend_implements_every_operation_of_the_protocol(framework):
+    """Every method of the typed protocol (EnvironmentOps and each command's Ops) is the backend's
+    own implementation, not the protocol's empty stub; no whole-command method is left."""
+    from ampkit.backends import base, get_backend
+
+    if framework == "tensorflow":
+        pytest.importorskip("tensorflow")
+    backend = get_backend(framework)
+    assert isinstance(backend, base.Backend) and backend.name == framework
+    ops = [name for proto in (base.EnvironmentOps, base.DoctorOps, base.BenchOps, base.ParityOps, base.AuditOps)
+           for name, value in vars(proto).items() if callable(value) and not name.startswith("_")]
+    assert len(ops) >= 15, ops
+    stubs = [name for name in ops if getattr(type(backend), name) is getattr(base.Backend, name, None)]
+    assert not stubs, stubs
+    for command in ("doctor", "bench", "parity", "audit"):  # the flow is the drivers', not a backend's
+        assert not hasattr(backend, command), command
 
 
 def test_ruff_is_clean():

@@ -65,21 +65,6 @@ def test_bench_cli_reports_the_shapes_it_ran():
     assert doc["results"][0]["status"] == "ok"
 
 
-def test_audit_child_builds_the_resized_workload():
-    import torch
-
-    from ampkit.audit.core import AuditConfig
-    from ampkit.backends.torch.workloads import DEFAULT_SIZES, build_workload
-    from ampkit.cli.audit import _apply_sizes
-
-    try:
-        _apply_sizes("torch", AuditConfig(workload="cnn", device="cpu"), {"seq_len": None, "image_size": 8})
-        wl = build_workload("cnn", None, None, 10, torch.device("cpu"))  # as audit_from_config builds it
-        assert tuple(wl.make_batch(1, torch.device("cpu"), torch.Generator())[0].shape) == (1, 3, 8, 8)
-    finally:
-        DEFAULT_SIZES.clear()
-
-
 @pytest.mark.parametrize("framework, workload, model, seq, image, needle", [
     ("torch", "cnn", None, 8, None, "--seq-len does not apply to workload 'cnn'"),
     ("torch", "bert-base", None, None, 64, "--image-size does not apply to workload 'bert-base'"),

@@ -142,9 +142,6 @@ def _bert_base(seq: int = 128, vocab: int = 30522, hidden: int = 768, layers: in
 
 
 _BUILTIN = {"mlp": _mlp, "cnn": _cnn, "resnet50": _resnet50, "bert-base": _bert_base}
-#: --seq-len / --image-size for the built-ins that take them (checked by ampkit.bench.sizes), for callers
-#: that cannot pass ``sizes`` (the audit's child sets them here)
-DEFAULT_SIZES: dict = {}
 
 
 def check_tf_workload(name: str) -> str:
@@ -174,7 +171,7 @@ def build_tf_workload(workload: str | None, model_spec: str | None, input_shape,
             raise UsageError(f"{model_spec}() returned a {type(obj).__name__}; expected a keras.Model (Keras 3) "
                              "or a tf_keras.Model (Keras 2)")
         return bare_model_workload(obj, model_spec, input_shape, num_classes)
-    kw = dict(DEFAULT_SIZES if sizes is None else sizes)  # {"seq_len": n} or {"image_size": n}
+    kw = dict(sizes or {})  # {"seq_len": n} or {"image_size": n}
     if "seq_len" in kw:
         kw["seq"] = kw.pop("seq_len")
     return _BUILTIN[check_tf_workload(workload)](**kw)

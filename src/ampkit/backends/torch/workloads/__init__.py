@@ -12,17 +12,11 @@ __all__ = ["Workload", "BUILTIN", "build_workload", "build_builtin", "build_user
            "default_workload", "call_model", "classification_batches", "cross_entropy", "logits_of", "output_loss"]
 
 
-#: --seq-len / --image-size for callers that cannot pass them (the audit's child sets them here)
-DEFAULT_SIZES: dict = {}
-
-
 def build_workload(workload: str | None, model: str | None, input_shape, num_classes: int, device,
                    seed: int = 0, *, seq_len: int | None = None, image_size: int | None = None) -> Workload:
     """A built-in workload or a user's factory, on ``device``. The seed is set before the model is
     built, so every mode (and every process) starts from the same initial weights. ``seq_len`` and
-    ``image_size`` resize a built-in workload that takes them (default: :data:`DEFAULT_SIZES`)."""
-    if seq_len is None and image_size is None:
-        seq_len, image_size = DEFAULT_SIZES.get("seq_len"), DEFAULT_SIZES.get("image_size")
+    ``image_size`` resize a built-in workload that takes them."""
     torch.manual_seed(seed)
     if model:
         from ....bench.sizes import size_kwargs
