@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import add_device, add_framework, add_json, add_sizes, add_timeout
+from .common import add_run_flags, add_sizes, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -19,9 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("--loss-scale", type=float, default=None, metavar="S",
                    help="fixed loss scale to audit at (default: the engine's initial scale, 65536 for fp16)")
     p.add_argument("--batch-size", type=int, default=None, metavar="N", help="batch size (default: the workload's)")
-    add_framework(p)
-    add_device(p)
-    add_json(p)
+    add_run_flags(p)
     add_timeout(p, "the audit")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import ProgressLines, add_device, add_framework, add_json, add_sizes, add_timeout
+from .common import ProgressLines, add_run_flags, add_sizes, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -27,9 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed warm-up steps (default 5)")
     p.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run the mode sequence N times, interleaved; rows report medians and a speedup interval (default 1)")
-    add_framework(p)
-    add_device(p)
-    add_json(p)
+    add_run_flags(p)
     p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
     add_timeout(p, "a mode (or the probe of a --model) that has not finished")

@@ -19,6 +19,13 @@ def add_framework(p, *, allow_all: bool = False) -> None:
                    help=f"{choices} (default: auto = torch when it can be imported, else tensorflow)")
 
 
+def add_run_flags(p) -> None:
+    """--framework, --device and --json: where a command runs and where its document goes."""
+    add_framework(p)
+    add_device(p)
+    add_json(p)
+
+
 def add_sizes(p) -> None:
     """--seq-len / --image-size: the input size of a built-in workload (see ampkit.bench.sizes)."""
     p.add_argument("--seq-len", type=int, default=None, metavar="N",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from .common import add_device, add_framework, add_json
+from .common import add_run_flags
 
 
 def add_arguments(p) -> None:
@@ -15,9 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("--epochs", type=int, default=None, metavar="N", help="epochs per run (default: the dataset's)")
     p.add_argument("--tolerance", type=float, default=0.01, metavar="X",
                    help="how much lower accuracy than fp32 still counts as parity (absolute, default 0.01)")
-    add_framework(p)
-    add_device(p)
-    add_json(p)
+    add_run_flags(p)
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the loss curves")
 
 
