@@ -8,7 +8,6 @@ new API when it exists and the legacy flags only on older torch, never both.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 
@@ -74,15 +73,40 @@ def tf32_scope(enabled: bool | None):
         set_flags(before)
 
 
-_UNCHANGED = contextlib.nullcontext()  # re-entrant and reusable: entering it costs next to nothing
+class _Unchanged:
+    """The TF32 flags left alone (fp16, bf16): a call runs as it is, a region costs nothing to enter."""
+
+    __slots__ = ()
+    _NULL = contextlib.nullcontext()  # re-entrant and reusable
+
+    @staticmethod
+    def run(fn, /, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    def region(self):
+        return self._NULL
 
 
-def region_maker(enabled: bool | None):
-    """A zero-argument maker of a mode's TF32 region (``Precision.tf32``), chosen once per engine.
+class _Scoped:
+    """TF32 turned on (tf32) or forced off (fp32) for a call or a region; the flags restored afterwards.
 
-    True/False: a fresh :func:`tf32_scope` per entry (each entry restores what it found, so regions
-    nest and threads stay independent); None (the flags are left alone): one shared no-op context.
-    """
-    if enabled is None:
-        return lambda: _UNCHANGED
-    return functools.partial(tf32_scope, enabled)
+    Each call or region entry gets a fresh :func:`tf32_scope`, which restores what it found: regions
+    nest, and threads stay independent."""
+
+    __slots__ = ("_enabled",)
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = enabled
+
+    def run(self, fn, /, *args, **kwargs):
+        with tf32_scope(self._enabled):
+            return fn(*args, **kwargs)
+
+    def region(self):
+        return tf32_scope(self._enabled)
+
+
+def tf32_math(enabled: bool | None) -> _Unchanged | _Scoped:
+    """A mode's TF32 handling (``Precision.tf32``), chosen once: ``run(fn, ...)`` calls ``fn`` under it
+    (backward, the optimizer step) and ``region()`` makes a context for the forward pass."""
+    return _Unchanged() if enabled is None else _Scoped(enabled)

@@ -5,7 +5,7 @@ all chosen once, in ``__init__``:
 
 * the forward region (:mod:`.regions`): TF32 forced off (fp32) or on (tf32), or ``torch.autocast``
   in float16/bfloat16 (fp16, bf16), which leaves the TF32 flags alone;
-* the TF32 region around backward and the optimizer step (:func:`..tf32.region_maker`);
+* the TF32 region around backward and the optimizer step (:func:`..tf32.tf32_math`);
 * the loss scaling (:mod:`.scaling`): ``torch.amp.GradScaler`` wrapped, not re-implemented (fp16),
   or a scaling that does nothing (the others).
 
@@ -27,12 +27,12 @@ import torch
 from ....capability import resolve_mode
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
-from ..tf32 import region_maker as tf32_region_maker
+from ..tf32 import tf32_math
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .regions import region_maker
 from .scaling import scaling_for
-from .schedulers import as_sequence, schedulers_of, step_schedulers
+from .schedulers import schedulers_of, step_schedulers
 
 __all__ = ["MixedPrecision", "StepResult"]
 
@@ -146,8 +146,8 @@ class MixedPrecision:
         self._scaling = scaling_for(self.precision.loss_scaling, device.type, init_scale=init_scale,
                                     growth_factor=growth_factor, backoff_factor=backoff_factor,
                                     growth_interval=growth_interval)
-        self._math = tf32_region_maker(self.precision.tf32)
-        self._new_region = region_maker(self.precision, device.type, self._math)
+        self._math = tf32_math(self.precision.tf32)
+        self._new_region = region_maker(self.precision, device.type, self._math.region)
         self._steps = 0
         self._skipped = 0
         self._micro = 0
@@ -243,9 +243,7 @@ class MixedPrecision:
         """Backward of one micro-batch: loss / accumulation_steps, scaled in fp16 mode."""
         if self.accumulation_steps > 1:
             loss = loss / self.accumulation_steps
-        loss = self._scaling.scale_loss(loss)
-        with self._math():
-            loss.backward(**kwargs)
+        self._math.run(self._scaling.scale_loss(loss).backward, **kwargs)
         self._micro += 1
 
     @property
@@ -281,22 +279,22 @@ class MixedPrecision:
 
             result = mp.step(opt, plateau, metric=val_loss)   # ReduceLROnPlateau
         """
-        opts = as_sequence(optimizer)
+        opts = optimizer if isinstance(optimizer, (list, tuple)) else (optimizer,)
         if not opts:
             raise ValueError("step() needs at least one optimizer")
-        scheds = schedulers_of(scheduler, metric)
+        scheds = () if scheduler is None else schedulers_of(scheduler, metric)
         followed = self._followers.records(opts, self.check_parameters)  # master weights checked first
         scaling = self._scaling
         grad_norm = None
         if max_grad_norm is not None:
             scaling.unscale_all(opts)
             grad_norm = clip_grad_norm(self.model, opts, max_grad_norm)
-        with self._math():
-            skipped, scale = scaling.step(opts, followed)
+        skipped, scale = self._math.run(scaling.step, opts, followed)
         self._steps += 1
         self._skipped += skipped
         self._micro = 0
-        step_schedulers(scheds, metric, skipped)
+        if scheds:
+            step_schedulers(scheds, metric, skipped)
         if zero_grad:
             for opt in opts:
                 opt.zero_grad(set_to_none=True)
@@ -308,9 +306,8 @@ class MixedPrecision:
     @property
     def stats(self) -> dict:
         """{"steps", "skipped", "scale", "scale_min", "scale_max"} — host values, no sync."""
-        s = self._scaling
-        return {"steps": self._steps, "skipped": self._skipped, "scale": s.scale, "scale_min": s.scale_min,
-                "scale_max": s.scale_max}
+        scale, lowest, highest = self._scaling.scales()
+        return {"steps": self._steps, "skipped": self._skipped, "scale": scale, "scale_min": lowest, "scale_max": highest}
 
     def get_scale(self) -> float:
         """The scaler's real current scale (reads the device tensor: a sync). 1.0 without scaling."""
@@ -318,9 +315,9 @@ class MixedPrecision:
 
     def state_dict(self) -> dict:
         """Plain Python values only, so checkpoints load with ``torch.load(weights_only=True)``."""
-        s = self._scaling
-        return {"mode": self.mode, "scaler": s.state_dict(), "steps": self._steps, "skipped": self._skipped,
-                "scale_min": s.scale_min, "scale_max": s.scale_max}
+        _, lowest, highest = self._scaling.scales()
+        return {"mode": self.mode, "scaler": self._scaling.state_dict(), "steps": self._steps,
+                "skipped": self._skipped, "scale_min": lowest, "scale_max": highest}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("mode") != self.mode:

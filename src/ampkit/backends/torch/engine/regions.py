@@ -36,14 +36,14 @@ class _Region:
 class _MathRegion(_Region):
     """fp32 / tf32: TF32 turned on or forced off within, the flags restored afterwards."""
 
-    __slots__ = ("_math",)
+    __slots__ = ("_make_scope",)
 
-    def __init__(self, math: Callable) -> None:
+    def __init__(self, make_scope: Callable) -> None:
         super().__init__()
-        self._math = math
+        self._make_scope = make_scope
 
     def __enter__(self):
-        ctx = self._math()
+        ctx = self._make_scope()
         ctx.__enter__()
         self._stack.append(ctx)
         return self
@@ -80,9 +80,9 @@ class _AutocastRegion(_Region):
         )
 
 
-def region_maker(precision: Precision, device_type: str, math: Callable) -> Callable[[], _Region]:
-    """The maker of a mode's region, chosen once per engine. ``math``: the mode's TF32 region maker
-    (:func:`..tf32.region_maker`)."""
+def region_maker(precision: Precision, device_type: str, tf32_region: Callable) -> Callable[[], _Region]:
+    """The maker of a mode's region, chosen once per engine. ``tf32_region``: makes the mode's TF32
+    scope (``region`` of :func:`..tf32.tf32_math`)."""
     if precision.autocast:
         return functools.partial(_AutocastRegion, device_type, getattr(torch, precision.compute_dtype), precision.mode)
-    return functools.partial(_MathRegion, math)
+    return functools.partial(_MathRegion, tf32_region)

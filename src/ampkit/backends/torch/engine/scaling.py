@@ -150,7 +150,9 @@ class NoScaling:
     follows_steps = False
     #: whether an FSDP model calls for :meth:`sharded`
     shards_for_fsdp = False
-    scale = scale_min = scale_max = 1.0
+    def scales(self) -> tuple[float, float, float]:
+        """(scale, lowest, highest): always 1.0."""
+        return 1.0, 1.0, 1.0
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
@@ -190,17 +192,10 @@ class LossScaling:
     def _make_scaler(self):
         return torch.amp.GradScaler(self._device_type, **self._kwargs)
 
-    @property
-    def scale(self) -> float:
-        return self._mirror.scale
-
-    @property
-    def scale_min(self) -> float:
-        return self._mirror.scale_min
-
-    @property
-    def scale_max(self) -> float:
-        return self._mirror.scale_max
+    def scales(self) -> tuple[float, float, float]:
+        """(scale, lowest, highest) from the host mirror: no sync."""
+        m = self._mirror
+        return m.scale, m.scale_min, m.scale_max
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)

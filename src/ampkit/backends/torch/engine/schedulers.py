@@ -10,12 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["as_sequence", "schedulers_of", "step_schedulers"]
-
-
-def as_sequence(obj: Any) -> tuple | list:
-    """One object or a list/tuple of them, as a sequence."""
-    return obj if isinstance(obj, (list, tuple)) else (obj,)
+__all__ = ["schedulers_of", "step_schedulers"]
 
 
 def _is_plateau(sched) -> bool:
@@ -23,14 +18,12 @@ def _is_plateau(sched) -> bool:
 
 
 def schedulers_of(scheduler: Any, metric: Any) -> tuple | list:
-    """The schedulers given to ``step`` (None, one or a list), checked before anything steps.
+    """The schedulers given to ``step`` (one or a list) as a sequence, checked before anything steps.
 
     Raises:
         ValueError: a ``ReduceLROnPlateau`` among them and no ``metric`` to step it with.
     """
-    if scheduler is None:
-        return ()
-    scheds = as_sequence(scheduler)
+    scheds = scheduler if isinstance(scheduler, (list, tuple)) else (scheduler,)
     if metric is None and any(_is_plateau(sched) for sched in scheds):
         raise ValueError(
             "ReduceLROnPlateau needs the monitored value: call mp.step(optimizer, scheduler, "
