@@ -51,12 +51,16 @@ def cpu_has_fast_fp16(info: dict | None = None) -> bool:
 
 
 def auto_for_gpu(major: int, minor: int, name: str, bf16_native: bool = True) -> tuple[str, str]:
-    """The training mode ``auto`` picks for a GPU of this compute capability, with the reason."""
-    if (major, minor) >= (8, 0) and bf16_native:
-        return "bf16", f"{name} has compute capability {major}.{minor} >= 8.0: bf16 tensor cores, no loss scaling needed"
-    if major >= 7:
+    """The training mode ``auto`` picks for a GPU of this compute capability, with the reason
+    (the thresholds: :data:`ampkit.capability.TENSOR_CORES`)."""
+    from .capability import TENSOR_CORES, has_tensor_cores
+
+    cc, need = (major, minor), {m: "{}.{}".format(*TENSOR_CORES[m]) for m in ("fp16", "bf16")}
+    if has_tensor_cores("bf16", cc) and bf16_native:
+        return "bf16", f"{name} has compute capability {major}.{minor} >= {need['bf16']}: bf16 tensor cores, no loss scaling needed"
+    if has_tensor_cores("fp16", cc):
         return "fp16", f"{name} has compute capability {major}.{minor}: fp16 tensor cores but no bf16, so fp16 with loss scaling"
-    return "fp32", f"{name} has compute capability {major}.{minor} < 7.0: no tensor cores, low precision gains nothing"
+    return "fp32", f"{name} has compute capability {major}.{minor} < {need['fp16']}: no tensor cores, low precision gains nothing"
 
 
 #: how a choice made from a table, not a measurement, is labelled wherever it is shown
