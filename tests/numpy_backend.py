@@ -153,6 +153,14 @@ class NumpyBackend:
             raise UsageError(f"unknown workload {name!r} for --framework numpy; built-in: mlp")
         return name
 
+    @staticmethod
+    def _only_mlp(config) -> None:
+        from ampkit.bench.sizes import size_kwargs
+
+        if config.model:
+            raise UsageError(f"--framework numpy runs its built-in mlp only; it does not take --model {config.model}")
+        size_kwargs("numpy", config.workload, None, config.seq_len, config.image_size)  # the mlp takes no size
+
     # ---- DoctorOps
     def doctor_session(self, target):
         return contextlib.nullcontext()
@@ -180,6 +188,7 @@ class NumpyBackend:
         return None
 
     def bench_probe(self, config, target) -> ModelProbe:
+        self._only_mlp(config)
         return ModelProbe(config.workload, 6.0 * (64 * 32 + 32 * 10), [64], 32)
 
     def bench_measure(self, request, progress) -> BenchRow:
@@ -223,4 +232,5 @@ class NumpyBackend:
         ok, why = self.mode_support(config.mode, target)
         if not ok:
             raise UsageError(f"--mode {config.mode} cannot run in --framework numpy: {why}")
+        self._only_mlp(config)
         return NumpySession(config.mode, config.batch_size or 32, "mlp")

@@ -99,3 +99,14 @@ def test_audit_from_the_library_finds_an_overflowing_loss_scale():
     report = audit_here(AuditConfig(mode="fp16", loss_scale=1e9, device="cpu"), get_backend("numpy"))
     assert report.first_nonfinite == {"name": "fc2", "phase": "backward", "step": 0}
     assert report.failed and any(f.kind in ("nonfinite", "overflow") for f in report.findings)
+
+
+@pytest.mark.parametrize("command", [["bench", "--modes", "fp32"], ["audit", "--mode", "fp16"]])
+@pytest.mark.parametrize("flags, needle", [
+    (["--model", "mods:build", "--input-shape", "8"], "does not take --model mods:build"),
+    (["--image-size", "8"], "takes neither --seq-len nor --image-size; no numpy workload does"),
+])
+def test_what_the_backend_cannot_run_is_one_line_and_exit_2(command, flags, needle, capsys):
+    rc = main([*command, "--framework", "numpy", *flags])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("ampkit: error:") and needle in err and len(err.splitlines()) == 1, err

@@ -214,7 +214,8 @@ def test_config_is_checked_once_at_construction_with_the_cli_flags_named():
                            ({"tolerance": float("nan")}, "--tolerance"), ({"seeds": 0}, "--seeds must be >= 1"),
                            ({"seeds": 1001}, "at most 1,000"), ({"seeds": []}, "--seeds must be >= 1"),
                            ({"epochs": 0}, "--epochs must be >= 1 and at most 10,000; received 0"),
-                           ({"modes": "fp32,fp99"}, "unknown precision mode 'fp99'")]:
+                           ({"modes": "fp32,fp99"}, "unknown precision mode 'fp99'"),
+                           ({"seeds": [3, 3, 3, 3]}, "seeds must be distinct")]:  # not 4 independent pairs
         with pytest.raises(UsageError, match=re.escape(needle)):
             ParityConfig(**kwargs)
     cfg = ParityConfig(modes="BF16,auto,bf16", seeds=[4, 2])

@@ -105,3 +105,15 @@ def test_a_flagged_bench_row_shows_why_and_no_speedup(tmp_path):
     page, md = html(report), markdown(report)
     for text in (page, md):
         assert "none claimed" in text and "final loss 2.79 against fp32" in text and "1.14× more" in text
+
+
+def test_a_doctor_verdict_names_the_figures_behind_it():
+    """A mode whose kernels ran faster while its training steps ran slower is 'slower' on the page with
+    both figures named, not next to the kernels' 1.30× alone."""
+    from ampkit.render.doctor import DoctorView, verdicts
+
+    rows = [{"mode": "fp16", "verdict": "slower", "speedup": 1.3, "training_speedup": 0.05},
+            {"mode": "bf16", "verdict": "usable", "speedup": 1.1, "training_speedup": None}]
+    texts = {v["key"]: v["text"] for v in verdicts(DoctorView(None, rows, "fp32", "", "cpu", False))}
+    assert texts["doctor: fp16"].endswith("(kernels 1.30×, training 0.05×)"), texts
+    assert texts["doctor: bf16"].endswith("(1.10×)"), texts

@@ -21,6 +21,9 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
           framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None) -> BenchReport:
     """Train the same model on the same batch in each mode, each mode in a fresh process.
 
+    The processes are *spawned* (Python's ``multiprocessing`` "spawn"): call this from a script under
+    ``if __name__ == "__main__":``, or each worker re-runs the script's top level when it starts.
+
     Args:
         workload: a built-in workload (``mlp``, ``cnn``, ``resnet50``, ``vit_b_16``, ``bert-base``,
             ``gpt2``); default: ``mlp`` on a CPU, ``resnet50`` on a GPU.

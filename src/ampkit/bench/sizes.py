@@ -72,8 +72,9 @@ def size_kwargs(framework: str, workload: str | None, model: str | None, seq_len
     rules = RULES.get(framework, {})
     rule = rules.get(workload or "")
     if rule is None:
-        raise UsageError(f"workload {workload!r} ({framework}) takes neither --seq-len nor --image-size; "
-                         f"--seq-len: {_takers(rules, SEQ_LEN)}; --image-size: {_takers(rules, IMAGE_SIZE)}")
+        takers = "; ".join(f"{flag}: {_takers(rules, flag)}" for flag in (SEQ_LEN, IMAGE_SIZE) if _takers(rules, flag))
+        raise UsageError(f"workload {workload!r} ({framework}) takes neither --seq-len nor --image-size"
+                         + (f"; {takers}" if takers else f"; no {framework} workload does"))
     wrong = [f for f in given if f != rule.flag]
     if wrong:
         raise UsageError(f"{wrong[0]} does not apply to workload {workload!r} ({framework}), which takes {rule.flag}; "

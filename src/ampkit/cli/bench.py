@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", default=None, metavar="N|auto",
                    help="per-step batch size, or 'auto' for the largest that fits (default: the workload's)")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
-                   help="with --batch-size auto: largest batch whose measured peak stays within SIZE (e.g. 8GiB)")
+                   help="the largest batch whose measured peak stays within SIZE, e.g. 8GiB (implies --batch-size auto)")
     p.add_argument("--max-batch-size", type=int, default=1 << 16, metavar="N",
                    help="the largest batch --batch-size auto tries (default 65536)")
     p.add_argument("--steps", type=int, default=20, metavar="N", help="timed steps per mode (default 20)")

@@ -40,6 +40,9 @@ class ParityConfig:
             seeds = tuple(int(s) for s in self.seeds)
             if not seeds:
                 raise UsageError("--seeds must be >= 1; received an empty list of seeds")
+            if len(set(seeds)) != len(seeds):  # a seed run twice is the same run: no extra evidence
+                raise UsageError(f"seeds must be distinct (a repeated seed repeats the same run and would count as "
+                                 f"independent evidence in the t-test); received {list(seeds)}")
             int_in(len(seeds), "--seeds", 1, MAX_SEEDS)
             object.__setattr__(self, "seeds", seeds)
         int_in(self.epochs, "--epochs", 1, MAX_EPOCHS)
