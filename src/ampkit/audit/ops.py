@@ -31,6 +31,18 @@ class LiveModel:
     lr: float | None = None
     name: str | None = None
 
+    def __post_init__(self) -> None:
+        import math
+
+        from ..errors import UsageError
+
+        if self.batch is not None and not (isinstance(self.batch, (tuple, list)) and len(self.batch) == 2):
+            raise UsageError(f"batch must be (inputs, targets); received {type(self.batch).__name__}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise UsageError(f"lr must be a positive number; received {self.lr!r}")
+        if self.loss_fn is not None and not callable(self.loss_fn):
+            raise UsageError(f"loss_fn must be callable (logits, targets) -> loss; received {type(self.loss_fn).__name__}")
+
 
 @dataclass(frozen=True)
 class StepOutcome:

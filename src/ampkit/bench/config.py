@@ -69,6 +69,9 @@ class BenchConfig:
     image_size: int | None = None        # --image-size for a built-in image workload (cnn, resnet50, vit_b_16)
 
     def __post_init__(self) -> None:
+        for flag, value in (("--workload", self.workload), ("--model", self.model)):
+            if value is not None and not isinstance(value, str):
+                raise UsageError(f"{flag} must be a name (a string); received {value!r}")
         if self.workload and self.model:
             raise UsageError("give either --workload or --model, not both")
         int_in(self.steps, "--steps", 1, MAX_STEPS)
@@ -109,6 +112,8 @@ class BenchConfig:
 def _modes(modes) -> tuple[str, ...]:
     from ..precision import parse_mode_list
 
+    if not isinstance(modes, str) and not (isinstance(modes, (list, tuple)) and all(isinstance(m, str) for m in modes)):
+        raise UsageError(f"--modes must be a comma-separated string or a list of modes; received {modes!r}")
     text = modes if isinstance(modes, str) else ",".join(modes)
     return tuple(parse_mode_list(text, allow_auto=True))
 

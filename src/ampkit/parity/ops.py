@@ -39,6 +39,27 @@ class ParityData:
     loss_fn: Callable | None = None
     metric_fn: Callable | None = None
 
+    def __post_init__(self) -> None:
+        """The library's own arguments (a built-in dataset passes these by construction)."""
+        import math
+
+        from ..errors import UsageError
+
+        if not (isinstance(self.model, str) or callable(self.model)):
+            raise UsageError(f"make_model must be a zero-argument callable returning a fresh model; "
+                             f"received {type(self.model).__name__}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise UsageError(f"batch_size must be a positive integer; received {self.batch_size!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise UsageError(f"lr must be a positive number; received {self.lr!r}")
+        for part, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+            try:
+                nx, ny = len(x), len(y)
+            except TypeError:
+                raise UsageError(f"{part} must be (inputs, targets) arrays or tensors; received {type(x).__name__}")
+            if nx != ny or nx == 0:
+                raise UsageError(f"{part} needs as many targets as inputs, at least one; received {nx} inputs, {ny} targets")
+
 
 @runtime_checkable
 class ParityOps(Protocol):

@@ -348,6 +348,8 @@ def _live_workload(live, device) -> tuple[Workload, Any]:
         if live.batch is not None:
             return workload, live.batch
         return workload, workload.make_batch(workload.batch_size, device, torch.Generator().manual_seed(0))
+    if not isinstance(live.model, nn.Module):
+        raise UsageError(f"audit() takes a torch.nn.Module or an ampkit.Workload; received {type(live.model).__name__}")
     if live.batch is None:
         raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
     batch = live.batch

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...errors import UsageError
 from ...parity.core import loader_order
 from ...parity.ops import ParityData
 from ...parity.report import RunRecord
@@ -107,6 +108,9 @@ class TorchParity:
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
                    on_epoch=None) -> RunRecord:
+        if isinstance(data.model, nn.Module):  # a model is callable too, but each seed needs a fresh one
+            raise UsageError("make_model must be a factory returning a fresh model (each seed and mode trains its "
+                             f"own), not a model: pass lambda: {type(data.model).__name__}(...)")
         make_model = data.model if callable(data.model) else (lambda: dataset_model(data.model))
         return train_one(make_model, mode, seed, torch.device(target.device), _tensors(data.x_train, data.y_train),
                          _tensors(data.x_test, data.y_test), epochs=epochs, batch_size=data.batch_size, lr=data.lr,
