@@ -27,7 +27,7 @@ def _parity(**kw):
     (lambda: ampkit.bench("mlp", modes=5), "--modes must be a comma-separated string or a list"),
     (lambda: ampkit.audit("notamodel", (X, Y)), "takes a torch.nn.Module or an ampkit.Workload; received str"),
     (lambda: ampkit.audit(MODEL, 42), "batch must be (inputs, targets); received int"),
-    (lambda: ampkit.audit(MODEL, (X, Y), lr=-1), "lr must be a positive number; received -1"),
+    (lambda: ampkit.audit(MODEL, (X, Y), lr=-1), "lr must be a number >= 0 (0 keeps the weights); received -1"),
     (lambda: _parity(batch_size=0), "batch_size must be a positive integer; received 0"),
     (lambda: _parity(lr=float("nan")), "lr must be a positive number; received nan"),
     (lambda: _parity(make_model=nn.Linear(4, 3)), "make_model must be a factory returning a fresh model"),

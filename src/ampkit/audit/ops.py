@@ -38,8 +38,8 @@ class LiveModel:
 
         if self.batch is not None and not (isinstance(self.batch, (tuple, list)) and len(self.batch) == 2):
             raise UsageError(f"batch must be (inputs, targets); received {type(self.batch).__name__}")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise UsageError(f"lr must be a positive number; received {self.lr!r}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):
+            raise UsageError(f"lr must be a number >= 0 (0 keeps the weights); received {self.lr!r}")
         if self.loss_fn is not None and not callable(self.loss_fn):
             raise UsageError(f"loss_fn must be callable (logits, targets) -> loss; received {type(self.loss_fn).__name__}")
 
