@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from ampkit.audit.core import AuditReport, LayerStats
+from ampkit.audit.report import AuditReport, LayerStats
 from ampkit.bench.report import BenchReport, BenchRow
 from ampkit.doctor.report import DoctorReport, ModeReport
-from ampkit.parity.core import ParityReport, ParityResult
+from ampkit.parity.report import ParityReport, ParityResult
 
 CPU = {"model": "Test CPU", "machine": "x86_64", "logical_cpus": 2, "avx2": True, "avx512f": True,
        "avx512_bf16": True, "avx512_fp16": False, "amx_bf16": False, "amx_fp16": False, "amx_tile": False}

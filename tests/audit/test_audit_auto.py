@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from ampkit.audit.core import AuditReport, audit_mode_for_auto
+from ampkit.audit.core import audit_mode_for_auto
+from ampkit.audit.report import AuditReport
 
 
 @pytest.mark.parametrize("resolved, audited", [("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "bf16"), ("tf32", "bf16")])

@@ -14,8 +14,8 @@ import torch.nn as nn
 import ampkit
 from ampkit.backends.torch import parity as torch_parity
 from ampkit.cli.main import main
-from ampkit.parity import core
 from ampkit.parity.core import RunRecord, non_inferiority, summarize, verdict_for
+from ampkit.parity.report import ParityReport
 from helpers import assert_usage_error
 
 
@@ -122,7 +122,7 @@ def test_library_entry_point_on_own_model_and_data():
                         device="cpu", lr=1e-2)
     assert [r.mode for r in rep.results] == ["fp32", "bf16"]  # fp32 added as the baseline
     assert rep.results[0].metric["mean"] > 0.8
-    again = core.ParityReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    again = ParityReport.from_dict(json.loads(json.dumps(rep.to_dict())))
     assert again.to_dict() == rep.to_dict()
 
 
@@ -189,7 +189,6 @@ def test_a_mode_whose_loss_is_nan_over_several_seeds_fails_instead_of_crashing()
 
     from rich.console import Console
 
-    from ampkit.parity.core import ParityReport
     from ampkit.render.output import dumps
     from ampkit.render.parity import render
 

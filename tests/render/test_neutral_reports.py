@@ -10,10 +10,10 @@ import pytest
 from rich.console import Console
 
 import neutral_reports as planted
-from ampkit.audit.core import AuditReport
+from ampkit.audit.report import AuditReport
 from ampkit.bench.report import BenchReport
 from ampkit.doctor.report import DoctorReport
-from ampkit.parity.core import ParityReport
+from ampkit.parity.report import ParityReport
 from ampkit.render import audit as render_audit
 from ampkit.render import bench as render_bench
 from ampkit.render import doctor as render_doctor

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FloatFormat
-from .config import AuditConfig  # noqa: F401  (re-exported: its old home)
-from .report import DTYPE_NAME, SEVERITY, SEVERITY_LABEL, AuditReport, Finding, LayerStats  # noqa: F401
+from .report import SEVERITY, Finding, LayerStats
 
 #: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
 #: to zero or kept as a subnormal with fewer than LOST_BITS significant bits

@@ -18,8 +18,7 @@ import statistics
 import numpy as np
 
 from ..stats import non_inferiority
-from .config import ParityConfig  # noqa: F401  (re-exported: its old home)
-from .report import ALPHA, ParityReport, ParityResult, RunRecord  # noqa: F401
+from .report import ALPHA, ParityResult, RunRecord
 
 
 # ---------------------------------------------------------------- statistics

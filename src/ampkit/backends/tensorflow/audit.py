@@ -25,9 +25,10 @@ from functools import partial
 
 import numpy as np
 
-from ...audit.core import Advice, AuditReport, LayerStats, format_of, lost_below, merge_dtypes, precision_threshold
+from ...audit.core import Advice, format_of, lost_below, merge_dtypes, precision_threshold
 from ...audit.core import relative_error as core_relative_error
 from ...audit.ops import StepOutcome
+from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError
 from ...formats import BF16, FloatFormat
 from .common import import_tf, tf_device_name, tf_environment

@@ -22,8 +22,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ...audit.core import Advice, AuditReport, LayerStats, format_of, merge_dtypes, precision_threshold
+from ...audit.core import Advice, format_of, merge_dtypes, precision_threshold
 from ...audit.ops import StepOutcome
+from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError, one_line
 from .engine import MixedPrecision
 from .environment import torch_environment
