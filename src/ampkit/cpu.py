@@ -65,7 +65,6 @@ def auto_for_gpu(major: int, minor: int, name: str, bf16_native: bool = True) ->
 
 #: how a choice made from a table, not a measurement, is labelled wherever it is shown
 GUESS = "capability guess"
-MEASURE_HINT = "run `ampkit doctor` to measure"
 
 
 def doctor_command(framework: str | None = None) -> str:

@@ -156,9 +156,6 @@ class Report:
     def interrupted(self) -> list[Document]:
         return [d for d in self.documents if d.interrupted]
 
-    def env_of(self, doc: Document) -> Environment:
-        return next(e for e in self.environments if doc in e.docs)
-
     def env_rows(self) -> list[dict]:
         """The environment table: one row per field, one column per environment, differing rows flagged."""
         rows = []
