@@ -33,29 +33,20 @@ def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(fl
     assert f"{mode} max rel_error" in out
 
 
+#: each case (a function of tf_real_cases) asserts its own property; the id says which
+KERAS_AUDIT_CASES = {
+    "dropout_masks_match": "dropout and noise draw the same numbers in both passes",
+    "batchnorm_state_as_training_sees_it": "BatchNorm moving statistics updated once per step",
+    "fp32_hint_keeps_layer_fp32": "the fp32 hint is code that keeps the layer in float32",
+    "planted_cancellation_found": "a planted cancellation shows a large relative error",
+    "model_heads": "loss, classes and input shape read from the model",
+}
+
+
+@pytest.mark.parametrize("case", list(KERAS_AUDIT_CASES))
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_dropout_and_noise_draw_the_same_numbers_in_both_passes(flavor):
-    _case("dropout_masks_match", flavor)
-
-
-@pytest.mark.parametrize("flavor", FLAVORS)
-def test_batchnorm_moving_statistics_updated_once_per_step(flavor):
-    _case("batchnorm_state_as_training_sees_it", flavor)
-
-
-@pytest.mark.parametrize("flavor", FLAVORS)
-def test_fp32_hint_is_code_that_keeps_the_layer_in_float32(flavor):
-    _case("fp32_hint_keeps_layer_fp32", flavor)
-
-
-@pytest.mark.parametrize("flavor", FLAVORS)
-def test_planted_cancellation_shows_a_large_relative_error(flavor):
-    _case("planted_cancellation_found", flavor)
-
-
-@pytest.mark.parametrize("flavor", FLAVORS)
-def test_loss_classes_and_input_shape_read_from_the_model(flavor):
-    _case("model_heads", flavor)
+def test_keras_audit_case(flavor, case):
+    _case(case, flavor)
 
 
 APPS = textwrap.dedent('''
