@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .errors import AutocastDisabledError, ModeUnavailableError, UsageError
+from .health import LossScaleWarning
 from .precision import MODES, TRAINING_MODES, Precision, get_precision, parse_mode
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "UsageError",
     "ModeUnavailableError",
     "AutocastDisabledError",
+    "LossScaleWarning",
     "MixedPrecision",
     "StepResult",
     "Workload",

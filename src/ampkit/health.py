@@ -1,0 +1,166 @@
+"""Loss-scale health: the alarm for a dynamic loss scale that collapses until training is silently dead.
+
+Framework-neutral and host-only: it is fed values the caller already has on the host (the step
+index, the loss scale after the step's update, whether the step was skipped), so it never adds a
+host-device sync. ``ampkit.MixedPrecision`` feeds it from its host mirror of GradScaler's scale,
+the Keras engine's callback from the values it logs, the trainer callbacks from the trainer's own
+scaler at the syncs the trainer already makes.
+
+What users report most (pytorch #40497, fairseq #512, Lightning #18828, accelerate #3979): the scale
+halves step after step — every update thrown away — and nothing says so. The alarm fires **once**,
+the first time either
+
+* the scale falls below ``min_scale_warning`` (default 1.0), or
+* ``consecutive_skip_warning`` (default 10) steps in a row are skipped,
+
+with one :class:`LossScaleWarning` that says what happened, since which step, and what to do.
+
+``status`` (in :meth:`LossScaleHealth.report`):
+
+* ``"collapsed"``: right now the scale is below ``min_scale_warning`` or the current run of skipped
+  steps is at least ``consecutive_skip_warning`` long;
+* ``"warning"``: the alarm fired earlier but the run has recovered since (the scale is back above the
+  threshold and steps are being taken);
+* ``"ok"``: the alarm never fired.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+__all__ = ["LossScaleWarning", "LossScaleHealth", "DEFAULT_MIN_SCALE", "DEFAULT_CONSECUTIVE_SKIPS"]
+
+DEFAULT_MIN_SCALE = 1.0
+DEFAULT_CONSECUTIVE_SKIPS = 10
+
+
+class LossScaleWarning(UserWarning):
+    """The dynamic loss scale collapsed, or many steps in a row were skipped for inf/NaN gradients."""
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+class LossScaleHealth:
+    """Watches one run's loss scale and skipped steps; warns once when the scale collapses.
+
+    Args:
+        min_scale_warning: alarm when the scale falls below this (> 0).
+        consecutive_skip_warning: alarm when this many steps in a row are skipped (int >= 1).
+        advice: what to do, appended to the warning (the caller knows its framework: a bf16 line,
+            the ``ampkit audit`` command line for this model). None: a generic sentence.
+        source: who is speaking, for the message ("ampkit.MixedPrecision", "AmpkitCallback").
+        warn: emit the :class:`LossScaleWarning` (False: only record it; ``report()`` still says it).
+    """
+
+    def __init__(self, *, min_scale_warning: float = DEFAULT_MIN_SCALE,
+                 consecutive_skip_warning: int = DEFAULT_CONSECUTIVE_SKIPS,
+                 advice: str | None = None, source: str = "ampkit", warn: bool = True) -> None:
+        if isinstance(min_scale_warning, bool) or not isinstance(min_scale_warning, (int, float)) \
+                or not math.isfinite(min_scale_warning) or min_scale_warning <= 0:
+            raise ValueError(f"min_scale_warning must be a finite number > 0, received {min_scale_warning!r}")
+        if isinstance(consecutive_skip_warning, bool) or not isinstance(consecutive_skip_warning, int) \
+                or consecutive_skip_warning < 1:
+            raise ValueError(f"consecutive_skip_warning must be an int >= 1, received {consecutive_skip_warning!r}")
+        self.min_scale_warning = float(min_scale_warning)
+        self.consecutive_skip_warning = int(consecutive_skip_warning)
+        self.advice = advice
+        self.source = source
+        self.warn = warn
+        self._reset()
+
+    def _reset(self) -> None:
+        self.steps = 0                 # steps observed
+        self.skipped = 0               # of which skipped
+        self.run_start: int | None = None   # first step of the current run of skipped steps
+        self.run_length = 0
+        self.scale: float | None = None
+        self.last_good_scale: float | None = None  # the scale at which the last step was taken
+        self.fired_at: int | None = None           # the step at which the alarm fired
+        self.messages: list[str] = []
+
+    # ------------------------------------------------------------------ feeding
+    def observe(self, step: int, scale: float, skipped: bool, *, scale_used: float | None = None) -> str | None:
+        """One optimizer step: its index, the scale *after* its update, whether it was skipped.
+
+        ``scale_used``: the scale the step ran with (before the update), when known; it is what
+        a taken step proves fits. Returns the alarm's message when this step fired it, else None.
+        """
+        self.steps += 1
+        self.scale = float(scale)
+        if skipped:
+            self.skipped += 1
+            if self.run_length == 0:
+                self.run_start = int(step)
+            self.run_length += 1
+        else:
+            self.run_length = 0
+            self.run_start = None
+            self.last_good_scale = float(scale_used if scale_used is not None else scale)
+        if self.fired_at is not None:
+            return None
+        low = self.scale < self.min_scale_warning
+        long_run = self.run_length >= self.consecutive_skip_warning
+        if not (low or long_run):
+            return None
+        self.fired_at = int(step)
+        msg = self._message(int(step), low, long_run)
+        self.messages.append(msg)
+        if self.warn:
+            warnings.warn(msg, LossScaleWarning, stacklevel=3)
+        return msg
+
+    def _message(self, step: int, low: bool, long_run: bool) -> str:
+        what = []
+        if long_run:
+            what.append(f"{self.run_length} steps in a row were skipped for inf/NaN gradients "
+                        f"(since step {self.run_start})")
+        if low:
+            what.append(f"the loss scale fell to {_fmt(self.scale)}, below {_fmt(self.min_scale_warning)}")
+        head = f"{self.source}: loss scale collapsed at step {step}: " + " and ".join(what)
+        head += "; every update since then was thrown away and training is not progressing."
+        fit = (f" The last step that was taken ran at scale {_fmt(self.last_good_scale)}: "
+               f"init_scale={_fmt(self.last_good_scale)} fits this model."
+               if self.last_good_scale is not None else
+               " No step has been taken yet: the gradients overflow at every scale tried, which points at "
+               "inf/NaN in the forward pass (not a scale problem).")
+        advice = self.advice or ("Use bf16 where the device supports it (no loss scaling needed), or find the "
+                                 "overflowing layer with `ampkit audit --mode fp16`.")
+        return head + fit + " " + advice
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def status(self) -> str:
+        if self.fired_at is None:
+            return "ok"
+        dead = (self.scale is not None and self.scale < self.min_scale_warning) \
+            or self.run_length >= self.consecutive_skip_warning
+        return "collapsed" if dead else "warning"
+
+    def report(self) -> dict[str, Any]:
+        """``{"status", "messages", "steps", "skipped", "consecutive_skipped", "scale", "fired_at"}``:
+        plain values (JSON-ready)."""
+        return {"status": self.status, "messages": list(self.messages), "steps": self.steps,
+                "skipped": self.skipped, "consecutive_skipped": self.run_length, "scale": self.scale,
+                "fired_at": self.fired_at}
+
+    # ------------------------------------------------------------------ resume
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "skipped": self.skipped, "run_start": self.run_start,
+                "run_length": self.run_length, "scale": self.scale, "last_good_scale": self.last_good_scale,
+                "fired_at": self.fired_at, "messages": list(self.messages)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._reset()
+        for key in ("steps", "skipped", "run_length"):
+            setattr(self, key, int(state.get(key, 0)))
+        for key in ("run_start", "fired_at"):
+            v = state.get(key)
+            setattr(self, key, None if v is None else int(v))
+        for key in ("scale", "last_good_scale"):
+            v = state.get(key)
+            setattr(self, key, None if v is None else float(v))
+        self.messages = [str(m) for m in state.get("messages", [])]
