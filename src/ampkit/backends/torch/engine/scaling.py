@@ -53,50 +53,61 @@ def _f32(x: float) -> float:
 
 @dataclass
 class _ScaleMirror:
-    """GradScaler's scale and growth tracker, mirrored on the host in float32 arithmetic.
+    """GradScaler's scale and growth tracker, mirrored on the host with the scaler's own arithmetic.
 
-    The update rule is that of ``torch._amp_update_scale_``: on inf/NaN multiply by
-    backoff_factor and reset the tracker; otherwise count a clean step and, every
-    growth_interval clean steps, multiply by growth_factor when the result is finite.
+    ``torch._amp_update_scale_`` (``aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp`` and
+    ``cuda/AmpKernels.cu``) takes the factors as C++ ``double``: it multiplies the float32 scale by
+    the factor in double precision and rounds the product to float32 when it stores it; on inf/NaN it
+    multiplies by backoff_factor and resets the tracker, otherwise it counts a clean step and, every
+    growth_interval clean steps, multiplies by growth_factor when the float32 result is finite.
+    A Python float is a double, so ``_f32(scale * factor)`` is that arithmetic bit for bit.
+
+    ``ShardedGradScaler`` on a CPU does not call the kernel but its Python fallback
+    (``_amp_update_scale_cpu_``): ``scale_tensor *= factor``, a float32 tensor times a Python scalar,
+    which torch computes in float32 (the factor rounded to float32 first) and lets grow to inf.
+    ``float32_factors=True`` mirrors that rule.
+
+    The factors are read from the scaler at every update (``update(found_inf, scaler)``), so
+    ``set_growth_factor()`` and friends and a loaded ``state_dict`` are followed too.
     """
 
     scale: float
-    growth_factor: float
-    backoff_factor: float
-    growth_interval: int
     tracker: int = 0
+    float32_factors: bool = False
     scale_min: float = field(init=False)
     scale_max: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.scale = _f32(self.scale)
-        self.growth_factor = _f32(self.growth_factor)
-        self.backoff_factor = _f32(self.backoff_factor)
         self.scale_min = self.scale_max = self.scale
 
-    def update(self, found_inf: bool) -> float:
+    def update(self, found_inf: bool, scaler) -> float:
         if found_inf:
-            self.scale = _f32(self.scale * self.backoff_factor)
+            backoff = scaler._backoff_factor
+            self.scale = _f32(self.scale * (_f32(backoff) if self.float32_factors else backoff))
             self.tracker = 0
             if self.scale < self.scale_min:
                 self.scale_min = self.scale
         else:
             self.tracker += 1
-            if self.tracker == self.growth_interval:
-                grown = _f32(self.scale * self.growth_factor)
-                if math.isfinite(grown):
-                    self.scale = grown
-                    if grown > self.scale_max:
-                        self.scale_max = grown
+            if self.tracker == scaler._growth_interval:
+                growth = scaler._growth_factor
+                if self.float32_factors:  # the Python fallback grows without a finiteness check
+                    grown = _f32(self.scale * _f32(growth))
+                else:
+                    grown = _f32(self.scale * growth)
+                    if not math.isfinite(grown):
+                        grown = self.scale
+                self.scale = grown
+                if grown > self.scale_max:
+                    self.scale_max = grown
                 self.tracker = 0
         return self.scale
 
     def load(self, sd: dict, scale_min: float, scale_max: float) -> None:
-        """Take the values of a GradScaler ``state_dict`` (and the engine's saved min/max)."""
+        """Take the values of a GradScaler ``state_dict`` (and the engine's saved min/max). The scaler
+        stores the scale with ``fill_`` into a float32 tensor: rounded to float32 here too."""
         self.scale = _f32(sd["scale"])
-        self.growth_factor = _f32(sd["growth_factor"])
-        self.backoff_factor = _f32(sd["backoff_factor"])
-        self.growth_interval = int(sd["growth_interval"])
         self.tracker = int(sd["_growth_tracker"])
         self.scale_min = float(scale_min)
         self.scale_max = float(scale_max)
@@ -186,11 +197,14 @@ class LossScaling:
         self._device_type = device_type
         self._kwargs = kwargs
         self.scaler = self._make_scaler()
-        self._mirror = _ScaleMirror(kwargs["init_scale"], kwargs["growth_factor"], kwargs["backoff_factor"],
-                                    kwargs["growth_interval"])
+        self._mirror = _ScaleMirror(kwargs["init_scale"], float32_factors=self._float32_factors())
 
     def _make_scaler(self):
         return torch.amp.GradScaler(self._device_type, **self._kwargs)
+
+    def _float32_factors(self) -> bool:
+        """Whether this scaler updates with float32 factors (see :class:`_ScaleMirror`): GradScaler never."""
+        return False
 
     def scales(self) -> tuple[float, float, float]:
         """(scale, lowest, highest) from the host mirror: no sync."""
@@ -235,7 +249,7 @@ class LossScaling:
         if device_found and not skipped:
             skipped = _any_inf(device_found)
         scaler.update()
-        return skipped, self._mirror.update(skipped)
+        return skipped, self._mirror.update(skipped, scaler)
 
     def get_scale(self) -> float:
         """The scaler's real current scale (reads the device tensor: a sync)."""
@@ -259,6 +273,7 @@ class LossScaling:
         state = self.scaler.state_dict()
         new = ShardedLossScaling(self._device_type, self._kwargs)
         new.scaler.load_state_dict(state)
+        self._mirror.float32_factors = new._float32_factors()
         new._mirror = self._mirror
         return new
 
@@ -272,6 +287,10 @@ class ShardedLossScaling(LossScaling):
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
         return ShardedGradScaler(self._device_type, **self._kwargs)
+
+    def _float32_factors(self) -> bool:
+        # on a CPU, ShardedGradScaler.update runs its Python fallback, _amp_update_scale_cpu_
+        return self._device_type == "cpu"
 
     def unscale(self, opt) -> dict | None:
         state = super().unscale(opt)
