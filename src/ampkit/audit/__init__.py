@@ -20,7 +20,7 @@ __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
 
 def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scale=None, steps=1, device="auto",
-          lr=None, seed=0) -> AuditReport:
+          lr=None, seed=0, what_if=False, formats=None) -> AuditReport:
     """Audit the numerics of ``mode`` layer by layer against an fp32 reference (PyTorch).
 
     The model runs twice per step on the same batch and weights -- an fp32 reference and the mode
@@ -41,6 +41,10 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         lr: the optimizer's learning rate between audited steps (default: the workload's).
         seed: step ``i`` runs both passes from seed ``seed + i`` (identical dropout masks).
+        what_if: run float32 steps only and predict, per format and module, whether fp16, bf16
+            and fp8 would work (``report.what_if``; ``mode`` is not used, ``loss_scale`` is the
+            fp16 scale the gradient shares are given at). See ``ampkit.audit.whatif``.
+        formats: the formats a what-if run predicts (default ``("fp16", "bf16", "fp8")``).
 
     Returns:
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
@@ -51,7 +55,10 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
     from .ops import LiveModel
 
     device = str(device) if hasattr(device, "type") else device  # a torch.device as its name
-    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=device, seed=seed)
+    from .config import WHAT_IF_FORMATS
+
+    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=device, seed=seed, what_if=what_if,
+                         formats=WHAT_IF_FORMATS if formats is None else formats)
     return audit_here(config, get_backend("torch"), LiveModel(model_or_workload, batch, loss_fn, lr))
 
 

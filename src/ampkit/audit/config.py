@@ -19,6 +19,26 @@ from ..precision import parse_mode
 #: the modes an audit compares against float32 (``auto`` resolves to one of them)
 AUDIT_MODES = ("fp16", "bf16")
 MAX_AUDIT_STEPS = 10_000
+#: the formats ``--what-if`` predicts (``--formats``, default all three)
+WHAT_IF_FORMATS = ("fp16", "bf16", "fp8")
+_FORMAT_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float8": "fp8"}
+
+
+def parse_formats(value) -> tuple[str, ...]:
+    """``"fp16,bf16"`` or a sequence of names -> canonical names in the given order, each once."""
+    items = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if items is None:
+        raise UsageError(f"--formats must be a comma-separated list of fp16, bf16, fp8; received {value!r}")
+    out = []
+    for item in items:
+        name = _FORMAT_ALIASES.get(str(item).strip().lower(), str(item).strip().lower())
+        if name not in WHAT_IF_FORMATS:
+            raise UsageError(f"--formats takes fp16, bf16 and fp8; received {item!r}")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise UsageError("--formats needs at least one of fp16, bf16, fp8")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -36,17 +56,22 @@ class AuditConfig:
     seq_len: int | None = None       # --seq-len of a built-in sequence workload
     image_size: int | None = None    # --image-size of a built-in image workload
     timeout: float | None = DEFAULT_TIMEOUT_S  # seconds the isolated audit may take (None: no limit)
+    what_if: bool = False            # --what-if: float32 steps only, predictions for ``formats``
+    formats: tuple[str, ...] = WHAT_IF_FORMATS  # --formats of a what-if run (canonical names, each once)
 
     def __post_init__(self) -> None:
         mode = parse_mode(self.mode)
         if mode not in (*AUDIT_MODES, "auto"):
             raise UsageError(f"--mode must be fp16, bf16 or auto for an audit; received {self.mode!r}")
         object.__setattr__(self, "mode", mode)  # the canonical name, once: nobody re-parses it
+        object.__setattr__(self, "formats", parse_formats(self.formats))
+        if not isinstance(self.what_if, bool):
+            raise UsageError(f"what_if must be True or False; received {self.what_if!r}")
         int_in(self.steps, "--steps", 1, MAX_AUDIT_STEPS)
         int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
         float_in(self.loss_scale, "--loss-scale", 0, MAX_LOSS_SCALE, lo_open=True)
-        if mode == "bf16" and self.loss_scale is not None and self.loss_scale != 1.0:
+        if mode == "bf16" and self.loss_scale is not None and self.loss_scale != 1.0 and not self.what_if:
             raise UsageError("bf16 trains without loss scaling; --loss-scale applies to fp16 only")
         float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
         from ..bench.sizes import check_flag_values, size_kwargs

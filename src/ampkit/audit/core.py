@@ -99,6 +99,8 @@ class Advice:
     init_arg: str                     # "init_scale" / "initial_scale"
     scale_code: Callable[[float], str] | None = None   # scale -> code making the scaler start there
     bf16_code: str | None = None                       # code that trains in bf16 instead
+    #: (names kept out of fp8, recipe or None) -> code training the rest in fp8 (what-if advice)
+    fp8_code: Callable[[list, str | None], str] | None = None
 
 
 def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,

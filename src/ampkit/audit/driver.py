@@ -51,7 +51,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     """The audit in this process: ``live``'s model when given, else the config's workload or model."""
     target = backend.target(config.device)
     auto_note = None
-    if config.mode == "auto":
+    if config.mode == "auto" and not config.what_if:
         mode, auto_note = audit_mode_for_auto(lambda: backend.resolve_auto(target))
         config = replace(config, mode=mode)  # checked again: auto's bf16 with a --loss-scale is refused
     if live is None and not config.model:
@@ -61,7 +61,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     try:
         session = backend.audit_session(config, target, live)
         try:
-            report = run_session(session, config)
+            report = run_whatif(session, config, backend.name) if config.what_if else run_session(session, config)
         finally:
             session.close()
     except UsageError:
@@ -71,7 +71,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             raise UsageError(f"{config.model} failed under audit: {type(exc).__name__}: {first}") from exc
         raise
-    if auto_note:
+    if auto_note and not config.what_if:
         report.resolved_from = "auto"
         report.note = "; ".join(n for n in (auto_note, report.note) if n)
     return report
@@ -117,3 +117,49 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs))
     report.note = "; ".join(notes) or None
     return report
+
+
+def run_whatif(session, config: AuditConfig, framework: str = "") -> AuditReport:
+    """``--what-if``: ``config.steps`` float32 steps of a session that observes (``session.observe``),
+    then the predictions per format (:mod:`.whatif`) with the framework's advice. A stop request
+    between steps ends the loop with what finished."""
+    from .whatif import FORMAT_OF, predict
+    from .whatif_advice import add_advice
+
+    if not callable(getattr(session, "observe", None)):
+        raise UsageError(f"--what-if is not available for --framework {framework or 'this framework'}: "
+                         "its audit session cannot observe float32 steps")
+    done = 0
+    for step in range(config.steps):
+        if stop_requested():
+            break
+        session.observe(step)
+        done += 1
+    mods = session.summaries() if done else []
+    default = float(session.initial_scale)
+    scale = float(config.loss_scale) if config.loss_scale is not None else default
+    advice = session.advice()
+    predictions = predict(mods, config.formats, scale, default)
+    add_advice(predictions, advice)
+    layers = [_layer(m, scale) for m in mods]
+    for lay in layers:
+        lay.finish(FORMAT_OF["fp16"])
+    report = AuditReport("fp32", scale, layers, None, [], session.device, config.steps, session.environment(),
+                         session.workload, interrupted=stop_requested(), steps_completed=done)
+    report.what_if = predictions
+    report.note = "; ".join(["what-if: float32 steps only; fp16, bf16 and fp8 predicted from them", *session.notes])
+    return report
+
+
+def _layer(m, scale: float):
+    """A what-if module as a report layer: float32 magnitudes, shares judged for fp16 at ``scale``."""
+    from .core import lost_below
+    from .report import LayerStats
+    from .whatif import FORMAT_OF
+
+    fmt = FORMAT_OF["fp16"]
+    lay = LayerStats(m.name, m.type, fwd_amax=m.fwd.amax, grad_amax=m.grad.amax, calls=m.calls, leaf=m.leaf)
+    lay.count_forward(m.fwd.nonzero, m.fwd.below(fmt.smallest_normal), m.fwd.below(lost_below(fmt)))
+    lay.count_grad(m.grad.nonzero, m.grad.below(fmt.smallest_normal, scale), m.grad.below(lost_below(fmt), scale))
+    lay.grad_headroom_log2 = fmt.headroom_log2(m.grad.amax * scale) if m.grad.amax else float("inf")
+    return lay

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..envelope import NUM, OPT_NUM, Enveloped, check, check_rows, envelope, known
+from ..envelope import NUM, OPT_NUM, DocumentError, Enveloped, check, check_rows, envelope, known
 from ..formats import FloatFormat
 
 #: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
@@ -120,6 +120,7 @@ class AuditReport(Enveloped):
     steps_completed: int | None = None  # audited steps that finished (None: all of them)
     initial_loss_scale: float | None = None  # fp16 without a fixed scale: where the scaler started...
     skipped_steps: int = 0                   # ...and the steps it skipped (halving) before loss_scale
+    what_if: dict | None = None              # --what-if: {format: prediction} (ampkit.audit.whatif)
 
     @property
     def failed(self) -> bool:
@@ -133,7 +134,8 @@ class AuditReport(Enveloped):
                         suggested_loss_scale=self.suggested_loss_scale, resolved_from=self.resolved_from,
                         note=self.note, interrupted=self.interrupted, steps_completed=self.completed,
                         initial_loss_scale=self.initial_loss_scale or self.loss_scale,
-                        skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error)
+                        skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error,
+                        **({"what_if": self.what_if} if self.what_if is not None else {}))
 
     @property
     def output_rel_error(self) -> float | None:
@@ -158,8 +160,13 @@ class AuditReport(Enveloped):
         findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9), f.get("code"))
                     for f in d["findings"]]
         env = d.get("environment")
+        what_if = d.get("what_if")
+        if what_if is not None and not (isinstance(what_if, dict) and all(
+                isinstance(p, dict) and isinstance(p.get("verdict"), str) for p in what_if.values())):
+            raise DocumentError("what_if must map each format to a prediction with a verdict")
         return cls(d["mode"], d["loss_scale"], layers, d["first_nonfinite"], findings, d.get("device", ""),
                    d.get("steps", 1), env if isinstance(env, dict) else {}, d.get("workload"),
                    d.get("reference_nonfinite", False), d.get("suggested_loss_scale"), d.get("resolved_from"),
                    d.get("note"), bool(d.get("interrupted", False)), d.get("steps_completed"),
-                   d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0)
+                   d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0,
+                   what_if)

@@ -232,7 +232,7 @@ class TorchAuditSession:
         kind = self.dev.type
         return Advice(torch_fp32_hint(self.model, kind), "GradScaler", "init_scale",
                       lambda s: f"scaler = torch.amp.GradScaler({kind!r}, init_scale={s:g})",
-                      f'mp = ampkit.MixedPrecision("bf16", device={kind!r})')
+                      f'mp = ampkit.MixedPrecision("bf16", device={kind!r})', torch_fp8_code)
 
     def environment(self) -> dict:
         return torch_environment(self.dev)
@@ -295,6 +295,17 @@ def module_expr(model: nn.Module, name: str, root: str = "model") -> str:
     return expr
 
 
+def torch_fp8_code(keep: list, recipe: str | None) -> str:
+    """Code converting a model to fp8 training with torchao's float8 (``recipe``: tensorwise or rowwise),
+    the modules in ``keep`` left out (in the mode the rest of training uses)."""
+    recipe = recipe or "tensorwise"
+    config = ("Float8LinearConfig()" if recipe == "tensorwise" else
+              f"Float8LinearConfig.from_recipe_name({recipe!r})")
+    skip = f"module_filter_fn=lambda mod, fqn: fqn not in {set(keep)!r}, " if keep else ""
+    return ("from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+            f"convert_to_float8_training(model, {skip}config={config})")
+
+
 def torch_fp32_hint(model: nn.Module, device_type: str):
     """Code that keeps one module of ``model`` in float32 under torch.autocast, run on the model
     object from outside (no edit of its source): its floating inputs cast to float32, autocast
@@ -330,14 +341,17 @@ class TorchAudit:
 
     def audit_session(self, config, target, live=None) -> TorchAuditSession:
         device = torch.device(target.device)
+        cls = TorchAuditSession
+        if config.what_if:  # float32 steps only (ampkit audit --what-if)
+            from .whatif import TorchWhatIfSession as cls
         if live is not None:
-            return TorchAuditSession(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
+            return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
         workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,
                                   seed=config.seed, seq_len=config.seq_len, image_size=config.image_size)
         bs, note = ((config.batch_size, None) if config.batch_size
                     else audit_batch_size(workload, config.workload, device))
         batch = workload.make_batch(bs, device, torch.Generator().manual_seed(config.seed))
-        return TorchAuditSession(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else ())
+        return cls(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else ())
 
 
 def _live_workload(live, device) -> tuple[Workload, Any]:

@@ -1,0 +1,89 @@
+"""What ``ampkit audit --what-if`` advises per format, in the framework's words (its
+:class:`~ampkit.audit.core.Advice`), from the predictions of :mod:`.whatif`."""
+
+from __future__ import annotations
+
+from .core import Advice
+
+_LIST = 4  # modules named in one sentence before "and N more"
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(n or "(model)" for n in names[:_LIST])
+    return shown + (f" and {len(names) - _LIST} more" if len(names) > _LIST else "")
+
+
+def _code(advice: Advice, names: list[str]) -> str | None:
+    return "\n".join(advice.fp32_hint(n) for n in names[:_LIST]) if names else None
+
+
+def fp16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
+    rng, flagged, default = p["loss_scale_range"], p["keep_in_fp32"], p["default_loss_scale"]
+    where = f"loss scales {rng[0]:g} to {rng[1]:g} keep every gradient finite and lose at most 1% of them" if rng else ""
+    if p["verdict"] == "safe":
+        return (f"fp16 is predicted safe: no module's float32 output exceeds 65504 and {advice.scaler}'s default "
+                f"{advice.init_arg}={default:g} lies in the working range ({where})"), None
+    if p["verdict"] == "safe_with_scale":
+        pick = rng[0] if default < rng[0] else rng[1]
+        return (f"fp16 works with a loss scale in [{rng[0]:g}, {rng[1]:g}] ({where}); the default {default:g} is "
+                + ("too small: gradients underflow" if default < rng[0] else
+                   f"too large: {advice.scaler} backs off from it, skipping steps")
+                + f"; start at {pick:g}"), advice.scale_code(pick) if advice.scale_code else None
+    first = p["first_overflow"]
+    if p["verdict"] == "keep_in_fp32":
+        return (f"fp16 needs {_names(flagged)} kept in float32"
+                + (f" ({first} is the first to overflow 65504)" if first else "")
+                + (f"; then {where}" if rng else "") + (" -- or train in bf16, which has float32's range"
+                                                        if advice.bf16_code else "")), _code(advice, flagged)
+    why = ("no loss scale keeps the gradients both finite and above fp16's underflow" if rng is None else
+           f"{len(flagged)} modules overflow or underflow")
+    return f"fp16 is predicted unsafe: {why}; train in bf16 instead", advice.bf16_code
+
+
+def bf16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
+    flagged = p["keep_in_fp32"]
+    if p["verdict"] == "safe":
+        return ("bf16 is predicted safe: float32's range (nothing overflows or underflows) and every module's "
+                "rounding noise is small against the spread of its output; no loss scaling needed"), advice.bf16_code
+    return (f"bf16 rounds away what matters in {_names(flagged)}: its rounding noise is over 1/16 of the "
+            "output's own spread in float32 (or the values underflow); keep " + ("it" if len(flagged) == 1 else "them")
+            + " in float32"), _code(advice, flagged)
+
+
+def fp8_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
+    if not p["eligible"]:
+        return "no matmul layer an fp8 recipe converts (Linear / Dense) ran: fp8 would change nothing", None
+    failing = [m for m in p["modules"] if m["reasons"]]
+    code = advice.fp8_code
+    if p["verdict"] == "safe":
+        return (f"fp8 (e4m3 forward, e5m2 gradients) with tensorwise scaling is predicted safe for all "
+                f"{p['eligible']} matmul layers"), code([], "tensorwise") if code else None
+    if p["verdict"] == "safe_with_scale":
+        return (f"tensorwise fp8 fails {_names([m['name'] for m in failing])}; rowwise scaling fixes "
+                + ("it" if len(failing) == 1 else "them") + " (predicted): use the rowwise recipe"), \
+            code([], "rowwise") if code else None
+    parts = []
+    for m in failing:
+        what = " and ".join(m["reasons"])
+        fixed = m["fixed_by"]
+        parts.append(f"{m['name']} ({what} loses too much: " + (f"fixed by {' or '.join(fixed)} scaling" if fixed else
+                                                               "no scaling fixes it") + ")")
+    keep = [m["name"] for m in failing if "rowwise" not in m["fixed_by"]]
+    finer = sorted({s for m in failing for s in m["fixed_by"] if s != "rowwise"})
+    text = (f"fp8 with tensorwise scaling fails {len(failing)} of {p['eligible']} matmul layers: " + "; ".join(parts[:_LIST])
+            + (f"; and {len(parts) - _LIST} more" if len(parts) > _LIST else "")
+            + f". Keep {_names(keep)} out of fp8 (in bf16 or float32)"
+            + (f"; {' or '.join(finer)} scaling (not a float8 recipe of this framework: MX-style blocks or "
+               "per-channel scales) would fix " + _names([m['name'] for m in failing if set(m['fixed_by']) & set(finer)])
+               if finer else ""))
+    return text, (code(keep, "rowwise" if any("rowwise" in m["fixed_by"] for m in failing) else "tensorwise")
+                  if code else _code(advice, keep))
+
+
+ADVISE = {"fp16": fp16_advice, "bf16": bf16_advice, "fp8": fp8_advice}
+
+
+def add_advice(predictions: dict, advice: Advice) -> None:
+    """Each format's prediction gains ``"advice"`` (words) and ``"code"`` (the fix as code, or None)."""
+    for fmt, p in predictions.items():
+        p["advice"], p["code"] = ADVISE[fmt](p, advice)

@@ -1,0 +1,117 @@
+"""``ampkit audit --what-if`` for PyTorch: float32 training steps with per-module summaries.
+
+Each step runs the model in float32 (TF32 off) on the audit's batch, as training runs (train mode,
+the same random numbers per step as the audit's reference), with hooks on every module: the
+forward output and the gradient w.r.t. it are summarized where they are produced
+(:mod:`.numerics.summary`), the input of every ``nn.Linear`` (what an fp8 recipe quantizes) too.
+A full backward follows and AdamW steps, so later steps see later weights. Summaries stay on the
+device until the step ends (one transfer); no tensor is copied or kept. The predictions are the
+neutral :mod:`ampkit.audit.whatif`'s.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn as nn
+
+from ...audit.whatif import ModuleSummary
+from .audit import DEFAULT_LOSS_SCALE, TorchAuditSession
+from .engine import MixedPrecision
+from .numerics.hooks import Recorder, float_tensors
+from .numerics.summary import parse, summarize
+
+#: module types an fp8 recipe converts (torchao's convert_to_float8_training: nn.Linear)
+FP8_TYPES = (nn.Linear,)
+
+
+class _Probe:
+    """Summaries of one step, on the device: one per distinct tensor (a container returning its last
+    child's output, or one gradient reaching several modules, is summarized once)."""
+
+    def __init__(self):
+        self.vecs: list[torch.Tensor] = []
+        self.records: list[tuple[str, str, int]] = []   # (module name, "fwd"|"grad"|"in", index in vecs)
+        self._seen: dict = {}
+
+    def add(self, name: str, part: str, t: torch.Tensor, fp8: str | None = None, basic: bool = True) -> None:
+        key = (id(t), t._version)
+        seen = self._seen.get(key)
+        if seen is None or seen[0]() is not t or (fp8 and seen[2] != fp8) or (basic and not seen[3]):
+            self.vecs.append(summarize(t, fp8, basic))
+            seen = self._seen[key] = (weakref.ref(t), len(self.vecs) - 1, fp8, basic)
+        self.records.append((name, part, seen[1]))
+
+    def host(self) -> list[tuple[str, str, list]]:
+        flat = torch.stack(self.vecs).tolist() if self.vecs else []
+        return [(name, part, flat[i]) for name, part, i in self.records]
+
+
+class TorchWhatIfSession(TorchAuditSession):
+    """A what-if session: the audit session's model, batch and state handling, float32 steps only."""
+
+    initial_scale = DEFAULT_LOSS_SCALE
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._mods: dict[str, ModuleSummary] = {}
+        self._order: list[str] = []
+        self.fp32 = MixedPrecision("fp32", self.dev)
+        self._fp8 = {name for name, m in self.model.named_modules() if isinstance(m, FP8_TYPES)}
+
+    def observe(self, step: int) -> None:
+        """One float32 training step, its forward outputs and output gradients summarized."""
+        from .audit import _same_randomness
+
+        probe = _Probe()
+        fp8 = self._fp8
+
+        def on_forward(key, tensors):
+            for t in tensors:
+                probe.add(key[0], "fwd", t)
+
+        def on_grad(key, kind, grad, tid):
+            if kind == "output":
+                probe.add(key[0], "grad", grad, "e5m2" if key[0] in fp8 else None)
+
+        def pre(name):
+            def hook(module, args):
+                if torch.is_grad_enabled():
+                    for t in float_tensors(args)[:1]:
+                        probe.add(name, "in", t, "e4m3", basic=False)
+            return hook
+
+        handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
+        try:
+            with _same_randomness(self.dev, self.seed + step):
+                with Recorder(self.model, on_forward, on_grad, grad_inputs=False, keep_grad_targets=False) as rec:
+                    with self.fp32.autocast():
+                        loss = self.workload_obj.loss(self.batch)
+                    loss.backward()
+        finally:
+            for h in handles:
+                h.remove()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        for name in dict.fromkeys(k[0] for k in rec.order):
+            if name not in self._mods:
+                self._order.append(name)
+                self._mods[name] = ModuleSummary(name, rec.types.get(name, "?"), leaf=rec.leaf.get(name, True))
+        for name, part, vec in probe.host():
+            mod = self._mods.get(name)
+            if mod is None:
+                continue
+            summary = parse(vec)
+            if part == "fwd":
+                mod.calls += 1
+                mod.fwd.merge(summary)
+            elif part == "grad":
+                mod.grad.merge(summary)
+            else:
+                if mod.fp8_input is None:
+                    mod.fp8_input = type(summary)()
+                mod.fp8_input.merge(summary)
+
+    def summaries(self) -> list[ModuleSummary]:
+        return [self._mods[n] for n in self._order]
