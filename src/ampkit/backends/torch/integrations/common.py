@@ -1,0 +1,107 @@
+"""What the HuggingFace and Lightning callbacks share: their arguments, the record and watch they
+make, the parameter-dtype check, and whether a scaler's gradients are still scaled."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ....errors import UsageError
+from ....integrations.record import DEFAULT_K, TrainRecord
+from .watch import TorchWatch
+
+
+class CallbackCore:
+    """The state of one callback: arguments checked at construction, record and watch per fit."""
+
+    def __init__(self, json_path=None, *, k: int = DEFAULT_K, read_every: int | None = None,
+                 min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10) -> None:
+        if json_path is not None and not isinstance(json_path, (str, os.PathLike)):
+            raise UsageError(f"AmpkitCallback: json_path must be a file path (str), received {json_path!r}")
+        if json_path is not None and os.path.isdir(json_path):
+            raise UsageError(f"AmpkitCallback: json_path {os.fspath(json_path)!r} is a directory; name a .json file in it")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise UsageError(f"AmpkitCallback: k (steps kept before a failure) must be an int >= 1, received {k!r}")
+        if read_every is not None and (isinstance(read_every, bool) or not isinstance(read_every, int) or read_every < 1):
+            raise UsageError(f"AmpkitCallback: read_every must be an int >= 1 or None, received {read_every!r}")
+        try:  # the alarm's own checks, made now (one line) rather than when training starts
+            from ....health import LossScaleHealth
+            LossScaleHealth(min_scale_warning=min_scale_warning, consecutive_skip_warning=consecutive_skip_warning)
+        except ValueError as exc:
+            raise UsageError(f"AmpkitCallback: {exc}")
+        self.json_path = None if json_path is None else os.fspath(json_path)
+        self.k, self.read_every = k, read_every
+        self.min_scale_warning, self.consecutive_skip_warning = min_scale_warning, consecutive_skip_warning
+        self.record: TrainRecord | None = None
+        self.watch: TorchWatch | None = None
+        self.checked = False
+
+    def start(self, model: torch.nn.Module, *, source: str, trainer: str, fallback_dir: str | None) -> None:
+        from ..environment import torch_environment
+
+        self.record = TrainRecord(source=source, trainer=trainer, k=self.k, json_path=self.json_path,
+                                  fallback_dir=fallback_dir, min_scale_warning=self.min_scale_warning,
+                                  consecutive_skip_warning=self.consecutive_skip_warning,
+                                  workload=type(model).__name__)
+        self.watch = TorchWatch(self.record, k=self.k, read_every=self.read_every)
+        self.watch.attach(model)
+        self.record.device = str(self.watch.device)
+        self.record.environment = torch_environment(self.watch.device)
+        self.checked = False
+
+    def check_precision(self, scaler, *, declared: str, setting: str, why: dict[str, str]) -> None:
+        """Once, at the first optimizer step: what the first forward ran against what was declared;
+        ``why``: per mode that runs instead, the reason to append."""
+        if self.checked or self.watch is None or self.watch.autocast is None:
+            return
+        self.checked = True
+        mode, scaling = self.watch.observed_mode(scaler)
+        self.record.precision(declared=declared, setting=setting, mode=mode, scaler=scaling, why=why.get(mode, ""))
+        if mode != "fp32":
+            self.record.contract(param_findings(self.watch.model, mode))
+
+    def finish(self, schedulers=()) -> str:
+        from .watch import scheduler_counters
+
+        self.watch.flush()
+        self.record.finish(scheduler_counters(schedulers))
+        self.watch.detach()
+        if self.json_path:
+            self.record.write(self.json_path)
+        return self.record.summary_line()
+
+
+def param_findings(model: torch.nn.Module, mode: str) -> list[dict]:
+    """Mixed precision keeps float32 master weights: each module whose own trainable parameters are
+    not float32 is one finding (``{"where", "expected", "actual", "advice"}``). The engine's
+    ``verify_torch`` (issue #22) is used when it is there."""
+    try:
+        from ..engine.contract import verify_torch  # type: ignore[import-not-found]
+    except ImportError:
+        verify_torch = None
+    if verify_torch is not None:
+        try:
+            return [f for f in verify_torch(model) if "autocast" not in str(f.get("where", ""))]
+        except Exception:   # a signature of another shape: fall back to the small check below
+            pass
+    out = []
+    for name, m in model.named_modules():
+        bad = sorted({str(p.dtype).replace("torch.", "") for p in m.parameters(recurse=False)
+                      if p.requires_grad and p.dtype != torch.float32})
+        if bad:
+            out.append({"where": name or "(model)", "expected": "float32 parameters (master weights)",
+                        "actual": ", ".join(bad),
+                        "advice": f"{mode} mixed precision keeps parameters in float32 and computes in {mode} under "
+                                  f"autocast; a module cast with .half()/.to(dtype) loses the master weights"})
+    return out
+
+
+def grad_scale_pending(scaler, optimizer) -> torch.Tensor | None:
+    """The scale still in the gradients at this point (None when the scaler unscaled them already)."""
+    if scaler is None or not getattr(scaler, "is_enabled", lambda: False)() or getattr(scaler, "_scale", None) is None:
+        return None
+    inner = getattr(optimizer, "optimizer", optimizer)
+    state = getattr(scaler, "_per_optimizer_states", {}).get(id(inner))
+    stage = getattr(state, "get", lambda *_: None)("stage")
+    return None if stage is not None and getattr(stage, "name", "") == "UNSCALED" else scaler._scale

@@ -1,0 +1,167 @@
+"""``AmpkitCallback`` for Lightning (public name: ``ampkit.integrations.lightning``): the ``Trainer``'s
+callback, and the same object for Fabric (``Fabric(callbacks=[cb])``).
+
+The trainer's one scaler is its precision plugin's ``scaler`` (a real GradScaler with
+``precision="16-mixed"`` on a GPU, or the ``MixedPrecision("16-mixed", "cpu")`` plugin; None in bf16).
+Trainer: ``on_before_optimizer_step`` (gradients unscaled already, scheduler not yet stepped) reads
+the gradient norms and the scale used; ``on_train_batch_end`` the scale after the update.
+Fabric: ``fabric.setup(...)`` calls ``on_after_setup`` (the model is hooked), each
+``optimizer.step()`` calls ``on_after_optimizer_step``; schedulers are named with
+``cb.watch_schedulers(...)`` and the end of training is ``fabric.call("on_train_end")``.
+
+What the user declared: Lightning replaces ``precision="16-mixed"`` by ``"bf16-mixed"`` on a CPU and
+keeps no trace of the original, so importing this module wraps the connectors' precision
+choice to note the flag as given (``_ampkit_declared``); it changes nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import lightning
+from lightning.pytorch.callbacks import Callback
+
+from ....integrations.record import DEFAULT_K
+from .common import CallbackCore, grad_scale_pending
+from .watch import scheduler_counters
+
+__all__ = ["AmpkitCallback"]
+
+log = logging.getLogger("ampkit.integrations.lightning")
+_MODE_OF_FLAG = {"16-mixed": "fp16", "bf16-mixed": "bf16", "16-true": "fp16", "bf16-true": "bf16",
+                 "32-true": "fp32", "32": "fp32", "16": "fp16", "bf16": "bf16"}
+
+
+def _note_declared(cls, attr: str) -> None:
+    """Wrap ``cls._check_and_init_precision`` to keep the precision flag as the user gave it."""
+    orig = getattr(cls, "_check_and_init_precision", None)
+    if orig is None or getattr(orig, "_ampkit", False):
+        return
+
+    @functools.wraps(orig)
+    def wrapped(self, *a, **kw):
+        self._ampkit_declared = str(getattr(self, attr, "") or "")
+        return orig(self, *a, **kw)
+
+    wrapped._ampkit = True
+    cls._check_and_init_precision = wrapped
+
+
+try:
+    from lightning.fabric.connector import _Connector
+    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+    _note_declared(_AcceleratorConnector, "_precision_flag")
+    _note_declared(_Connector, "_precision_input")
+except ImportError:  # another Lightning layout: the check falls back to the precision that runs
+    pass
+
+
+class AmpkitCallback(Callback):
+    """Watches a Lightning run: skip ledger, loss-scale health, LR scheduler on skipped steps, a
+    pre-failure ring buffer written as an ``audit`` document on the first inf/NaN, and the declared
+    precision against what runs. Arguments as in ``ampkit.integrations.transformers.AmpkitCallback``
+    (``json_path=``, ``k=8``, ``read_every``, ``min_scale_warning``, ``consecutive_skip_warning``)."""
+
+    def __init__(self, json_path=None, *, k: int = DEFAULT_K, read_every: int | None = None,
+                 min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10) -> None:
+        self.core = CallbackCore(json_path, k=k, read_every=read_every, min_scale_warning=min_scale_warning,
+                                 consecutive_skip_warning=consecutive_skip_warning)
+        self.summary: dict | None = None
+        self._stepped = False
+        self._scaler = None
+        self._schedulers: list = []
+        self._declared = ("32-true", "")
+
+    @property
+    def record(self):
+        return self.core.record
+
+    @property
+    def ledger(self) -> dict | None:
+        return self.core.record.ledger() if self.core.record else None
+
+    # ------------------------------------------------------------------ Trainer
+    def on_fit_start(self, trainer, pl_module):
+        self._start(pl_module, "Trainer", trainer.default_root_dir, trainer.precision_plugin,
+                    getattr(trainer, "_accelerator_connector", None))
+        if self.core.read_every is None and self.core.watch.device.type != "cpu":
+            self.core.watch.read_every = max(1, min(32, int(trainer.log_every_n_steps or 32)))
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        if self.core.watch is not None:
+            self.core.watch.set_loss(loss)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        if self.core.watch is None:
+            return
+        scheds = [c.scheduler for c in trainer.lr_scheduler_configs]
+        self.core.watch.grads(self._scaler, scheds, grad_scale=grad_scale_pending(self._scaler, optimizer))
+        self._check()
+        self._stepped = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.core.watch is not None and self._stepped:
+            self._stepped = False
+            self.core.watch.end_step(self._scaler)
+
+    def on_train_end(self, trainer, pl_module):
+        self._end([c.scheduler for c in trainer.lr_scheduler_configs])
+        if trainer.logger is not None and self.summary:
+            s = self.summary
+            trainer.logger.log_metrics({k: float(s[k]) for k in ("steps", "skipped", "scale_min", "scale_max",
+                                                                   "scale_final") if s[k] is not None},
+                                       step=trainer.global_step)
+
+    def on_exception(self, trainer, pl_module, exception):
+        if self.core.watch is not None:
+            self._end([c.scheduler for c in trainer.lr_scheduler_configs])
+
+    # ------------------------------------------------------------------ Fabric
+    def on_after_setup(self, fabric, module):
+        """Fabric calls this from ``fabric.setup(model, optimizer)``."""
+        self._start(getattr(module, "_original_module", module), "Fabric", None, fabric.strategy.precision,
+                    getattr(fabric, "_connector", None))
+
+    def watch_schedulers(self, *schedulers) -> AmpkitCallback:
+        """Fabric: the LR schedulers that your loop steps (the Trainer's are found by themselves)."""
+        self._schedulers = list(schedulers)
+        return self
+
+    def on_after_optimizer_step(self, strategy=None, optimizer=None):
+        """Fabric calls this after each ``optimizer.step()`` (the scaler has stepped and updated)."""
+        if self.core.watch is None:
+            return
+        self.core.watch.grads(None, self._schedulers)
+        self._check()
+        self.core.watch.end_step(self._scaler)
+
+    # ------------------------------------------------------------------ shared
+    def _start(self, module, kind: str, out_dir, plugin, connector) -> None:
+        self._scaler = getattr(plugin, "scaler", None)
+        runs = str(getattr(plugin, "precision", "32-true"))
+        declared = getattr(connector, "_ampkit_declared", "") or runs
+        if getattr(connector, "_precision_plugin_flag", None) is plugin:   # a plugin given: it is the declaration
+            declared = runs
+        self._declared = (declared, runs)
+        self.core.start(module, source=f"AmpkitCallback (Lightning {kind})", trainer=f"lightning {lightning.__version__}",
+                        fallback_dir=out_dir)
+        self.core.watch.prev_scale_from(self._scaler)
+        self.summary, self._stepped = None, False
+
+    def _check(self) -> None:
+        declared, runs = self._declared
+        self.core.check_precision(self._scaler, declared=_MODE_OF_FLAG.get(declared, declared),
+                                  setting=f"precision={declared!r}", why={
+            "bf16": (f" (lightning {lightning.__version__} replaces precision={declared!r} by {runs!r} on a CPU)"
+                     if declared != runs else ""),
+            "fp32": "",
+        })
+
+    def _end(self, schedulers) -> None:
+        if self.core.watch is None:
+            return
+        line = self.core.finish(list(schedulers) + [s for s in self._schedulers if s not in schedulers])
+        log.warning(line) if self.core.record.warnings else log.info(line)
+        self.summary = self.core.record.summary()
+        self.core.watch = None

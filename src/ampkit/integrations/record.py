@@ -1,0 +1,291 @@
+"""What a trainer callback keeps, framework-neutral: the skip ledger, the pre-failure ring buffer,
+the scheduler check and the documents it writes.
+
+It is fed plain host values, one :class:`StepRow` per optimizer step, by the framework side (the
+torch watch of the HuggingFace and Lightning callbacks, the Keras callback), at syncs that already
+happen; it never touches a device. On the first step with a non-finite loss, module output or
+gradient it names the first module and phase that went non-finite and writes an ``audit``
+document (``ampkit report`` reads it) holding the last K steps; at the end of training it writes
+the summary into the same document.
+
+Under a loss scaler, a step whose forward pass and loss are finite but whose scaled gradients
+overflow is the scaler's business (it skips the step and backs the scale off): it goes into the
+ledger and the health alarm, not into a failure document. Without a scaler every non-finite
+gradient is applied to the weights, so it is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import warnings
+from collections import deque
+from dataclasses import dataclass
+
+from ..envelope import envelope
+from ..formats import FORMATS
+from ..health import LossScaleHealth
+
+__all__ = ["StepRow", "TrainRecord", "SchedulerStepWarning", "DEFAULT_K"]
+
+DEFAULT_K = 8
+log = logging.getLogger("ampkit.integrations")
+
+
+class SchedulerStepWarning(UserWarning):
+    """An LR scheduler advanced on an optimizer step that the loss scaler skipped."""
+
+
+@dataclass
+class StepRow:
+    """One optimizer step as the host sees it. ``fwd``: each watched module's forward amax (None:
+    it did not run); ``grad``: each parameter-holding module's gradient norm; ``scale_used``/``scale``:
+    the loss scale the step ran with and after the scaler's update (None without a scaler);
+    ``sched``: each scheduler's step counter before this step."""
+
+    step: int
+    loss: float | None
+    fwd: list
+    grad: list
+    scale_used: float | None = None
+    scale: float | None = None
+    skipped: bool = False
+    sched: tuple = ()
+
+
+def _bad(v) -> bool:
+    return v is not None and not math.isfinite(v)
+
+
+def _num(v):
+    """A value for the ring buffer's JSON: finite floats as they are, inf/NaN as strings."""
+    if v is None or math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _fmt(x) -> str:
+    return "—" if x is None else f"{x:.6g}"
+
+
+class TrainRecord:
+    """One training run's ledger, ring buffer, alarms and documents.
+
+    Args:
+        source: who speaks ("AmpkitCallback (transformers Trainer)").
+        trainer: the trainer's package and version ("transformers 5.24.0"), named in warnings.
+        k: how many steps the ring buffer keeps before a failure.
+        json_path: where the document goes (the first failure, then the summary); None: the first
+            failure goes to ``fallback_dir``/ampkit_first_failure.json and no summary file is written.
+    """
+
+    def __init__(self, *, source: str, trainer: str, k: int = DEFAULT_K, json_path: str | None = None,
+                 fallback_dir: str | None = None, min_scale_warning: float = 1.0,
+                 consecutive_skip_warning: int = 10, workload: str | None = None) -> None:
+        self.source, self.trainer, self.k = source, trainer, int(k)
+        self.json_path, self.fallback_dir, self.workload = json_path, fallback_dir, workload
+        self.health = LossScaleHealth(min_scale_warning=min_scale_warning,
+                                      consecutive_skip_warning=consecutive_skip_warning, source=source,
+                                      advice=("Use bf16 where the device supports it (no loss scaling needed), "
+                                              "or find the overflowing module with `ampkit audit --mode fp16`."))
+        self.fwd_modules: list[tuple[str, str]] = []   # (name, type) in execution order
+        self.grad_modules: list[str] = []              # modules holding parameters, in execution order
+        self.ring: deque[StepRow] = deque(maxlen=self.k)
+        self.steps = 0
+        self.skipped: list[int] = []
+        self.scales: list[float] = []                  # the scale after each step (scaler runs)
+        self.initial_scale: float | None = None
+        self.warnings: list[str] = []
+        self.findings: list[dict] = []
+        self.first: dict | None = None
+        self.failure_rows: list[StepRow] = []
+        self.failure_path: str | None = None
+        self.mode = "fp32"                             # what runs: fp32, bf16, fp16
+        self.declared: str | None = None
+        self.scaler = False
+        self.environment: dict = {}
+        self.device = "cpu"
+        self._prev: StepRow | None = None
+        self._sched_fired = False
+        self.sched_advanced_on_skip: list[int] = []
+
+    # ------------------------------------------------------------------ set-up
+    def set_modules(self, fwd: list[tuple[str, str]], grad: list[str]) -> None:
+        self.fwd_modules, self.grad_modules = list(fwd), list(grad)
+
+    def precision(self, *, declared: str, setting: str, mode: str, scaler: bool, why: str = "") -> str | None:
+        """Record what runs; returns (and logs, once) the one line that says so when it is not what
+        ``setting`` declared (``declared`` is that setting's mode: fp16, bf16, fp32)."""
+        self.declared, self.mode, self.scaler = declared, mode, scaler
+        runs = {"fp32": "float32 (no autocast, no GradScaler)", "bf16": "bf16 autocast (bfloat16, no loss scaling)",
+                "fp16": "fp16 autocast with a GradScaler" if scaler else "fp16 autocast WITHOUT loss scaling"}[mode]
+        if declared == mode and (mode != "fp16" or scaler):
+            return None
+        line = f"{self.source}: {setting} declares {declared}, but this run trains in {runs}{why}."
+        self.warn_line(line)
+        self.findings.append({"layer": "", "kind": "contract", "severity": "warning", "advice": line, "code": None})
+        return line
+
+    def warn_line(self, line: str) -> None:
+        if line not in self.warnings:
+            self.warnings.append(line)
+            log.warning(line)
+
+    def contract(self, findings: list[dict]) -> None:
+        """Per-parameter dtype findings (``{"where", "expected", "actual", "advice"}``) as contract findings."""
+        for f in findings:
+            self.findings.append({"layer": str(f.get("where", "")), "kind": "contract", "severity": "warning",
+                                  "advice": f"expected {f.get('expected')}, found {f.get('actual')}: {f.get('advice', '')}",
+                                  "code": None})
+
+    # ------------------------------------------------------------------ feeding
+    def add(self, row: StepRow) -> bool:
+        """One step, in order. True when it is the run's first failure (its document is written)."""
+        self.steps += 1
+        if row.scale is not None:
+            if self.initial_scale is None:
+                self.initial_scale = row.scale_used if row.scale_used is not None else row.scale
+            self.scales.append(row.scale)
+            msg = self.health.observe(row.step, row.scale, row.skipped, scale_used=row.scale_used)
+            if msg:
+                self.warnings.append(msg)
+        if row.skipped:
+            self.skipped.append(row.step)
+        self._check_scheduler(row)
+        self._prev = row
+        self.ring.append(row)
+        if self.first is None and self._failed(row):
+            self._failure(row)
+            return True
+        return False
+
+    def finish(self, sched_now: tuple = ()) -> None:
+        """The end of training: the last step's scheduler counters are compared with ``sched_now``."""
+        if self._prev is not None and sched_now:
+            self._check_scheduler(StepRow(self._prev.step + 1, None, [], [], sched=tuple(sched_now)))
+
+    def _check_scheduler(self, row: StepRow) -> None:
+        prev = self._prev
+        if prev is None or not prev.skipped or not prev.sched or len(prev.sched) != len(row.sched):
+            return
+        if any(b > a for a, b in zip(prev.sched, row.sched)):
+            self.sched_advanced_on_skip.append(prev.step)
+            if not self._sched_fired:
+                self._sched_fired = True
+                msg = (f"{self.source}: the LR scheduler advanced on step {prev.step}, which the loss scaler skipped "
+                       f"for inf/NaN gradients ({self.trainer} steps its schedulers after every batch, skipped or "
+                       f"not): the learning rate now runs ahead of the optimizer's real steps. Step the scheduler "
+                       f"only after a step that was taken (pytorch #44511, Lightning #18828).")
+                self.warnings.append(msg)
+                warnings.warn(msg, SchedulerStepWarning, stacklevel=2)
+
+    def _failed(self, row: StepRow) -> bool:
+        fwd_bad = any(_bad(v) for v in row.fwd) or _bad(row.loss)
+        grad_bad = any(_bad(v) for v in row.grad)
+        return fwd_bad or (grad_bad and not self.scaler)
+
+    def _origin(self, row: StepRow) -> dict:
+        for (name, _t), v in zip(self.fwd_modules, row.fwd):
+            if _bad(v):
+                return {"name": name, "phase": "forward", "step": row.step}
+        if _bad(row.loss):
+            return {"name": "(loss)", "phase": "loss", "step": row.step}
+        bad = [name for name, v in zip(self.grad_modules, row.grad) if _bad(v)]
+        # backward runs in reverse: the module latest in the forward order is where it began
+        return {"name": bad[-1] if bad else "", "phase": "backward", "step": row.step}
+
+    def _failure(self, row: StepRow) -> None:
+        self.first = self._origin(row)
+        self.failure_rows = list(self.ring)
+        name, phase = self.first["name"], self.first["phase"]
+        history = ", ".join(_fmt(r.fwd[i]) if phase == "forward" else _fmt(r.grad[j]) if phase == "backward"
+                            else _fmt(r.loss) for r in self.failure_rows
+                            for i in [self._index(self.fwd_modules, name)] for j in [self._grad_index(name)])
+        what = {"forward": "output amax", "backward": "gradient norm", "loss": "loss"}[phase]
+        advice = (f"first inf/NaN at step {row.step} in the {phase} of {name or '(model)'} ({self.mode}"
+                  f"{', loss scale ' + _fmt(row.scale_used) if row.scale_used is not None else ''}); its {what} over "
+                  f"the last {len(self.failure_rows)} step(s): {history}. Keep this module in float32, or find the "
+                  f"cause with `ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
+        self.findings.insert(0, {"layer": name, "kind": "nonfinite", "severity": "error", "advice": advice,
+                                 "code": None})
+        line = f"{self.source}: {advice}"
+        self.warnings.append(line)
+        log.warning(line)
+        self.failure_path = self.json_path or os.path.join(self.fallback_dir or ".", "ampkit_first_failure.json")
+        self.write(self.failure_path)
+        log.warning("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
+                    len(self.failure_rows), self.failure_path, self.failure_path)
+
+    @staticmethod
+    def _index(mods, name):
+        return next((i for i, (n, _t) in enumerate(mods) if n == name), 0)
+
+    def _grad_index(self, name):
+        return self.grad_modules.index(name) if name in self.grad_modules else 0
+
+    # ------------------------------------------------------------------ reading
+    def summary(self) -> dict:
+        sc = self.scales
+        return {"steps": self.steps, "skipped": len(self.skipped), "skipped_steps": list(self.skipped),
+                "scale_min": min(sc) if sc else None, "scale_max": max(sc) if sc else None,
+                "scale_final": sc[-1] if sc else None, "initial_scale": self.initial_scale,
+                "health": self.health.report()["status"] if sc else None,
+                "scheduler_advanced_on_skipped": list(self.sched_advanced_on_skip),
+                "first_nonfinite": self.first, "warnings": list(self.warnings)}
+
+    def summary_line(self) -> str:
+        s = self.summary()
+        scale = (f"; loss scale min {_fmt(s['scale_min'])}, max {_fmt(s['scale_max'])}, final {_fmt(s['scale_final'])}"
+                 if s["scale_final"] is not None else "; no loss scaler")
+        first = (f"; first inf/NaN: {self.first['name']} ({self.first['phase']}) at step {self.first['step']}"
+                 if self.first else "")
+        return (f"{self.source}: {s['steps']} steps in {self.mode}, {s['skipped']} skipped"
+                f"{' ' + str(s['skipped_steps']) if s['skipped'] else ''}{scale}{first}; "
+                f"{len(self.warnings)} warning(s)")
+
+    def ledger(self) -> dict:
+        return {"steps": self.steps, "skipped_steps": list(self.skipped), "scales": list(self.scales),
+                "initial_scale": self.initial_scale}
+
+    def _layers(self, row: StepRow | None) -> list[dict]:
+        fmt = FORMATS.get(self.mode, FORMATS["fp32"])
+        grads = dict(zip(self.grad_modules, row.grad)) if row else {}
+        out = []
+        for i, (name, typ) in enumerate(self.fwd_modules):
+            amax = row.fwd[i] if row and i < len(row.fwd) else None
+            g = grads.get(name)
+            out.append({"name": name, "type": typ, "fwd_amax": amax,
+                        "fwd_headroom_log2": fmt.headroom_log2(amax) if amax is not None else math.inf,
+                        "fwd_underflow_frac": None, "fwd_nonfinite": int(_bad(amax)), "grad_amax": None,
+                        "grad_norm": g, "grad_underflow_frac": None, "grad_nonfinite": int(_bad(g)),
+                        "calls": int(amax is not None), "leaf": True})
+        return out
+
+    def document(self) -> dict:
+        rows = self.failure_rows if self.first else list(self.ring)
+        row = rows[-1] if rows else None
+        scale = row.scale_used if row is not None and row.scale_used is not None else 1.0
+        ring = {"steps": [r.step for r in rows], "loss": [_num(r.loss) for r in rows],
+                "scale": [r.scale_used for r in rows], "skipped": [r.skipped for r in rows],
+                "fwd_amax": {n: [_num(r.fwd[i]) if i < len(r.fwd) else None for r in rows]
+                             for i, (n, _t) in enumerate(self.fwd_modules)},
+                "grad_norm": {n: [_num(r.grad[j]) if j < len(r.grad) else None for r in rows]
+                              for j, n in enumerate(self.grad_modules)}}
+        note = self.summary_line() + (f" (declared: {self.declared})" if self.declared and self.declared != self.mode else "")
+        return envelope("audit", self.environment, framework="torch" if "keras" not in self.trainer.lower() else "tensorflow",
+                        workload=self.workload, device=self.device, mode=self.mode, loss_scale=float(scale),
+                        steps=self.steps, layers=self._layers(row), first_nonfinite=self.first,
+                        findings=list(self.findings), note=note, source=self.source, trainer=self.trainer,
+                        ring_buffer=ring, ledger=self.ledger(), summary=self.summary(),
+                        initial_loss_scale=self.initial_scale or float(scale), skipped_steps=len(self.skipped))
+
+    def write(self, path: str) -> str:
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.document(), fh, indent=1, default=str)
+        os.replace(tmp, path)
+        return path
