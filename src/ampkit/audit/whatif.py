@@ -153,8 +153,9 @@ def fp8_ok(stats: dict | None, kind: str) -> bool:
 
 
 # ------------------------------------------------------------------ the predictions
-def _r(x, nd=6):
-    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else round(float(x), nd)
+def _r(x, digits=6):
+    """A JSON number of ``digits`` significant digits (None for inf/NaN: JSON has neither)."""
+    return None if x is None or not math.isfinite(x) else float(f"{float(x):.{digits}g}")
 
 
 def lost_share_at(mods: list[ModuleSummary], fmt: FloatFormat, scale: float) -> float:
@@ -206,7 +207,7 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
         first_g = next((m for m in reversed(leaves) if m.grad.amax >= inf_at), None)
         first, first_phase = (first_g.name, "backward") if first_g else (None, None)
     rng = [lo, hi] if lo is not None and hi is not None else None
-    by_scale = {f"{2.0**k:g}": _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}
+    by_scale = {str(2**k): _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}
     if rng is None or len(flagged) > max(3, len(leaves) // 2):
         verdict = "unsafe"
     elif flagged:

@@ -13,11 +13,17 @@ def add_arguments(p) -> None:
     p.add_argument("--num-classes", type=int, default=None, metavar="N",
                    help="classes for a bare model (default: what a Keras model's output declares, else 10)")
     add_sizes(p)
-    p.add_argument("--mode", default="fp16", metavar="fp16|bf16|auto",
+    p.add_argument("--mode", default=None, metavar="fp16|bf16|auto",
                    help="the mode to audit (default fp16); auto: auto's choice when it is fp16 or bf16, else bf16")
-    p.add_argument("--steps", type=int, default=1, metavar="N", help="training steps to audit (default 1)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="training steps to audit (default 1; 3 with --what-if)")
     p.add_argument("--loss-scale", type=float, default=None, metavar="S",
                    help="fixed loss scale to audit at (default: the engine's initial scale, 65536 for fp16)")
+    p.add_argument("--what-if", action="store_true",
+                   help="run float32 only and predict, per module, whether fp16, bf16 and fp8 would work "
+                        "(verdicts, the fp16 loss-scale range, the first module to overflow, fp8 scalings)")
+    p.add_argument("--formats", default=None, metavar="fp16,bf16,fp8",
+                   help="the formats --what-if predicts (default: all three)")
     p.add_argument("--batch-size", type=int, default=None, metavar="N", help="batch size (default: the workload's)")
     add_run_flags(p)
     add_timeout(p, "the audit")
@@ -35,11 +41,20 @@ def run(args) -> int:
     from . import validate as v
     from .finish import finish
 
+    from ..audit.config import WHAT_IF_FORMATS
+    from ..errors import UsageError
+
     framework = parse_framework(args.framework)
+    if args.formats is not None and not args.what_if:
+        raise UsageError("--formats applies to --what-if only")
+    if args.what_if and args.mode is not None:
+        raise UsageError("--what-if runs float32 only and predicts every format; --mode does not apply (use --formats)")
+    steps = args.steps if args.steps is not None else (3 if args.what_if else 1)
     cfg = AuditConfig(workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
-                      num_classes=args.num_classes, mode=args.mode, steps=args.steps, loss_scale=args.loss_scale,
+                      num_classes=args.num_classes, mode=args.mode or "fp16", steps=steps, loss_scale=args.loss_scale,
                       batch_size=args.batch_size, device=args.device, seq_len=args.seq_len,
-                      image_size=args.image_size, timeout=args.timeout)
+                      image_size=args.image_size, timeout=args.timeout, what_if=args.what_if,
+                      formats=args.formats if args.formats is not None else WHAT_IF_FORMATS)
     v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     backend = get_backend(framework)  # a missing framework: one line here, not from the child

@@ -31,7 +31,45 @@ def _steps(report) -> str:
     return f"{report.steps} step(s)"
 
 
+_VERDICT_STYLE = {"safe": "green", "safe_with_scale": "cyan", "keep_in_fp32": "yellow", "unsafe": "bold red"}
+
+
+def render_whatif(report, con) -> None:
+    """``--what-if``: one row per format (verdict, first overflow, fp16's loss-scale range, the modules
+    to keep out), then each format's advice and code."""
+    title = (f"ampkit audit --what-if — {report.workload or 'model'} ({report.framework}) on {report.device}  ·  "
+             f"float32, {_steps(report)}  ·  {len(report.layers)} modules  ·  fp16 shares at loss scale "
+             f"{report.loss_scale:g}")
+    table = Table(title=title, title_justify="left")
+    for c in ("format", "verdict", "first overflow", "loss-scale range", "modules to keep out"):
+        table.add_column(c, overflow="fold")
+    for name, p in report.what_if.items():
+        rng = p.get("loss_scale_range")
+        keep = p.get("keep_in_fp32") or []
+        table.add_row(name, f"[{_VERDICT_STYLE.get(p['verdict'], 'white')}]{p['verdict']}[/]",
+                      p.get("first_overflow") or "—", f"[{rng[0]:g}, {rng[1]:g}]" if rng else "—",
+                      (", ".join(n or "(model)" for n in keep[:6]) + (f" (+{len(keep) - 6})" if len(keep) > 6 else ""))
+                      or "—")
+    print_keras_line(report, con)
+    if report.note:
+        con.print("note: " + report.note, markup=False, highlight=False)
+    con.print(table)
+    for name, p in report.what_if.items():
+        con.print(f"[{_VERDICT_STYLE.get(p['verdict'], 'white')}]{name}[/] ", end="")
+        con.print(p.get("advice", ""), markup=False, highlight=False)
+        if p.get("code"):
+            con.print(textwrap.indent(p["code"], "    "), markup=False, highlight=False)
+
+
 def render(report, con) -> None:
+    if getattr(report, "what_if", None) is not None:
+        render_whatif(report, con)
+        return
+    if report.mode == "fp8":  # one row per Linear: fp8 or bf16, its errors, its casts (render.audit_fp8)
+        from .audit_fp8 import render_fp8
+
+        render_fp8(report, con)
+        return
     worst: dict[str, int] = {}
     for f in report.findings:
         worst[f.layer] = min(worst.get(f.layer, 9), SEVERITY.get(f.kind, 9))

@@ -21,6 +21,8 @@ from ....formats import FP8_E4M3, FP8_E5M2
 HEAD, ROUND_N, FP8_N = 3, 4, 7
 LENGTH = HEAD + NBINS + 2 * ROUND_N + len(SCALINGS) * FP8_N
 _ROUND = (("fp16", torch.float16), ("bf16", torch.bfloat16))
+#: beyond the format's max by more than float32 rounding of ``x * (max / amax)``: saturated
+SATURATED = 1 + 2.0**-20
 FP8_DTYPES = {"e4m3": (torch.float8_e4m3fn, FP8_E4M3), "e5m2": (torch.float8_e5m2, FP8_E5M2)}
 
 
@@ -56,7 +58,7 @@ def _quantize(xs: torch.Tensor, amax: torch.Tensor, kind: str) -> list[torch.Ten
     err = (q / scale - xs).double()
     xd = xs.double()
     return [xd.new_tensor(float(xs.numel())), nz.sum().double(), (nz & (y.abs() < fmt.smallest_normal)).sum().double(),
-            (nz & (q == 0)).sum().double(), (y.abs() > fmt.max_finite).sum().double(), (err * err).sum(),
+            (nz & (q == 0)).sum().double(), (y.abs() > fmt.max_finite * SATURATED).sum().double(), (err * err).sum(),
             (xd * xd).sum()]
 
 
