@@ -32,17 +32,15 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """parse -> :class:`~ampkit.audit.config.AuditConfig` -> :func:`ampkit.audit.driver.run` -> finish."""
     from ..audit import driver
-    from ..audit.config import AuditConfig
+    from ..audit.config import WHAT_IF_FORMATS, AuditConfig
     from ..backends import get_backend, parse_framework
+    from ..errors import UsageError
     from ..factory import parse_shape
     from ..isolation import PartialResult
     from ..render import audit as render_audit
     from ..render.output import console
     from . import validate as v
     from .finish import finish
-
-    from ..audit.config import WHAT_IF_FORMATS
-    from ..errors import UsageError
 
     framework = parse_framework(args.framework)
     if args.formats is not None and not args.what_if:
