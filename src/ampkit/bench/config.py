@@ -67,6 +67,7 @@ class BenchConfig:
     repeats: int = 1                     # the mode sequence this many times, interleaved
     seq_len: int | None = None           # --seq-len for a built-in sequence workload (bert-base, gpt2)
     image_size: int | None = None        # --image-size for a built-in image workload (cnn, resnet50, vit_b_16)
+    explain: bool = False                # --explain: profile a few more steps per mode, a breakdown and why
 
     def __post_init__(self) -> None:
         for flag, value in (("--workload", self.workload), ("--model", self.model)):
@@ -80,6 +81,8 @@ class BenchConfig:
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
         int_in(self.search_cap, "--max-batch-size", 1, MAX_BATCH)
         float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
+        if not isinstance(self.explain, bool):
+            raise UsageError(f"explain must be True or False; received {self.explain!r}")
         self._set("modes", _modes(self.modes))
         self._set("input_shape", _input_shape(self.input_shape))
         self._set("batch_size", _batch_size(self.batch_size))

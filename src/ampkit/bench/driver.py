@@ -71,8 +71,13 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     rows, interrupted = run_modes(auto.modes, cfg.repeats, run_one, steps=cfg.steps, progress=progress,
                                   on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None)
     mark_auto(rows, auto)
+    environment = {**backend.environment(target), **probe.environment}
+    if cfg.explain:
+        from .explain import explain_rows
+
+        explain_rows(rows, environment)
     return BenchReport(workload=probe.name or cfg.workload or cfg.model or "unnamed", device=target.label, results=rows,
-                       environment={**backend.environment(target), **probe.environment},
+                       environment=environment,
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
                        sample_inputs=probe.sample_inputs)

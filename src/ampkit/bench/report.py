@@ -15,7 +15,7 @@ ROW_CHOICES = {"status": STATUSES}
 CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
                "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
                "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
-               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning"]
+               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning", "emulated"]
 
 SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, samples_per_s = batch_size / median "
                       "step time (with --repeats: medians over the repeats); speedup_ci: 95% bootstrap interval of "
@@ -56,6 +56,11 @@ class BenchRow:
     speedup_note: str | None = None     # how speedup_vs_fp32 was measured, or why it is null
     flags: list = field(default_factory=list)  # "diverged", "all_timed_steps_skipped": no speedup claimed
     warning: str | None = None          # the flags in words
+    emulated: bool = False              # fp8 without fp8 hardware (torchao's emulation): memory, never a speedup
+    breakdown: dict | None = None       # --explain: {category: share of the step} (ampkit.bench.breakdown)
+    breakdown_ms: dict | None = None    # --explain: the same in ms of the median timed step
+    explanation: list | None = None     # --explain: sentences against fp32's breakdown (ampkit.bench.explain)
+    explain_detail: dict | None = None  # --explain: how it was profiled, the model's matmuls, the size table
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -149,6 +154,9 @@ def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None
             continue
         if r.peak_memory_bytes and base.peak_memory_bytes:
             r.memory_saving_vs_fp32 = base.peak_memory_bytes / r.peak_memory_bytes
+        if r.emulated:  # fp8 numerics on hardware without fp8: its time says nothing about fp8's speed
+            r.speedup_note = "no speedup claimed: fp8 ran in torchao's emulation (this hardware has no fp8)"
+            continue
         if r.flags or not (r.samples_per_s and base.samples_per_s):
             continue
         r.speedup_vs_fp32 = r.samples_per_s / base.samples_per_s

@@ -39,6 +39,9 @@ class Work:
     training: dict[str, tuple[Callable[[], object], float | None]]
     clock: Clock = HOST
     notes: dict[str, str] = field(default_factory=dict)  # op -> why it was not timed
+    #: ``at_size(n)``: a Work whose one kernel is an ``n``-square matmul in the mode's math, for
+    #: ``speedup_by_size`` (:mod:`ampkit.doctor.sizes`); None: the backend measures no size table
+    at_size: Callable[[int], Work] | None = None
 
 
 @dataclass

@@ -56,6 +56,10 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
     try:
         row.device_name = device_name(device)
         ok, why = mode_support(mode, device)
+        if mode == "fp8":  # trained through torchao: real fp8 kernels, or its emulation (row.emulated)
+            from .engine.fp8 import fp8_support
+
+            ok, row.emulated, why = fp8_support(device)
         if not ok:
             row.status, row.error = "unsupported", why
             return row
@@ -73,11 +77,14 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
                 return row
         mp = MixedPrecision(mode, device, model=workload.model)
         m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=cfg.warmup, seed=cfg.seed,
-                    baseline_rss=baseline, mp=mp, on_step=lambda done, total: say("step", done, total))
+                    baseline_rss=baseline, mp=mp, on_step=lambda done, total: say("step", done, total),
+                    profile=_profiler(cfg, device) if cfg.explain else None)
         fill_timing(row, batch_size, m.step_s, flops, gpu=device.type == "cuda", warmup=cfg.warmup,
                     skipped=m.skipped_steps, warmup_skipped=m.warmup_skipped_steps, first_loss=m.first_loss)
         row.peak_memory_bytes, row.memory_source = m.peak_memory_bytes, m.memory_source
         check_final_loss(row, m.final_loss, cfg)
+        if m.breakdown is not None:
+            _explain_row(row, m.breakdown, mode, device)
     except (ModeUnavailableError, AutocastDisabledError) as exc:
         row.status, row.error = "unsupported", str(exc)
     except UsageError:
@@ -88,6 +95,30 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
     finally:
         free_memory(device)
     return row
+
+
+def _profiler(cfg: BenchConfig, device: torch.device):
+    """--explain: profile a few more steps (torch.profiler is imported only here)."""
+    from ...bench.breakdown import explain_steps
+    from .profile_breakdown import profile_steps
+
+    return lambda step: profile_steps(step, explain_steps(cfg.steps), device)
+
+
+def _explain_row(row: BenchRow, breakdown, mode: str, device: torch.device) -> None:
+    """The row's breakdown and, for a mode other than fp32, the size table its explanation cites."""
+    from ...bench.breakdown import fill_row
+    from .doctor_ops import size_table
+
+    table = source = None
+    if mode not in ("fp32", "fp8"):
+        try:
+            table = size_table(mode, device)
+            source = ("the doctor's matmul vs fp32, measured in this run" +
+                      (" on one thread" if device.type == "cpu" else ""))
+        except Exception as exc:  # the breakdown stands without it
+            table, source = {}, f"not measured: {describe_failure(exc)}"
+    fill_row(row, breakdown, table, source)
 
 
 def _search(cfg, workload, mode, device, baseline, row, say) -> int | None:

@@ -31,6 +31,7 @@ class PeakMemory:
         self._host = None if device.type == "cuda" else HostPeak(baseline)
         self.source = "torch.cuda.max_memory_allocated" if self._host is None else HostPeak.source
         self.peak = 0
+        self._done = False
 
     def __enter__(self) -> PeakMemory:
         if self._host is not None:
@@ -41,6 +42,9 @@ class PeakMemory:
         return self
 
     def __exit__(self, *exc) -> bool:
+        if self._done:  # ended early (before --explain's profiled steps): the first exit counts
+            return False
+        self._done = True
         if self._host is not None:
             self._host.__exit__(*exc)
             self.peak = self._host.peak
@@ -60,6 +64,7 @@ class Measurement:
     final_loss: float               # the loss of the last step
     warmup_skipped_steps: int = 0   # warm-up steps the loss scaler skipped
     first_loss: float | None = None  # the loss of the first step (before any update)
+    breakdown: object = None        # --explain: the profiled steps' Breakdown (ampkit.bench.breakdown)
 
     @property
     def samples_per_s(self) -> float:
@@ -79,19 +84,22 @@ def free_memory(device: torch.device) -> None:
 
 def measure(workload: Workload, mode: str, device: torch.device, batch_size: int, *, steps: int, warmup: int,
             seed: int = 0, baseline_rss: int = 0, mp: MixedPrecision | None = None,
-            on_step=None) -> Measurement:
+            on_step=None, profile=None) -> Measurement:
     """Train ``steps`` timed steps (after ``warmup`` untimed ones) on one fixed batch.
 
     Counts the steps the loss scaler skipped in the warm-up and in the timed window apart, and
     keeps the first step's loss (read at the end: no extra sync inside the timed window). The
     optimizer (AdamW) is created here, so its state counts in the peak. CUDA steps are timed
     with events and one synchronize at the end; CPU steps with perf_counter.
+    ``profile(step)`` (``--explain``): called after the timed window and the peak-memory region,
+    with a callable that runs one more training step (nothing here imports the profiler).
     Raises whatever the step raises (OOM included); the caller classifies it.
     """
     model = workload.model
     mp = mp or MixedPrecision(mode, device, model=model)
     gen = torch.Generator().manual_seed(seed + 1)
     cuda = device.type == "cuda"
+    breakdown = None
     with PeakMemory(device, baseline=baseline_rss) as mem:
         batch = workload.make_batch(batch_size, device, gen)
         opt = torch.optim.AdamW(model.parameters(), lr=workload.lr)
@@ -131,12 +139,21 @@ def measure(workload: Workload, mode: str, device: torch.device, batch_size: int
             final_loss = float(loss.detach())
             first_loss = float(first)
             skipped = mp.stats["skipped"] - skipped_before
+            if profile is not None:
+                mem.__exit__(None, None, None)  # the peak ends here: the profiler's own memory stays out
+
+                def one_step(batch=batch, opt=opt):
+                    with mp.autocast():
+                        out = workload.loss(batch)
+                    mp.backward(out)
+                    mp.step(opt, zero_grad=True)
+                breakdown = profile(one_step)
         finally:
             del batch, loss, first
             opt.zero_grad(set_to_none=True)
             del opt
     return Measurement(batch_size, times, mem.peak, mem.source, skipped, final_loss,
-                       warmup_skipped_steps=skipped_before, first_loss=first_loss)
+                       warmup_skipped_steps=skipped_before, first_loss=first_loss, breakdown=breakdown)
 
 
 def rss_baseline(mode: str, device: torch.device) -> int:

@@ -1,0 +1,87 @@
+"""``bench --explain``: a profiled step grouped into categories, the same way for every framework.
+
+A backend profiles a few extra steps after the timed ones (torch.profiler, TensorFlow's profiler)
+and hands over the time of each op it saw, already sorted into a category by the op's name and
+where it ran (inside the optimizer's step, inside the loss scaler). Here, framework-neutral:
+
+- :data:`CATEGORIES`: ``matmul_conv``, ``elementwise_norm``, ``casts``, ``optimizer``,
+  ``loss_scaling``, ``other`` and, on a GPU, ``host_idle``;
+- :func:`from_op_times`: milliseconds per category per step -> a :class:`Breakdown` whose shares
+  sum to 1. On a CPU the step's wall time not covered by any op (Python, the autograd engine's own
+  bookkeeping) is ``other``; on a GPU the categories are device time and ``host_idle`` is the part
+  of the step's wall time the device had no kernel running (it waited for the host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+CATEGORIES = ("matmul_conv", "elementwise_norm", "casts", "optimizer", "loss_scaling", "other")
+HOST_IDLE = "host_idle"
+#: the categories in words, for sentences and legends
+WORDS = {"matmul_conv": "matmuls/convolutions", "elementwise_norm": "elementwise ops and norms",
+         "casts": "dtype casts and copies", "optimizer": "the optimizer step", "loss_scaling": "loss scaling",
+         "other": "other (framework overhead)", HOST_IDLE: "host idle (the device waits for the host)"}
+
+
+@dataclass
+class Breakdown:
+    """One mode's profiled step: ``ms`` per category per step and its ``shares`` (summing to 1)."""
+
+    ms: dict[str, float]
+    shares: dict[str, float]
+    step_ms: float                     # the profiled step's wall time (profiler overhead included)
+    steps: int                         # steps profiled
+    source: str                        # what measured it ("torch.profiler, CPU self time")
+    matmuls: list = field(default_factory=list)  # [{"m", "n", "k", "ms"}] the model's matmuls, most time first
+    approximate: str | None = None     # why the figures are only an approximation, when they are
+
+    def to_detail(self) -> dict:
+        d = asdict(self)
+        d.pop("shares")
+        return d
+
+
+def from_op_times(ms: dict[str, float], step_ms: float, steps: int, source: str, *, gpu: bool = False,
+                  device_busy_ms: float | None = None, matmuls=None, approximate: str | None = None) -> Breakdown:
+    """``ms``: per category, the ops' time per step (CPU: self time on the host; GPU: kernel time).
+
+    CPU: the step's wall time no op covers is added to ``other``. GPU: ``host_idle`` is the wall
+    time the device was idle (``step_ms - device_busy_ms``, the union of kernel intervals)."""
+    cats = {c: max(0.0, float(ms.get(c, 0.0))) for c in CATEGORIES}
+    if gpu:
+        busy = device_busy_ms if device_busy_ms is not None else sum(cats.values())
+        cats[HOST_IDLE] = max(0.0, step_ms - busy)
+    else:
+        cats["other"] += max(0.0, step_ms - sum(cats.values()))
+    total = sum(cats.values())
+    shares = {c: (v / total if total > 0 else 0.0) for c, v in cats.items()}
+    return Breakdown(ms={c: round(v, 4) for c, v in cats.items()}, shares={c: round(v, 4) for c, v in shares.items()},
+                     step_ms=round(step_ms, 4), steps=steps, source=source, matmuls=list(matmuls or []),
+                     approximate=approximate)
+
+
+def top_matmuls(shapes: list[tuple[int, int, int, float]], limit: int = 5) -> list[dict]:
+    """``(m, n, k, ms)`` of every matmul seen -> the ``limit`` shapes with the most time, merged."""
+    merged: dict[tuple[int, int, int], float] = {}
+    for m, n, k, t in shapes:
+        merged[(m, n, k)] = merged.get((m, n, k), 0.0) + t
+    ranked = sorted(merged.items(), key=lambda kv: -kv[1])[:limit]
+    return [{"m": m, "n": n, "k": k, "ms": round(t, 4)} for (m, n, k), t in ranked]
+
+
+def explain_steps(steps: int) -> int:
+    """Steps to profile after ``steps`` timed ones: a few (1-3), so --explain adds little wall time."""
+    return max(1, min(3, steps // 6))
+
+
+def fill_row(row, breakdown: Breakdown, size_table: dict | None = None, size_source: str | None = None) -> None:
+    """A measured row gains ``breakdown`` (shares), ``breakdown_ms`` (the shares of its timed median
+    step, so that the milliseconds add up to ``step_ms.p50``) and ``explain_detail``."""
+    row.breakdown = dict(breakdown.shares)
+    p50 = (row.step_ms or {}).get("p50") or breakdown.step_ms
+    row.breakdown_ms = {c: round(v * p50, 4) for c, v in breakdown.shares.items()}
+    row.explain_detail = breakdown.to_detail()
+    if size_table is not None:
+        row.explain_detail["size_table"] = size_table
+        row.explain_detail["size_table_source"] = size_source
