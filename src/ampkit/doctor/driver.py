@@ -16,6 +16,7 @@ from ..precision import MODES
 from .auto import remember_for_auto
 from .measure import Plan
 from .report import DoctorReport
+from .sizes import CPU_SIZES, GPU_SIZES
 from .verdicts import evaluate
 
 #: rounds on an accelerator: its ops take milliseconds, so more reps per round and a longer budget
@@ -44,7 +45,9 @@ def run(device="auto", backend="auto", *, quick: bool = False, progress: Callabl
             modes, lambda m: backend.mode_support(m, target), lambda m: backend.selftest(m, target),
             lambda m: backend.doctor_work(m, target), quick=quick,
             plan=ACCELERATOR_PLAN if target.accelerator else Plan(),
-            emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say)
+            sizes=GPU_SIZES if target.accelerator else CPU_SIZES,
+            emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say,
+            training=lambda m: backend.training_support(m, target))
         report = DoctorReport(backend.name, target.label, reports, recommended, reason, backend.environment(target),
                               quick)
         report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say))

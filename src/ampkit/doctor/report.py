@@ -31,6 +31,10 @@ class ModeReport:
     training_speedup: float | None = None  # a short training step through the engine vs fp32
     training_speedup_ci: list[float] | None = None
     benchmark: dict = field(default_factory=dict)  # per-op timings behind `speedup`
+    emulated: bool = False  # unsupported by the hardware, self-tested in the engine's emulation (fp8, torchao)
+    speedup_by_size: dict | None = None     # {"256": x, ...}: the matmul vs fp32 at each size (doctor.sizes)
+    speedup_by_size_ci: dict | None = None  # {"256": [low, high], ...}: the 95% interval of each
+    speedup_by_size_detail: dict | None = None  # every size, with rounds or why it was not measured
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,7 +63,7 @@ class DoctorReport:
     @property
     def failed(self) -> bool:
         """A self-test failed for a mode reported as supported, here or in a variant (exit code 1)."""
-        return (any(m.supported and m.selftest == "fail" for m in self.modes.values())
+        return (any((m.supported or m.emulated) and m.selftest == "fail" for m in self.modes.values())
                 or any(v.get("selftest") == "fail" for var in self.variants.values() for v in var.get("modes", {}).values()))
 
     def to_dict(self) -> dict:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
 from .measure import Plan, Series, estimate, op_table, round_ratios, run_rounds
 from .report import ModeReport
+from .sizes import measure_sizes, size_words
 
 #: the low end of the interval must clear this for "accelerated"; the high end below 1/this is "slower"
 ACCEL_THRESHOLD = 1.10
@@ -54,7 +55,8 @@ def describe(kind: str, est: Estimate, threshold: float = ACCEL_THRESHOLD) -> st
 
 def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *, quick: bool,
              emulation_note: Callable[[str], str] = lambda mode: "", say=None,
-             plan: Plan | None = None) -> tuple[dict, str, str]:
+             plan: Plan | None = None, sizes: tuple[int, ...] | None = None,
+             training: Callable | None = None) -> tuple[dict, str, str]:
     """Reports per mode, the recommended mode and the reason.
 
     ``support(mode) -> (ok, why)``, ``selftest(mode) -> ("pass"|"fail"|"skip", detail)``,
@@ -62,7 +64,10 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
     call); a mode whose work raises is reported with the error, never fatal. ``emulation_note(mode)``
     goes after "<mode> is slower than fp32 here" in a slower mode's reason: the device's capability
     in words (:func:`ampkit.cpu.cpu_emulation_note`), never a speed claim, since the measured
-    figures follow it.
+    figures follow it. ``sizes``: the matmul sizes of ``speedup_by_size`` (for the modes whose
+    Work has ``at_size``; :mod:`ampkit.doctor.sizes`). ``training(mode) -> (ok, emulated, why)``: a
+    mode the hardware cannot run that the engine trains in emulation (fp8 through torchao) is
+    self-tested and marked ``emulated``; it stays unsupported, never timed or recommended.
     """
     say = say or (lambda msg: None)
     reports: dict[str, ModeReport] = {}
@@ -71,6 +76,11 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
         rep = ModeReport(supported=ok, support_reason=why)
         if not ok:
             rep.verdict, rep.reason, rep.selftest = "unsupported", why, "skip"
+            trains, emulated, how = training(mode) if training else (False, False, "")
+            if trains and emulated:  # numerics without speed: self-tested, never timed
+                say(f"self-test {mode} (emulated)")
+                rep.emulated, (rep.selftest, rep.selftest_detail) = True, selftest(mode)
+                rep.reason = how if rep.selftest == "pass" else f"emulated self-test failed: {rep.selftest_detail}"
         else:
             say(f"self-test {mode}")
             rep.selftest, rep.selftest_detail = selftest(mode)
@@ -78,9 +88,15 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
     series: dict[str, Series] = {}
     if not quick and reports.get("fp32") is not None and reports["fp32"].supported:
         measured = [m for m, r in reports.items() if r.supported and r.selftest != "fail"]
-        series = run_rounds(measured, work_for, plan or Plan(), threshold=ACCEL_THRESHOLD,
+        works: dict = {}
+
+        def remembered(mode: str):
+            works[mode] = w = work_for(mode)
+            return w
+        series = run_rounds(measured, remembered, plan or Plan(), threshold=ACCEL_THRESHOLD,
                             say=lambda msg: say(f"measure {msg}"))
         _fill_measurements(reports, series)
+        _fill_sizes(reports, series, works, sizes, say)
     for mode, rep in reports.items():
         if not rep.supported:
             continue
@@ -94,6 +110,8 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
         else:
             kern, train = _estimates(series, mode)
             parts = [describe("kernels", kern)] + ([describe("training", train)] if train else [])
+            if rep.speedup_by_size:
+                parts.append("by size: " + size_words(mode, rep.speedup_by_size_detail))
             if classify(kern, ACCEL_THRESHOLD) == SLOWER or (train and classify(train, ACCEL_THRESHOLD) == SLOWER):
                 rep.verdict = "slower"
                 rep.reason = f"{mode} is slower than fp32 here{emulation_note(mode)}: " + "; ".join(parts)
@@ -131,6 +149,23 @@ def _fill_measurements(reports: dict[str, ModeReport], series: dict[str, Series]
         rep.accelerated = classify(kern, ACCEL_THRESHOLD) == FASTER
         if train is not None:
             rep.training_speedup, rep.training_speedup_ci = round(train.point, 4), train.ci
+
+
+def _fill_sizes(reports: dict[str, ModeReport], series: dict[str, Series], works: dict, sizes, say) -> None:
+    """``speedup_by_size`` (and its intervals) of every measured mode whose Work can be sized."""
+    base = works.get("fp32")
+    if not sizes or base is None or base.at_size is None:
+        return
+    for mode, s in series.items():
+        w = works.get(mode)
+        if mode == "fp32" or w is None or w.at_size is None or not s.rounds:
+            continue
+        say(f"measure sizes {mode}")
+        table = measure_sizes(mode, lambda m, n, w=w: (base if m == "fp32" else w).at_size(n), sizes)
+        rep = reports[mode]
+        rep.speedup_by_size_detail = table
+        rep.speedup_by_size = {n: v["speedup"] for n, v in table.items() if "speedup" in v} or None
+        rep.speedup_by_size_ci = {n: v["ci"] for n, v in table.items() if "speedup" in v} or None
 
 
 def _training_faster(rep: ModeReport) -> bool:

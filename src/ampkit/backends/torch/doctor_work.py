@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ...doctor.measure import Work
 from .doctor_ops import Block as _Block
 from .doctor_ops import conv_net as _conv_net
-from .doctor_ops import conv_op, matmul_op, measuring_threads
+from .doctor_ops import conv_op, matmul_op, measuring_threads, size_work
 from .engine import MixedPrecision
 from .timing import clock_for
 
@@ -65,4 +65,5 @@ def training(mode: str, device: torch.device, s: dict) -> dict:
 
 def work(mode: str, device: torch.device) -> Work:
     s = sizes(device)
-    return Work(kernels(mode, device, s), {} if mode == "fp8" else training(mode, device, s), clock_for(device))
+    return Work(kernels(mode, device, s), {} if mode == "fp8" else training(mode, device, s), clock_for(device),
+                at_size=lambda n: size_work(mode, device, n))
