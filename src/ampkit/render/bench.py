@@ -77,7 +77,7 @@ def render(report, con) -> None:
     table = Table()
     table.add_column("", no_wrap=True)
     for r in report.results:
-        table.add_column(r.mode, no_wrap=True, justify="right")
+        table.add_column(r.mode + (" (emulated)" if r.emulated else ""), no_wrap=True, justify="right")
     res = report.results
 
     def line(label, cell):
@@ -119,6 +119,11 @@ def render(report, con) -> None:
         if r.status == "ok" and not r.flags and r.mode != "fp32" and r.speedup_verdict in ("no measurable difference",):
             con.print(f"  {r.mode}: no measurable difference from fp32 (interval "
                       f"{r.speedup_ci[0]:.2f}-{r.speedup_ci[1]:.2f}x holds 1)", markup=False, highlight=False)
+    for r in res:
+        if r.emulated and r.status == "ok":  # fp8 without fp8 hardware: numerics and memory, not speed
+            con.print(f"  {r.mode}: emulated (torchao; this hardware has no fp8): its loss and memory are real, "
+                      "its time is the emulation's, so no speedup is claimed", markup=False, highlight=False,
+                      style="yellow")
     for err in errors:
         con.print(err, markup=False, highlight=False)
     if report.interrupted:
@@ -170,7 +175,9 @@ def _page_row(r) -> dict:
            "memory_saving": finite(r.memory_saving_vs_fp32), "skipped_steps": r.skipped_steps,
            "final_loss": finite(r.final_loss), "warmup_skipped_steps": r.warmup_skipped_steps, "flags": flags,
            "warning": r.warning if isinstance(r.warning, str) else None, "tflops": finite(r.tflops),
-           "mfu": finite(r.mfu)}
+           "mfu": finite(r.mfu),
+           "breakdown": r.breakdown if isinstance(r.breakdown, dict) else None,
+           "explanation": [x for x in r.explanation if isinstance(x, str)] if isinstance(r.explanation, list) else []}
     row["speedup_verdict"] = _speedup_verdict(r.speedup_verdict, row)
     row["memory_words"] = "baseline" if r.mode == "fp32" else fmt_memory_ratio(row["memory_saving"], "×")
     row["status_words"] = (r.status + ", " + ", ".join(FLAG_WORDS.get(f, f) for f in flags)

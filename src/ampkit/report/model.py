@@ -135,8 +135,10 @@ class Environment:
 
     def verdicts(self) -> list[dict]:
         """The facts that answer "does it work and pay off here": one row per (command, subject)."""
+        from .reconcile import disagreements
+
         return [row for command in COMMANDS for view in getattr(self, command)
-                for row in PRESENTERS[command].verdicts(view)]
+                for row in PRESENTERS[command].verdicts(view)] + disagreements(self)
 
 
 @dataclass
