@@ -101,6 +101,10 @@ def render(report, con) -> None:
     line("final loss", lambda r: fmt(r.final_loss, ".4g"))
     line("TFLOP/s", lambda r: fmt(r.tflops, ".3g"))
     line("MFU", lambda r: (fmt(r.mfu * 100, ".1f") + "%") if r.mfu is not None else "—")
+    cats = breakdown_categories(res)
+    for cat in cats:  # --explain: the step by category, share (ms)
+        line(f"  {cat}", lambda r, c=cat: (f"{r.breakdown.get(c, 0.0):.0%} ({(r.breakdown_ms or {}).get(c, 0.0):.2f} ms)"
+                                           if r.breakdown else "—"))
     errors = [f"  {r.mode}: {r.error}" for r in res if r.error]
     print_keras_line(report, con)
     con.print(title, markup=False, highlight=False, style="bold")
@@ -124,10 +128,23 @@ def render(report, con) -> None:
             con.print(f"  {r.mode}: emulated (torchao; this hardware has no fp8): its loss and memory are real, "
                       "its time is the emulation's, so no speedup is claimed", markup=False, highlight=False,
                       style="yellow")
+    for r in res:
+        if r.explanation:  # --explain's sentences, computed from the breakdowns against fp32's
+            con.print(f"why {r.mode}:", markup=False, highlight=False, style="bold")
+            for sentence in r.explanation:
+                con.print(f"  - {sentence}", markup=False, highlight=False)
     for err in errors:
         con.print(err, markup=False, highlight=False)
     if report.interrupted:
         con.print("[yellow]interrupted: the table holds the modes that finished[/]")
+
+
+def breakdown_categories(rows) -> list[str]:
+    """The categories any row's breakdown has, in the breakdown's order ([] without --explain)."""
+    from ..bench.breakdown import CATEGORIES, HOST_IDLE
+
+    seen = {c for r in rows if getattr(r, "breakdown", None) for c in r.breakdown}
+    return [c for c in (*CATEGORIES, HOST_IDLE) if c in seen]
 
 
 def _inputs(shapes) -> str:
@@ -233,7 +250,8 @@ def figure(view: BenchView):
     rows = view.rows
     if not rows:
         return None
-    panels = ["throughput", "speedup", "memory"] + (["max_batch"] if view.has_max_batch else [])
+    panels = (["throughput", "speedup", "memory"] + (["max_batch"] if view.has_max_batch else [])
+              + (["breakdown"] if any(r.get("breakdown") for r in rows) else []))
     fig, axes = charts.figure(2.6 * len(panels), 2.6, len(panels))
     for ax, panel in zip(axes, panels):
         if panel == "throughput":
@@ -242,6 +260,8 @@ def figure(view: BenchView):
             mib = [dict(r, peak_mib=r["peak_memory_bytes"] / 2**20 if r["peak_memory_bytes"] is not None else None)
                    for r in rows]
             charts.bars(ax, mib, "peak_mib", "peak memory (MiB)", lambda v: f"{v:,.0f}")
+        elif panel == "breakdown":
+            _breakdown_panel(ax, rows)
         elif panel == "max_batch":
             mb = [dict(r, max_batch_size=r["max_batch_size"] if isinstance(r["max_batch_size"], (int, float)) else None)
                   for r in rows]
@@ -262,6 +282,26 @@ def _speedup_panel(ax, rows: list[dict]) -> None:
                     fmt="none", ecolor="black", capsize=4, lw=1)
         ax.set_ylim(0, max(ax.get_ylim()[1], hi * 1.18))
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
+
+
+#: one colour per breakdown category (the stacked bars of --explain)
+CATEGORY_COLORS = {"matmul_conv": "#1f77b4", "elementwise_norm": "#2ca02c", "casts": "#d62728", "optimizer": "#9467bd",
+                   "loss_scaling": "#ff7f0e", "other": "#7f7f7f", "host_idle": "#bcbd22"}
+
+
+def _breakdown_panel(ax, rows: list[dict]) -> None:
+    """--explain: a stacked bar per mode, its median step in ms split by category."""
+    names = [r["mode"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for cat, colour in CATEGORY_COLORS.items():
+        heights = [(r["breakdown"] or {}).get(cat, 0.0) * (r["p50"] or 0.0) if r.get("breakdown") else 0.0
+                   for r in rows]
+        if any(heights):
+            ax.bar(names, heights, bottom=bottom, color=colour, label=cat)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_title("step by category (ms)")
+    ax.legend(fontsize=6, loc="upper left", frameon=False)
+    ax.set_ylim(0, max(bottom or [1.0]) * 1.6 or 1.0)
 
 
 def plot(report, path: str) -> None:
