@@ -27,6 +27,8 @@ with one :class:`LossScaleWarning` that says what happened, since which step, an
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -44,6 +46,19 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _stacklevel_outside_ampkit() -> int:
+    """The ``stacklevel`` of the first frame outside the ampkit package, counted from the caller of
+    this function's caller (``warnings.warn``'s view): the warning points at the user's line that
+    stepped, however deep in ampkit the alarm was raised."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class LossScaleHealth:
     """Watches one run's loss scale and skipped steps; warns once when the scale collapses.
 
@@ -51,7 +66,9 @@ class LossScaleHealth:
         min_scale_warning: alarm when the scale falls below this (> 0).
         consecutive_skip_warning: alarm when this many steps in a row are skipped (int >= 1).
         advice: what to do, appended to the warning (the caller knows its framework: a bf16 line,
-            the ``ampkit audit`` command line for this model). None: a generic sentence.
+            the ``ampkit audit`` command line for this model), or a callable without arguments that
+            returns it when the alarm fires (so it can name what is known only then). None: a
+            generic sentence.
         source: who is speaking, for the message ("ampkit.MixedPrecision", "AmpkitCallback").
         warn: emit the :class:`LossScaleWarning` (False: only record it; ``report()`` still says it).
     """
@@ -110,7 +127,7 @@ class LossScaleHealth:
         msg = self._message(int(step), low, long_run)
         self.messages.append(msg)
         if self.warn:
-            warnings.warn(msg, LossScaleWarning, stacklevel=3)
+            warnings.warn(msg, LossScaleWarning, stacklevel=_stacklevel_outside_ampkit())
         return msg
 
     def _message(self, step: int, low: bool, long_run: bool) -> str:
@@ -127,7 +144,8 @@ class LossScaleHealth:
                if self.last_good_scale is not None else
                " No step has been taken yet: the gradients overflow at every scale tried, which points at "
                "inf/NaN in the forward pass (not a scale problem).")
-        advice = self.advice or ("Use bf16 where the device supports it (no loss scaling needed), or find the "
+        advice = self.advice() if callable(self.advice) else self.advice
+        advice = advice or ("Use bf16 where the device supports it (no loss scaling needed), or find the "
                                  "overflowing layer with `ampkit audit --mode fp16`.")
         return head + fit + " " + advice
 

@@ -28,11 +28,15 @@ from ....capability import resolve_mode
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
 from ..tf32 import tf32_math
+from .alarm import engine_health, health_report, model_path
+from .contract import verify_engine
+from .copying import engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .regions import region_maker
 from .scaling import scaling_for
 from .schedulers import schedulers_of, step_schedulers
+from .watch import ContractWatch
 
 __all__ = ["MixedPrecision", "StepResult"]
 
@@ -102,6 +106,8 @@ class MixedPrecision:
             but the last micro-batch.
         model: optional; used to check that master weights are float32 and to pick
             ``ShardedGradScaler`` for FSDP models. Same as calling :meth:`prepare` later.
+        min_scale_warning, consecutive_skip_warning: fp16: one :class:`ampkit.LossScaleWarning` the first
+            time the scale falls below this or this many steps in a row are skipped (:meth:`health`).
 
     Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
     optimizer may be replaced by a new one at any time (one per training phase); skips, the
@@ -133,6 +139,8 @@ class MixedPrecision:
         growth_interval: int = 2000,
         accumulation_steps: int = 1,
         model: torch.nn.Module | None = None,
+        min_scale_warning: float = 1.0,
+        consecutive_skip_warning: int = 10,
     ) -> None:
         self.device = device = resolve_device(device)
         resolved, self.reason = resolve_mode(
@@ -143,9 +151,10 @@ class MixedPrecision:
             raise ValueError(f"accumulation_steps must be >= 1, received {accumulation_steps}")
         self.precision: Precision = get_precision(resolved)
         self.accumulation_steps = int(accumulation_steps)
+        self._health = engine_health(device, min_scale_warning, consecutive_skip_warning)
         self._scaling = scaling_for(self.precision.loss_scaling, device.type, init_scale=init_scale,
                                     growth_factor=growth_factor, backoff_factor=backoff_factor,
-                                    growth_interval=growth_interval)
+                                    growth_interval=growth_interval, health=self._health)
         self._math = tf32_math(self.precision.tf32)
         self._new_region = region_maker(self.precision, device.type, self._math.region)
         self._steps = 0
@@ -156,6 +165,7 @@ class MixedPrecision:
         self.model = None
         self._locator = _NO_LOCATOR
         self._local = threading.local()  # the reused autocast region, one per thread
+        self._watch, self._loss_dtype = ContractWatch(), None  # for verify() (.watch, .contract)
         if model is not None:
             self.prepare(model)
 
@@ -178,6 +188,8 @@ class MixedPrecision:
         self.check_parameters(model.parameters(), where="model")
         self._scaling = scaling_for_model(self._scaling, model, self._micro)
         self.model = model
+        self._health.advice.model = model_path(model)
+        self._watch.arm(model)
         return model
 
     def locate_overflows(self, model: torch.nn.Module | None = None, enabled: bool = True) -> None:
@@ -243,6 +255,7 @@ class MixedPrecision:
         """Backward of one micro-batch: loss / accumulation_steps, scaled in fp16 mode."""
         if self.accumulation_steps > 1:
             loss = loss / self.accumulation_steps
+        self._loss_dtype = loss.dtype
         self._math.run(self._scaling.scale_loss(loss).backward, **kwargs)
         self._micro += 1
 
@@ -289,7 +302,9 @@ class MixedPrecision:
         if max_grad_norm is not None:
             scaling.unscale_all(opts)
             grad_norm = clip_grad_norm(self.model, opts, max_grad_norm)
-        skipped, scale = self._math.run(scaling.step, opts, followed)
+        if self._watch.armed:  # the first step after prepare()/verify(): the gradients, for verify()
+            self._watch.at_step(opts)
+        skipped, scale = self._math.run(scaling.step, opts, followed, self._steps + 1)
         self._steps += 1
         self._skipped += skipped
         self._micro = 0
@@ -316,7 +331,8 @@ class MixedPrecision:
     def state_dict(self) -> dict:
         """Plain Python values only, so checkpoints load with ``torch.load(weights_only=True)``."""
         _, lowest, highest = self._scaling.scales()
-        return {"mode": self.mode, "scaler": self._scaling.state_dict(), "steps": self._steps,
+        return {"mode": self.mode, "health": self._health.state_dict(), "scaler": self._scaling.state_dict(),
+                "steps": self._steps,
                 "skipped": self._skipped, "scale_min": lowest, "scale_max": highest}
 
     def load_state_dict(self, state: dict) -> None:
@@ -328,6 +344,20 @@ class MixedPrecision:
         self._steps = int(state.get("steps", 0))
         self._skipped = int(state.get("skipped", 0))
         self._scaling.load_state_dict(state)
+        if "health" in state:  # checkpoints from before the alarm load without it
+            self._health.load_state_dict(state["health"])
+
+    def health(self) -> dict:
+        """The loss-scale alarm (:mod:`.alarm`): ``{"status": "ok"|"warning"|"collapsed", "messages", ...}``."""
+        return health_report(self._health, self._steps, self._skipped, self._scaling.scaler is not None)
+
+    def verify(self, model: torch.nn.Module | None = None, optimizer=None, *, example_input=None) -> list[dict]:
+        """The precision contract (:mod:`.contract`): ``[{"where", "expected", "actual", "advice", "check"}]``,
+        [] when it holds. Layers: the first forward after prepare()/verify(), or a probe on ``example_input``."""
+        return verify_engine(self, model, optimizer, example_input)
+
+    _locator = _NO_LOCATOR  # what a copy has (:mod:`.copying`)
+    __getstate__, __setstate__ = engine_state, restore_engine
 
     def __repr__(self) -> str:
         return f"MixedPrecision(mode={self.mode!r}, device={str(self.device)!r})"

@@ -171,7 +171,7 @@ class NoScaling:
     def unscale_all(self, opts) -> None:
         pass
 
-    def step(self, opts, followed) -> tuple[bool, float]:
+    def step(self, opts, followed, step: int) -> tuple[bool, float]:
         """Step every optimizer; (skipped, the scale after the update): never skipped, scale 1.0."""
         for opt in opts:
             opt.step()
@@ -193,9 +193,11 @@ class LossScaling:
     follows_steps = True
     shards_for_fsdp = True
 
-    def __init__(self, device_type: str, kwargs: dict) -> None:
+    def __init__(self, device_type: str, kwargs: dict, health=None) -> None:
         self._device_type = device_type
         self._kwargs = kwargs
+        #: the loss-scale alarm (:mod:`.alarm`), fed at every step from the host mirror; None: unwatched
+        self.health = health
         self.scaler = self._make_scaler()
         self._mirror = _ScaleMirror(kwargs["init_scale"], float32_factors=self._float32_factors())
 
@@ -205,6 +207,22 @@ class LossScaling:
     def _float32_factors(self) -> bool:
         """Whether this scaler updates with float32 factors (see :class:`_ScaleMirror`): GradScaler never."""
         return False
+
+    def __getstate__(self) -> dict:
+        """Pickled as GradScaler's ``state_dict`` (plain values; reading the scale is a sync), rebuilt
+        by :meth:`__setstate__`: a ``ShardedGradScaler`` holds a process group, which does not pickle."""
+        if self.scaler._per_optimizer_states:
+            raise RuntimeError("a MixedPrecision can be copied or pickled only between steps, not between "
+                               "unscale/step and the end of mp.step() (as for torch.amp.GradScaler)")
+        state = self.__dict__.copy()
+        state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        saved = state.pop("scaler")
+        self.__dict__.update(state)
+        self.scaler = self._make_scaler()
+        self.scaler.load_state_dict(saved)
 
     def scales(self) -> tuple[float, float, float]:
         """(scale, lowest, highest) from the host mirror: no sync."""
@@ -231,8 +249,9 @@ class LossScaling:
     def _before_fused_step(self, opt) -> None:
         pass
 
-    def step(self, opts, followed) -> tuple[bool, float]:
-        """Step every optimizer through the scaler, update the scale once; (skipped, the scale after the update)."""
+    def step(self, opts, followed, step: int) -> tuple[bool, float]:
+        """Step every optimizer through the scaler, update the scale once; (skipped, the scale after the
+        update). ``step``: the step's number (1-based), for the alarm."""
         scaler = self.scaler
         skipped = False
         device_found = []
@@ -249,7 +268,11 @@ class LossScaling:
         if device_found and not skipped:
             skipped = _any_inf(device_found)
         scaler.update()
-        return skipped, self._mirror.update(skipped, scaler)
+        used = self._mirror.scale
+        scale = self._mirror.update(skipped, scaler)
+        if self.health is not None:
+            self.health.observe(step, scale, skipped, scale_used=used)
+        return skipped, scale
 
     def get_scale(self) -> float:
         """The scaler's real current scale (reads the device tensor: a sync)."""
@@ -271,7 +294,7 @@ class LossScaling:
         """The same scaling through ``ShardedGradScaler`` (FSDP): the scale, the growth tracker and
         the statistics carry over. Reads the scale once if one exists (a sync)."""
         state = self.scaler.state_dict()
-        new = ShardedLossScaling(self._device_type, self._kwargs)
+        new = ShardedLossScaling(self._device_type, self._kwargs, self.health)
         new.scaler.load_state_dict(state)
         self._mirror.float32_factors = new._float32_factors()
         new._mirror = self._mirror
@@ -309,7 +332,7 @@ class ShardedLossScaling(LossScaling):
 
 
 def scaling_for(loss_scaling: bool, device_type: str, *, init_scale, growth_factor, backoff_factor,
-                growth_interval) -> LossScaling | NoScaling:
+                growth_interval, health=None) -> LossScaling | NoScaling:
     """The scaling of a mode (``Precision.loss_scaling``). The arguments are checked in every mode, so
     that ``auto`` accepts or refuses the same ones on every device."""
     _check_scaler_args(init_scale, growth_factor, backoff_factor, growth_interval)
@@ -317,4 +340,4 @@ def scaling_for(loss_scaling: bool, device_type: str, *, init_scale, growth_fact
         return NoScaling()
     kwargs = dict(init_scale=float(init_scale), growth_factor=float(growth_factor),
                   backoff_factor=float(backoff_factor), growth_interval=int(growth_interval))
-    return LossScaling(device_type, kwargs)
+    return LossScaling(device_type, kwargs, health)

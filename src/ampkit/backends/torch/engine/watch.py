@@ -1,0 +1,155 @@
+"""What the precision contract check (:mod:`.contract`) learns from a real training step, for free.
+
+:class:`ContractWatch` is armed by ``mp.prepare(model)`` and again by each ``mp.verify(model)``. Armed,
+it puts forward hooks on the model's matmul/conv layers (Linear, Conv, ConvTranspose, transformers'
+``Conv1D``) and on the model itself; the first forward records, per layer, the dtype of its output,
+whether autocast was on (and in which dtype) and the dtype of the weight it ran with, and at its end
+the hooks remove themselves. The first ``mp.step`` after that forward records the gradients the
+optimizers are about to use (their dtypes, host metadata; for FSDP2 units whose policy reduces in a
+lower precision, whether the gradients hold values that precision cannot: a device flag, read only
+by ``verify``). Nothing is recorded, and nothing costs anything, in the steps after.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+__all__ = ["ContractWatch", "LayerSeen", "is_matmul_layer", "fsdp_units"]
+
+LOW = (torch.float16, torch.bfloat16)
+
+
+def is_matmul_layer(module: torch.nn.Module) -> bool:
+    """A layer whose forward is a matmul or a convolution that autocast covers."""
+    from torch.nn.modules.conv import _ConvNd
+
+    return isinstance(module, (torch.nn.Linear, _ConvNd)) or type(module).__name__ == "Conv1D"
+
+
+class LayerSeen:
+    """One layer in the recorded forward: the output dtype, autocast on/off and its dtype, the weight's dtype."""
+
+    __slots__ = ("kind", "output", "autocast", "autocast_dtype", "weight")
+
+    def __init__(self, module, output) -> None:
+        self.kind = type(module).__name__
+        out = output[0] if isinstance(output, (tuple, list)) and output else output
+        self.output = out.dtype if isinstance(out, torch.Tensor) else None
+        device = out.device.type if isinstance(out, torch.Tensor) else "cpu"
+        self.autocast = torch.is_autocast_enabled(device)
+        self.autocast_dtype = torch.get_autocast_dtype(device) if self.autocast else None
+        weight = getattr(module, "weight", None)
+        self.weight = weight.dtype if isinstance(weight, torch.Tensor) else None
+
+
+def fsdp_units(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, object]]:
+    """(name, module, its FSDP2 param group) for every FSDP2 unit of ``model`` that holds parameters."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except Exception:  # pragma: no cover - torch without distributed
+        return []
+    out = []
+    for name, module in model.named_modules():
+        if isinstance(module, FSDPModule):
+            group = getattr(module._get_fsdp_state(), "_fsdp_param_group", None)
+            if group is not None:
+                out.append((name, module, group))
+    return out
+
+
+def reduce_dtype_of(policy) -> torch.dtype | None:
+    """The dtype an FSDP2 policy reduces gradients in (its reduce_dtype, else its param_dtype)."""
+    return policy.reduce_dtype or policy.param_dtype
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+class ContractWatch:
+    """The one-shot recorder of a model's first forward and first step after arming."""
+
+    __slots__ = ("_model", "_handles", "layers", "grads", "unfit", "armed", "__weakref__")
+
+    def __init__(self) -> None:
+        self._model = None
+        self._handles: list = []
+        self.layers: dict[str, LayerSeen] = {}
+        self.grads: dict[int, torch.dtype] | None = None   # id(param) -> grad dtype, at the first step
+        self.unfit: dict[str, torch.Tensor] = {}            # FSDP unit name -> device flag
+        self.armed = False  # True from a recorded forward until the next step records the gradients
+
+    def watches(self, model) -> bool:
+        return self._model is not None and self._model() is model
+
+    def arm(self, model: torch.nn.Module) -> None:
+        """Record the next forward of ``model`` (and the step after it); forget what was recorded."""
+        self.disarm()
+        self._model = weakref.ref(model)
+        self.layers, self.grads, self.unfit = {}, None, {}
+        layers = self.layers
+        for name, module in model.named_modules():
+            if is_matmul_layer(module):
+                self._handles.append(module.register_forward_hook(_recorder(layers, name or "model")))
+        self._handles.append(model.register_forward_hook(self._forward_done))
+
+    def _forward_done(self, module, args, output) -> None:
+        self._remove_hooks()
+        self.armed = True
+
+    def _remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def disarm(self) -> None:
+        self._remove_hooks()
+        self.armed = False
+
+    def at_step(self, opts) -> None:
+        """The first step after the recorded forward: the gradients the optimizers are about to use."""
+        self.armed = False
+        self.grads = {id(p): p.grad.dtype for opt in opts for g in opt.param_groups for p in g["params"]
+                      if p.grad is not None}
+        model = self._model() if self._model is not None else None
+        if model is not None:
+            self.unfit = unfit_gradients(model)
+
+
+def _recorder(layers: dict, name: str):
+    def hook(module, args, output):
+        if name not in layers:  # the first call of a layer used twice
+            layers[name] = LayerSeen(module, output)
+    return hook
+
+
+def intended_policy(units, index: int):
+    """The policy a unit is meant to follow: its own when it was given one, else the root's (FSDP2
+    applies a policy only to the parameters of the module it was given: a unit sharded without one
+    silently keeps float32)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    own = units[index][2].mp_policy
+    if own != MixedPrecisionPolicy() or not units:
+        return own, False
+    root = units[0][2].mp_policy  # named_modules() lists the outermost unit first
+    return root, root != own
+
+
+def unfit_gradients(model) -> dict[str, torch.Tensor]:
+    """Per FSDP2 unit meant to reduce in float16/bfloat16: a device flag, True when its gradients hold
+    values that dtype cannot (so the reduction did not run in it). No host-device sync."""
+    units = fsdp_units(model)
+    out = {}
+    for i, (name, _, group) in enumerate(units):
+        policy, _ = intended_policy(units, i)
+        rd = reduce_dtype_of(policy)
+        if rd not in LOW:
+            continue
+        flags = [(lambda g: (g.to(rd).to(g.dtype) != g).any())(local(fp.sharded_param.grad))
+                 for fp in group.fsdp_params if fp.sharded_param.grad is not None]
+        if flags:
+            out[name] = torch.stack(flags).any()
+    return out
