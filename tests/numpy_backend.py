@@ -142,6 +142,9 @@ class NumpyBackend:
     def mode_support(self, mode: str, target) -> tuple[bool, str]:
         return (True, f"np.{DTYPE[mode].__name__}") if mode in DTYPE else (False, f"NumPy has no {mode} dtype")
 
+    def training_support(self, mode: str, target) -> tuple[bool, bool, str]:
+        return (*self.mode_support(mode, target), False)
+
     def resolve_auto(self, target) -> tuple[str, str]:
         return "fp32", "NumPy's float16 runs without hardware acceleration"
 
@@ -210,6 +213,12 @@ class NumpyBackend:
         return row
 
     # ---- ParityOps
+    def prepare_parity(self, data, target):
+        if data.train is not None or data.steps:
+            raise UsageError("--framework numpy trains only the built-in mlp datasets, by epochs "
+                             "(no --model/--data, no --steps)")
+        return data
+
     def train_seed(self, data, mode: str, seed: int, target, *, epochs: int, on_epoch=None) -> RunRecord:
         if data.model != "mlp":
             raise UsageError(f"--framework numpy trains only the mlp datasets; {data.name!r} needs {data.model!r}")

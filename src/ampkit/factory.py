@@ -24,21 +24,22 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     return dims
 
 
-def load_factory(spec: str):
-    """Import MODULE and return its FACTORY (the current directory is on the import path)."""
+def load_factory(spec: str, flag: str = "--model"):
+    """Import MODULE and return its FACTORY (the current directory is on the import path); ``flag``
+    names the option in the messages (``--model``, parity's ``--data``)."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
-        raise UsageError(f"--model must look like MODULE:FACTORY (e.g. mymodels:build); received {spec!r}")
+        raise UsageError(f"{flag} must look like MODULE:FACTORY (e.g. mymodels:build); received {spec!r}")
     module_name, attr = spec.split(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise UsageError(f"cannot import module {module_name!r} for --model {spec}: {type(exc).__name__}: {exc}")
+        raise UsageError(f"cannot import module {module_name!r} for {flag} {spec}: {type(exc).__name__}: {exc}")
     factory = module
     for part in attr.split("."):
         if not hasattr(factory, part):
-            raise UsageError(f"module {module_name!r} has no attribute {attr!r} (from --model {spec})")
+            raise UsageError(f"module {module_name!r} has no attribute {attr!r} (from {flag} {spec})")
         factory = getattr(factory, part)
     if not callable(factory):
         raise UsageError(f"{spec} is a {type(factory).__name__}, not a callable factory")

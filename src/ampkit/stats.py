@@ -15,7 +15,8 @@ With fewer than two rounds there is no spread to estimate: the interval is None.
 A decision reads the interval, never the point: :func:`classify` says "faster" only when the low
 end clears the threshold, "slower" only when the high end is below 1/threshold.
 
-Parity's paired non-inferiority t-test (over seeds) lives here too.
+Parity's statistics over seeds live here too: the paired non-inferiority t-test and its three-way
+decision (:func:`paired_decision`), and the TOST equivalence test (:func:`tost`).
 """
 
 from __future__ import annotations
@@ -104,20 +105,139 @@ def resample_rounds(n: int, rng: random.Random) -> list[int]:
 
 
 # ---------------------------------------------------------------- over seeds (parity)
+#: a paired test needs some spread: differences all within this of each other are "all the same"
+_SAME = 1e-12
+
+
+def _spread(diffs: Sequence[float]) -> bool:
+    return len(diffs) > 1 and max(diffs) - min(diffs) > _SAME
+
+
 def non_inferiority(mode_acc: list[float], base_acc: list[float], tolerance: float) -> tuple[float, float | None]:
     """(mean difference, one-sided p-value) that the mode is not worse than fp32 by >= tolerance.
 
     Paired by seed: a one-sided paired t-test (scipy.stats.ttest_1samp, alternative="greater") of
-    H0 "worse by at least ``tolerance``". With one seed there is no variance to test: p is None.
-    When every paired difference is the same, the t statistic is infinite and p is 0 or 1 by the sign.
+    H0 "worse by at least ``tolerance``". With one seed, or when every paired difference is the
+    same (no variance: the t statistic is not defined), there is no test: p is None
+    (:func:`paired_decision` says which case it is).
     """
     diffs = [m - b for m, b in zip(mode_acc, base_acc)]
     delta = statistics.fmean(diffs)
-    if len(diffs) < 2:
+    if not _spread(diffs):
         return delta, None
-    if max(diffs) - min(diffs) < 1e-12:
-        return delta, 0.0 if delta > -tolerance else 1.0
     from scipy import stats
 
-    res = stats.ttest_1samp(diffs, popmean=-tolerance, alternative="greater")
-    return delta, float(res.pvalue)
+    return delta, float(stats.ttest_1samp(diffs, popmean=-tolerance, alternative="greater").pvalue)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The parity verdict of one mode from its paired per-seed differences (mode - fp32, higher is better).
+
+    ``verdict``: ``pass`` (significantly not worse than fp32 by ``tolerance`` or more: p < alpha),
+    ``fail`` (significantly worse by more than ``tolerance``: the one-sided test the other way),
+    ``inconclusive`` (neither: not proven). ``degenerate``: one seed, or every seed gave the same
+    difference -- no variance, no t-test; the verdict then reads the difference itself and says so.
+    """
+
+    verdict: str
+    delta: float
+    p_value: float | None       # non-inferiority (H1: not worse by tolerance); None when degenerate
+    p_worse: float | None       # H1: worse by more than tolerance
+    degenerate: str | None      # None, "one seed" or "no variance"
+
+
+def paired_decision(diffs: Sequence[float], tolerance: float, alpha: float = 0.05) -> Decision:
+    diffs = [float(d) for d in diffs]
+    delta = statistics.fmean(diffs)
+    if len(diffs) < 2:  # one seed: no statistics, nothing proven either way
+        return Decision("inconclusive", delta, None, None, "one seed")
+    if not _spread(diffs):  # the same difference in every seed: judged on it, and said to be degenerate
+        return Decision("pass" if delta > -tolerance else "fail", delta, None, None, "no variance")
+    from scipy import stats
+
+    p_ok = float(stats.ttest_1samp(diffs, popmean=-tolerance, alternative="greater").pvalue)
+    p_worse = float(stats.ttest_1samp(diffs, popmean=-tolerance, alternative="less").pvalue)
+    verdict = "pass" if p_ok < alpha else "fail" if p_worse < alpha else "inconclusive"
+    return Decision(verdict, delta, p_ok, p_worse, None)
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """A two one-sided tests (TOST) equivalence verdict on paired differences, margin ``+-margin``.
+
+    ``ci``: the (1 - 2 alpha) confidence interval of the mean difference (90% at alpha 0.05); TOST
+    at level alpha is equivalent to that interval lying inside (-margin, margin). ``verdict``:
+    ``equivalent`` (inside), ``not_equivalent`` (wholly outside: the difference is beyond the margin
+    with confidence), ``inconclusive`` (it straddles a bound). ``seeds_needed``: for an inconclusive
+    result, the smallest number of seeds at which an interval of the observed standard deviation
+    around the observed mean would decide (None when it never would within ``max_seeds``, e.g. a
+    mean on the bound, or when there is no variance estimate). ``p_value``: TOST's, the larger of
+    the two one-sided p-values. ``degenerate``: as :class:`Decision`'s.
+    """
+
+    verdict: str
+    ci: tuple[float, float] | None
+    seeds_needed: int | None
+    p_value: float | None
+    degenerate: str | None
+    n: int
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "ci": None if self.ci is None else [float(self.ci[0]), float(self.ci[1])],
+                "seeds_needed": self.seeds_needed, "p_value": self.p_value, "degenerate": self.degenerate}
+
+
+EQUIVALENT, NOT_EQUIVALENT, INCONCLUSIVE = "equivalent", "not_equivalent", "inconclusive"
+
+
+def _classify_interval(lo: float, hi: float, margin: float) -> str:
+    if -margin < lo and hi < margin:
+        return EQUIVALENT
+    if hi < -margin or lo > margin:
+        return NOT_EQUIVALENT
+    return INCONCLUSIVE
+
+
+def seeds_to_decide(mean: float, sd: float, margin: float, alpha: float = 0.05, max_seeds: int = 1000) -> int | None:
+    """The smallest n >= 2 whose (1 - 2 alpha) interval ``mean +- t(1 - alpha, n - 1) sd / sqrt(n)``
+    lies wholly on one side of the nearer margin bound (inside: equivalent; outside: not); None when
+    no n up to ``max_seeds`` does (the mean on a bound, no variance)."""
+    gap = abs(margin - abs(mean))
+    if not (sd > 0 and gap > 0 and math.isfinite(sd) and math.isfinite(gap)):
+        return None
+    from scipy import stats
+
+    def decides(n: int) -> bool:
+        return float(stats.t.ppf(1 - alpha, n - 1)) * sd / math.sqrt(n) < gap
+
+    if not decides(max_seeds):
+        return None
+    lo, hi = 2, max_seeds  # decides() is monotone in n: bisect for the first n that decides
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid + 1, hi)
+    return lo
+
+
+def tost(diffs: Sequence[float], margin: float, alpha: float = 0.05, max_seeds: int = 1000) -> Equivalence:
+    """TOST on paired differences (scipy.stats.ttest_1samp against -margin, alternative="greater",
+    and against +margin, alternative="less"); see :class:`Equivalence`."""
+    diffs = [float(d) for d in diffs]
+    n = len(diffs)
+    if n < 2:
+        return Equivalence(INCONCLUSIVE, None, None, None, "one seed", n)
+    mean = statistics.fmean(diffs)
+    if not _spread(diffs):
+        verdict = EQUIVALENT if abs(mean) < margin else NOT_EQUIVALENT
+        return Equivalence(verdict, (mean, mean), None, None, "no variance", n)
+    from scipy import stats
+
+    sd = statistics.stdev(diffs)
+    half = float(stats.t.ppf(1 - alpha, n - 1)) * sd / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    p_low = float(stats.ttest_1samp(diffs, popmean=-margin, alternative="greater").pvalue)
+    p_high = float(stats.ttest_1samp(diffs, popmean=margin, alternative="less").pvalue)
+    verdict = _classify_interval(lo, hi, margin)
+    needed = seeds_to_decide(mean, sd, margin, alpha, max_seeds) if verdict == INCONCLUSIVE else None
+    return Equivalence(verdict, (lo, hi), needed, max(p_low, p_high), None, n)

@@ -14,8 +14,9 @@ import torch.nn as nn
 import ampkit
 from ampkit.backends.torch import parity as torch_parity
 from ampkit.cli.main import main
-from ampkit.parity.core import RunRecord, non_inferiority, summarize, verdict_for
+from ampkit.parity.core import RunRecord, summarize
 from ampkit.parity.report import ParityReport
+from ampkit.stats import non_inferiority, paired_decision
 from helpers import assert_usage_error
 
 
@@ -50,18 +51,33 @@ def test_digits_default_run_passes_with_accuracy(tmp_path):
 BASE = [0.950, 0.960, 0.955, 0.948, 0.962]
 
 
-def test_equal_mode_passes():
+def _diffs(mode, base):
+    return [m - b for m, b in zip(mode, base)]
+
+
+def test_equal_mode_is_degenerate_not_p_0():
+    """Identical accuracies in every seed: no variance, no t-test -- reported as degenerate, not "p=0"."""
     delta, p = non_inferiority(BASE, BASE, 0.01)
-    assert delta == 0.0 and p == 0.0 and verdict_for(delta, p, 0.01)[0] == "pass"
+    assert delta == 0.0 and p is None
+    dec = paired_decision(_diffs(BASE, BASE), 0.01)
+    assert dec.verdict == "pass" and dec.degenerate == "no variance" and dec.p_value is None
     noisy = [b + d for b, d in zip(BASE, [0.002, -0.001, 0.0, 0.001, -0.002])]
     delta, p = non_inferiority(noisy, BASE, 0.01)
-    assert p < 0.05 and verdict_for(delta, p, 0.01)[0] == "pass"
+    dec = paired_decision(_diffs(noisy, BASE), 0.01)
+    assert p < 0.05 and dec.verdict == "pass" and dec.p_value == p and dec.degenerate is None
 
 
 def test_clearly_worse_mode_fails():
     worse = [b - 0.05 + d for b, d in zip(BASE, [0.002, -0.001, 0.0, 0.001, -0.002])]
     delta, p = non_inferiority(worse, BASE, 0.01)
-    assert delta == pytest.approx(-0.05) and p > 0.95 and verdict_for(delta, p, 0.01)[0] == "fail"
+    dec = paired_decision(_diffs(worse, BASE), 0.01)
+    assert delta == pytest.approx(-0.05) and p > 0.95 and dec.verdict == "fail" and dec.p_worse < 0.05
+
+
+def test_better_over_two_noisy_seeds_is_inconclusive_not_fail():
+    """The issue's case: a mode measured better than fp32 over 2 seeds with p=0.34 said "fail"."""
+    dec = paired_decision([0.0246, -0.0206], 0.01)
+    assert dec.delta > 0 and dec.p_value == pytest.approx(0.34, abs=0.01) and dec.verdict == "inconclusive"
 
 
 def test_p_value_grows_with_the_gap():
@@ -73,10 +89,11 @@ def test_p_value_grows_with_the_gap():
     assert ps == sorted(ps) and ps[0] < 0.05 < ps[-1]
 
 
-def test_one_seed_has_no_p_value():
+def test_one_seed_has_no_p_value_and_proves_nothing():
     delta, p = non_inferiority([0.95], [0.955], 0.01)
-    assert p is None and verdict_for(delta, p, 0.01)[0] == "pass"
-    assert verdict_for(-0.02, None, 0.01)[0] == "fail"
+    dec = paired_decision([-0.005], 0.01)
+    assert p is None and dec.verdict == "inconclusive" and dec.degenerate == "one seed"
+    assert paired_decision([-0.2], 0.01).verdict == "inconclusive"
 
 
 def _planted(accs_by_mode):
@@ -94,6 +111,8 @@ def test_cli_exits_1_when_a_mode_fails(monkeypatch, capsys):
     doc = json.loads(capsys.readouterr().out)
     verdicts = {p["mode"]: p["verdict"] for p in doc["results"]}
     assert verdicts == {"fp32": "baseline", "bf16": "pass", "fp16": "fail"} and rc == 1
+    eq = {p["mode"]: (p["equivalence"] or {}).get("verdict") for p in doc["results"]}
+    assert eq == {"fp32": None, "bf16": "equivalent", "fp16": "not_equivalent"}
 
 
 def test_summarize_without_fp32_fails_modes():

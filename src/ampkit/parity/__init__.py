@@ -21,41 +21,79 @@ from .report import ParityReport, ParityResult, RunRecord
 __all__ = ["ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRecord", "parity"]
 
 
-def parity(make_model, train, test, *, modes=None, seeds=3, epochs=10, batch_size=64, lr=1e-3, tolerance=0.01,
-           device="auto", loss_fn=None, metric_fn=None, dataset="custom", progress=None) -> ParityReport:
-    """Parity on your own PyTorch model and data: does each mode train as well as fp32?
+def parity(make_model=None, train=None, test=None, *, model=None, data=None, modes=None, seeds=3, epochs=None,
+           steps=None, batch_size=64, lr=1e-3, tolerance=0.01, margin=None, device="auto", loss_fn=None,
+           metric_fn=None, dataset="custom", framework="torch", progress=None) -> ParityReport:
+    """Parity on your own model and data: does each mode train as well as fp32?
 
     Every seed trains a fresh model in every mode from the same initial weights and data order;
     a one-sided paired t-test over the seeds says whether each mode is worse than fp32 by more than
-    ``tolerance``.
+    ``tolerance`` (``pass``, ``fail``, or ``inconclusive`` when neither is shown), and a TOST says
+    whether it is equivalent within ``margin`` (with the seeds that would decide when it cannot).
 
     Args:
         make_model: zero-argument callable returning a fresh float32 ``torch.nn.Module`` (called
             after seeding, so each seed gives the same initial weights in every mode).
         train, test: ``(inputs, targets)`` tensors.
+        model, data: instead of the three above (and for Keras): a model factory (a callable, or
+            ``"MODULE:FACTORY"``) returning a fresh model or an ``ampkit.Workload`` (a
+            ``keras.Model`` with ``framework="tensorflow"``), and a data factory (a callable or
+            ``"MODULE:FACTORY"``) returning ``(train, validation)``: torch ``Dataset``s or
+            ``DataLoader``s, ``tf.data.Dataset``s (batched), or ``(inputs, targets)`` arrays. The
+            metric is accuracy for class targets, else the validation loss (lower is better).
         modes: list or comma string (``"fp32,bf16,fp16"``); fp32 is the baseline and is added when
             missing; ``auto`` stands for the mode auto picks on this device (the report's ``note``
             says which). Default: every mode the device supports.
         seeds: how many seeds (0, 1, 2, ...) or an explicit list.
-        epochs, batch_size, lr: the training run (AdamW) of each seed and mode.
+        epochs, steps, batch_size, lr: the training run (AdamW) of each seed and mode; ``steps``
+            (optimizer steps) instead of ``epochs`` for large data. Default: 10 epochs for tensors,
+            3 with ``data``.
         tolerance: how much worse than fp32 (absolute metric) still counts as parity.
+        margin: the equivalence margin (+-, the metric's units); default ``tolerance``.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         loss_fn: ``loss_fn(logits, targets) -> scalar`` (default: cross-entropy).
         metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better (default: accuracy).
         dataset: the name the report shows.
-        progress: optional callback for progress messages.
+        framework: ``torch`` (default) or ``tensorflow`` (with ``model``/``data``).
+        progress: optional callback ``progress(mode, seed, done, total)``.
 
     Returns:
         ParityReport: per mode the seeds, final loss and metric (mean, std), the difference from
-        fp32, the p-value and the verdict (``baseline``, ``pass``, ``fail``); ``.to_dict()`` is
-        the JSON document ``ampkit parity --json`` writes.
+        fp32, the p-value, the verdict (``baseline``, ``pass``, ``fail``, ``inconclusive``) and the
+        ``equivalence``; ``.to_dict()`` is the JSON document ``ampkit parity --json`` writes.
     """
-    from .driver import run
+    from ..errors import UsageError
+    from .driver import USER_EPOCHS, run, split_data
 
-    config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance, device=device)
-    data = ParityData(dataset, train[0], train[1], test[0], test[1], model=make_model, epochs=epochs,
-                      batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)
-    return run(config, "torch", data=data, progress=progress)
+    if model is not None or data is not None:
+        if make_model is not None or train is not None or test is not None:
+            raise UsageError("give make_model, train and test, or model= and data=, not both")
+        if model is None or data is None:
+            raise UsageError("model= needs data= too (and data= needs model=)")
+        if isinstance(model, str) or isinstance(data, str):
+            from ..factory import load_factory
+
+            model = load_factory(model, flag="model") if isinstance(model, str) else model
+            spec = data if isinstance(data, str) else None
+            data = load_factory(data, flag="data") if isinstance(data, str) else data
+        else:
+            spec = None
+        if not callable(model) or not callable(data):
+            raise UsageError("model= and data= must be factories (zero-argument callables or 'MODULE:FACTORY'); "
+                             f"received {type(model).__name__} and {type(data).__name__}")
+        spec = spec or getattr(data, "__name__", "data")
+        config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance,
+                              device=device, margin=margin, steps=steps)
+        pd = ParityData(dataset, None, None, None, None, model=model, epochs=USER_EPOCHS, batch_size=batch_size, lr=lr,
+                        loss_fn=loss_fn, metric_fn=metric_fn, **split_data(data, f"{spec}"), data_factory=data,
+                        model_spec=getattr(model, "__name__", "model"), data_spec=spec)
+        return run(config, framework, data=pd, progress=progress)
+    config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance, device=device,
+                          margin=margin, steps=steps)
+    data = ParityData(dataset, train[0] if train is not None else None, train[1] if train is not None else None,
+                      test[0] if test is not None else None, test[1] if test is not None else None,
+                      model=make_model, epochs=10, batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)
+    return run(config, framework, data=data, progress=progress)
 
 
 make_callable(__name__, parity)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..checks import MAX_EPOCHS, MAX_SEEDS, int_in
+from ..checks import MAX_EPOCHS, MAX_SEEDS, MAX_STEPS, int_in
 from ..errors import UsageError
 from ..precision import parse_mode, parse_mode_list
 
@@ -28,6 +28,10 @@ class ParityConfig:
     epochs: int | None = None
     tolerance: float = 0.01
     device: str = "auto"
+    margin: float | None = None
+    steps: int | None = None
+    model: str | None = None
+    data: str | None = None
 
     def __post_init__(self):
         if self.modes is not None:
@@ -50,6 +54,25 @@ class ParityConfig:
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (math.isfinite(tol) and 0 <= tol < 1):
             # one rule for the CLI and the library: 1 would pass a mode that learned nothing
             raise UsageError(f"--tolerance is an absolute accuracy in [0, 1); received {tol}")
+        m = self.margin
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not (math.isfinite(m) and m > 0)):
+            raise UsageError(f"--margin must be a positive number (the equivalence margin, +-, in the metric's units); "
+                             f"received {m}")
+        int_in(self.steps, "--steps", 1, MAX_STEPS)
+        if self.steps is not None and self.epochs is not None:
+            raise UsageError("give --epochs or --steps, not both (--steps counts optimizer steps across epochs)")
+        for flag, spec in (("--model", self.model), ("--data", self.data)):
+            if spec is not None and (not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":"))):
+                raise UsageError(f"{flag} must look like MODULE:FACTORY (e.g. mydata:build); received {spec!r}")
+        if (self.model is None) != (self.data is None):
+            given, missing = ("--model", "--data") if self.data is None else ("--data", "--model")
+            raise UsageError(f"{given} needs {missing} too: parity trains your model factory on your data factory's "
+                             "(train, validation) datasets")
+
+    @property
+    def equivalence_margin(self) -> float:
+        """The TOST margin: ``margin``, or the tolerance when none is given."""
+        return self.tolerance if self.margin is None else float(self.margin)
 
     @property
     def seed_list(self) -> list[int]:

@@ -3,8 +3,13 @@
 Per seed, every mode starts from the same initial weights and sees the same data order, so the
 accuracies are paired by seed. The verdict is a one-sided non-inferiority test (MLPerf judges
 convergence statistically, over runs): H0 "the mode is worse than fp32 by at least
-``tolerance``" against H1 "it is not", a paired t-test on the per-seed accuracy differences
-(scipy.stats.ttest_1samp, alternative="greater"). The mode passes when p < ``alpha``.
+``tolerance``" against H1 "it is not", a paired t-test on the per-seed metric differences
+(scipy.stats.ttest_1samp, alternative="greater"). The mode passes when p < ``alpha``, fails when
+the test the other way shows it worse by more than ``tolerance``, and is ``inconclusive`` when
+neither is shown (too few seeds for the noise). Beside it, an equivalence verdict: two one-sided
+tests (TOST) with the margin +-``margin`` (:func:`ampkit.stats.tost`), which also says how many
+seeds the observed spread would need to decide. One seed, or the same difference in every seed,
+is degenerate (no variance, no t-test) and is reported as such, never as "p=0".
 
 The backends train (one seed in one mode); the data order, the statistics and the verdicts are
 here, the flow around them in :mod:`ampkit.parity.driver`, once for every framework.
@@ -17,28 +22,52 @@ import statistics
 
 import numpy as np
 
-from ..stats import non_inferiority
+from ..stats import Decision, Equivalence, paired_decision, tost
 from .report import ALPHA, ParityResult, RunRecord
 
 
 # ---------------------------------------------------------------- statistics
-def verdict_for(delta: float, p_value: float | None, tolerance: float, alpha: float = ALPHA) -> tuple[str, str]:
-    if p_value is None:
-        ok = delta > -tolerance
-        return ("pass" if ok else "fail"), (
-            f"one seed, no statistics: accuracy {delta:+.4f} vs fp32 is {'within' if ok else 'beyond'} "
-            f"the tolerance {tolerance:g}; use --seeds 3 or more for a test")
-    if p_value < alpha:
-        return "pass", (f"not worse than fp32 by {tolerance:g} or more (one-sided paired t-test p={p_value:.3g} "
-                        f"< {alpha:g}); mean accuracy {delta:+.4f} vs fp32")
-    return "fail", (f"cannot rule out being worse than fp32 by {tolerance:g} (p={p_value:.3g} >= {alpha:g}); "
-                    f"mean accuracy {delta:+.4f} vs fp32")
+def verdict_words(dec: Decision, tolerance: float, n: int, metric: str = "accuracy", alpha: float = ALPHA) -> str:
+    """Why the verdict is what it is, in one sentence (the table's and the report's reason)."""
+    mean = f"mean {metric} {dec.delta:+.4f} vs fp32"
+    if dec.degenerate == "one seed":
+        return f"one seed, no statistics ({mean}): nothing is proven either way; use --seeds 3 or more"
+    if dec.degenerate == "no variance":
+        where = "within" if dec.verdict == "pass" else "beyond"
+        return (f"degenerate: all {n} seeds gave the same difference ({dec.delta:+.4f}), so there is no variance "
+                f"and no t-test; judged on that difference, {where} the tolerance {tolerance:g}")
+    if dec.verdict == "pass":
+        return (f"not worse than fp32 by {tolerance:g} or more (one-sided paired t-test p={dec.p_value:.3g} "
+                f"< {alpha:g}); {mean}")
+    if dec.verdict == "fail":
+        return (f"worse than fp32 by more than {tolerance:g} (one-sided paired t-test p={dec.p_worse:.3g} "
+                f"< {alpha:g}); {mean}")
+    return (f"not proven: cannot rule out being worse than fp32 by {tolerance:g} (p={dec.p_value:.3g} >= "
+            f"{alpha:g}), nor show that it is (p={dec.p_worse:.3g}); {mean} over {n} seeds")
+
+
+def equivalence_words(eq: Equivalence, margin: float) -> str:
+    conf = f"{100 * (1 - 2 * ALPHA):g}%"
+    if eq.degenerate == "one seed":
+        return "one seed: no interval; use --seeds 3 or more"
+    lo, hi = eq.ci
+    if eq.degenerate == "no variance":
+        where = "inside" if eq.verdict == "equivalent" else "outside"
+        return f"degenerate: the same difference ({lo:+.4f}) in every seed, no variance; {where} the margin ±{margin:g}"
+    ci = f"the {conf} interval [{lo:+.4f}, {hi:+.4f}]"
+    if eq.verdict == "equivalent":
+        return f"equivalent within ±{margin:g}: {ci} lies inside (TOST p={eq.p_value:.3g})"
+    if eq.verdict == "not_equivalent":
+        return f"not equivalent: {ci} lies beyond the margin ±{margin:g}"
+    more = (f"about {eq.seeds_needed} seeds would decide at the observed spread" if eq.seeds_needed
+            else "no number of seeds up to 1,000 would decide at the observed spread (the mean is on the margin)")
+    return f"inconclusive: {ci} crosses the margin ±{margin:g}; {more}"
 
 
 def _mean_std(xs: list[float]) -> dict:
     """Mean and standard deviation; NaN for both when a run ended non-finite (``statistics.stdev``
     raises on NaN; the mode then fails parity for that reason, see :func:`summarize`)."""
-    if not all(math.isfinite(x) for x in xs):
+    if not xs or not all(math.isfinite(x) for x in xs):
         return {"mean": math.nan, "std": math.nan}
     return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
 
@@ -50,29 +79,67 @@ def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng(seed * 1000 + epoch).permutation(n)
 
 
-def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alpha: float = ALPHA) -> list[ParityResult]:
+def _final(xs: list[float]) -> float:
+    return float(xs[-1]) if xs else math.nan
+
+
+def _broken(r: RunRecord) -> bool:
+    """The run raised, or its training loss or final metric is not finite."""
+    return bool(r.error) or not r.train_loss or not all(math.isfinite(x) for x in r.train_loss) \
+        or not math.isfinite(_final(r.test_accuracy))
+
+
+def _broken_words(runs: list[RunRecord]) -> tuple[int, str]:
+    bad = [r for r in runs if _broken(r)]
+    errors = [r for r in bad if r.error]
+    if errors:
+        return len(bad), (f"training raised in {len(errors)} of {len(runs)} seeds (seed {errors[0].seed}: "
+                          f"{errors[0].error})")
+    return len(bad), (f"training loss or metric became non-finite (inf/NaN) in {len(bad)} of {len(runs)} seeds "
+                      f"(seeds {[r.seed for r in bad]})")
+
+
+def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alpha: float = ALPHA, *,
+              margin: float | None = None, metric: str = "accuracy", higher_is_better: bool = True) -> list[ParityResult]:
+    """Per mode: the seeds, mean and std of the final loss and metric, and (against fp32, paired by
+    seed) the non-inferiority verdict and the TOST equivalence. A mode whose training raised or went
+    non-finite in any seed fails, with the count of those seeds. ``higher_is_better`` False (a loss
+    as the metric): the tests read fp32 - mode, so "worse" still means worse."""
+    margin = tolerance if margin is None else margin
+    sign = 1.0 if higher_is_better else -1.0
     by_mode = {m: sorted((r for r in records if r.mode == m), key=lambda r: r.seed) for m in modes}
-    base = by_mode.get("fp32")
-    base_acc = [r.test_accuracy[-1] for r in base] if base else None
+    base = {r.seed: r for r in by_mode.get("fp32") or []}
+    base_bad = [r for r in base.values() if _broken(r)]
     results = []
     for mode in modes:
         runs = by_mode[mode]
         if not runs:
             continue
-        accs = [r.test_accuracy[-1] for r in runs]
-        losses = [r.train_loss[-1] for r in runs]
-        res = ParityResult(mode, [r.seed for r in runs], _mean_std(losses), {"name": "accuracy", **_mean_std(accs)},
+        res = ParityResult(mode, [r.seed for r in runs], _mean_std([_final(r.train_loss) for r in runs]),
+                           {"name": metric, "higher_is_better": higher_is_better,
+                            **_mean_std([_final(r.test_accuracy) for r in runs])},
                            None, None, "baseline", skipped_steps=sum(r.skipped_steps for r in runs), runs=runs)
+        res.nonfinite_seeds, broken = _broken_words(runs)
+        paired = [(r, base[r.seed]) for r in runs if r.seed in base]
         if mode == "fp32":
-            res.reason = "the reference"
-        elif base_acc is None:
+            res.reason = "the reference" + (f"; but its {broken}" if res.nonfinite_seeds else "")
+        elif not base:
             res.verdict, res.reason = "fail", "no fp32 run to compare against (include fp32 in --modes)"
+        elif res.nonfinite_seeds:
+            res.verdict, res.reason = "fail", broken
+            res.equivalence = {"verdict": "not_equivalent", "ci": None, "seeds_needed": None, "p_value": None,
+                               "degenerate": None, "margin": margin, "reason": f"not equivalent: {broken}"}
+        elif base_bad:
+            why = f"the fp32 baseline is broken: its {_broken_words(list(base.values()))[1]}; nothing to compare against"
+            res.verdict, res.reason = "inconclusive", why
+            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
+                               "degenerate": None, "margin": margin, "reason": why}
         else:
-            n = min(len(accs), len(base_acc))
-            delta, p = non_inferiority(accs[:n], base_acc[:n], tolerance)
-            res.delta_vs_fp32, res.p_value = delta, p
-            res.verdict, res.reason = verdict_for(delta, p, tolerance, alpha)
-            if any(not math.isfinite(x) for r in runs for x in r.train_loss):
-                res.verdict, res.reason = "fail", "training loss became non-finite"
+            raw = [_final(r.test_accuracy) - _final(b.test_accuracy) for r, b in paired]
+            dec = paired_decision([sign * d for d in raw], tolerance, alpha)
+            eq = tost(raw, margin, alpha)
+            res.delta_vs_fp32, res.p_value = statistics.fmean(raw), dec.p_value
+            res.verdict, res.reason = dec.verdict, verdict_words(dec, tolerance, len(raw), metric, alpha)
+            res.equivalence = {**eq.to_dict(), "margin": margin, "reason": equivalence_words(eq, margin)}
         results.append(res)
     return results

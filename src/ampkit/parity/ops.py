@@ -25,7 +25,14 @@ class ParityData:
     (``"mlp"``: 64 features; ``"cnn"``: 1x28x28 images; 10 classes) or a zero-argument factory
     returning a fresh float32 model (called after seeding). ``epochs``: the default when the config
     names none. ``loss_fn``/``metric_fn``: the framework's ``(logits, targets) -> scalar``; None for
-    cross-entropy and accuracy (higher is better)."""
+    cross-entropy and accuracy (higher is better).
+
+    A caller's own data (``--data MODULE:FACTORY``) comes as ``train``/``test`` instead: whatever
+    the data factory returned for each (torch ``Dataset``s or ``DataLoader``s, ``tf.data.Dataset``s,
+    ``(inputs, targets)`` arrays), with ``data_factory`` to call it again (a tf.data pipeline is
+    rebuilt for every run, so its shuffling repeats in every mode) and ``model_spec``/``data_spec``
+    naming them in messages. :meth:`ParityOps.prepare_parity` checks them and settles ``metric``
+    (its name) and ``higher_is_better``. ``steps``: optimizer steps per run instead of epochs."""
 
     name: str
     x_train: object
@@ -38,6 +45,14 @@ class ParityData:
     lr: float = 1e-3
     loss_fn: Callable | None = None
     metric_fn: Callable | None = None
+    train: object = None
+    test: object = None
+    data_factory: Callable | None = None
+    model_spec: str | None = None
+    data_spec: str | None = None
+    metric: str = "accuracy"
+    higher_is_better: bool = True
+    steps: int | None = None
 
     def __post_init__(self) -> None:
         """The library's own arguments (a built-in dataset passes these by construction)."""
@@ -52,6 +67,8 @@ class ParityData:
             raise UsageError(f"batch_size must be a positive integer; received {self.batch_size!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise UsageError(f"lr must be a positive number; received {self.lr!r}")
+        if self.train is not None:  # a data factory's datasets: the backend checks them (prepare_parity)
+            return
         for part, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
             try:
                 nx, ny = len(x), len(y)
@@ -63,6 +80,14 @@ class ParityData:
 
 @runtime_checkable
 class ParityOps(Protocol):
+    def prepare_parity(self, data: ParityData, target: Target) -> ParityData:
+        """Check a caller's model and data before any training and return them ready for
+        :meth:`train_seed`: the data factory's parts are data sets this framework reads, not empty,
+        of ``(input, target)`` items; the model factory returns a model (or an ``ampkit.Workload``)
+        that takes a batch of each part and gives a scalar loss. Settles ``metric`` (``accuracy``
+        for class targets, else ``loss``) and ``higher_is_better``. Anything wrong is one
+        :class:`~ampkit.errors.UsageError` line. Built-in data (``train`` None) passes unchanged."""
+
     def train_seed(self, data: ParityData, mode: str, seed: int, target: Target, *, epochs: int,
                    on_epoch: Callable[[int, int], None] | None = None) -> RunRecord:
         """Train a fresh ``data.model`` on ``target`` in ``mode`` for ``epochs`` epochs and evaluate it

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from ..envelope import OPT_NUM, Enveloped, check, check_rows, envelope, known
 
 ALPHA = 0.05
-VERDICTS = ("baseline", "pass", "fail")
+VERDICTS = ("baseline", "pass", "fail", "inconclusive")
+EQUIVALENCE_VERDICTS = ("equivalent", "not_equivalent", "inconclusive")
 #: the contract's keys (and types) of a parity document and of each result; the rest is optional
 SCHEMA = {"dataset": str, "results": list}
 RESULT_SCHEMA = {"mode": str, "metric": dict, "final_loss": dict, "delta_vs_fp32": OPT_NUM, "p_value": OPT_NUM,
@@ -26,6 +27,8 @@ class RunRecord:
     test_loss: list[float]        # per epoch
     skipped_steps: int
     seconds: float
+    error: str | None = None      # the run raised (one line); its numbers are what it reached before
+    steps: int | None = None      # optimizer steps taken (with --steps; None for whole epochs)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunRecord:
@@ -41,10 +44,14 @@ class ParityResult:
     metric: dict
     delta_vs_fp32: float | None
     p_value: float | None
-    verdict: str                  # baseline | pass | fail
+    verdict: str                  # baseline | pass | fail | inconclusive
     reason: str = ""
     skipped_steps: int = 0
     runs: list[RunRecord] = field(default_factory=list)
+    #: TOST: {"verdict": equivalent | not_equivalent | inconclusive, "ci": [lo, hi] | None,
+    #: "seeds_needed": int | None, "p_value", "degenerate", "margin", "reason"}; None for the baseline
+    equivalence: dict | None = None
+    nonfinite_seeds: int = 0      # seeds whose training loss or metric became inf/NaN
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,16 +77,21 @@ class ParityReport(Enveloped):
     elapsed_s: float | None = None
     interrupted: bool = False
     note: str | None = None        # what "auto" in the modes resolved to
+    margin: float | None = None    # the equivalence margin (None in older documents: the tolerance)
+    steps: int | None = None       # optimizer steps per run, when given instead of epochs
+    metric: str = "accuracy"       # the metric the verdicts judge (higher is better unless it is a loss)
 
     @property
     def failed(self) -> bool:
-        return any(r.verdict == "fail" for r in self.results)
+        """Not proven: a mode failed or is inconclusive (exit 1 for both; the words tell them apart)."""
+        return any(r.verdict in ("fail", "inconclusive") for r in self.results)
 
     def to_dict(self) -> dict:
         return envelope("parity", self.environment, framework=self.framework, dataset=self.dataset,
                         device=self.device, tolerance=self.tolerance, alpha=self.alpha, epochs=self.epochs,
                         results=[r.to_dict() for r in self.results], elapsed_s=self.elapsed_s,
-                        interrupted=self.interrupted, note=self.note)
+                        interrupted=self.interrupted, note=self.note, margin=self.margin, steps=self.steps,
+                        metric=self.metric)
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityReport:
@@ -92,4 +104,5 @@ class ParityReport(Enveloped):
                    results=[ParityResult.from_dict(r) for r in d["results"]],
                    environment=env if isinstance(env, dict) else {}, tolerance=d.get("tolerance"),
                    epochs=d.get("epochs"), alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"),
-                   interrupted=bool(d.get("interrupted", False)), note=d.get("note"))
+                   interrupted=bool(d.get("interrupted", False)), note=d.get("note"), margin=d.get("margin"),
+                   steps=d.get("steps"), metric=d.get("metric") or "accuracy")

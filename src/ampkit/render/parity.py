@@ -10,7 +10,35 @@ from rich.table import Table
 from . import charts
 from .output import PageView, finite, fmt, print_keras_line, verdict_row
 
-_STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red"}
+_STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red", "inconclusive": "yellow",
+          "equivalent": "green", "not_equivalent": "bold red"}
+#: the verdicts in words (the table, the report page)
+WORDS = {"pass": "pass", "fail": "fail: worse", "inconclusive": "inconclusive: not proven",
+         "baseline": "baseline", "equivalent": "equivalent", "not_equivalent": "not equivalent"}
+
+
+def equivalence_cell(eq) -> str:
+    """``equivalent [-0.004, +0.006]``, ``inconclusive (~12 seeds)``, ``—`` for the baseline."""
+    if not isinstance(eq, dict) or not eq.get("verdict"):
+        return "—"
+    word = str(eq["verdict"]).replace("_", " ")
+    ci = eq.get("ci")
+    ci = f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if isinstance(ci, list) and len(ci) == 2 and None not in ci else ""
+    need = f" (~{eq['seeds_needed']} seeds)" if eq.get("seeds_needed") else ""
+    return word + ci + need
+
+
+def _styled(text: str, style: str) -> str:
+    from rich.markup import escape
+
+    return f"[{style}]{escape(text)}[/]" if style else escape(text)
+
+
+def _p_cell(r) -> str:
+    eq = r.equivalence if isinstance(r.equivalence, dict) else {}
+    if r.p_value is None and eq.get("degenerate"):
+        return f"n/a ({eq['degenerate']})"
+    return fmt(r.p_value, ".3g")
 
 
 def render(report, con) -> None:
@@ -18,21 +46,30 @@ def render(report, con) -> None:
         con.print(f"--modes auto: {report.note}", markup=False, highlight=False)
     r0 = report.results[0] if report.results else None
     n = len(r0.seeds) if r0 else 0
-    table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x {report.epochs} epochs"
-                        f"  ·  tolerance {report.tolerance:g} accuracy, alpha {report.alpha:g}", title_justify="left")
-    for c in ("mode", "accuracy ± std", "train loss ± std", "Δ acc", "p-value", "skipped", "verdict"):
-        table.add_column(c, no_wrap=True, justify="left" if c in ("mode", "verdict") else "right")
+    metric = getattr(report, "metric", None) or "accuracy"
+    length = f"{report.steps} steps" if getattr(report, "steps", None) else f"{report.epochs} epochs"
+    margin = report.margin if getattr(report, "margin", None) is not None else report.tolerance
+    table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x "
+                        f"{length}  ·  tolerance {report.tolerance:g} {metric}, margin ±{margin:g}, "
+                        f"alpha {report.alpha:g}", title_justify="left")
+    for c in ("mode", f"{metric} ± std", "train loss ± std", "Δ vs fp32", "p-value", "skipped", "verdict",
+              "equivalence"):
+        table.add_column(c, no_wrap=True, justify="left" if c in ("mode", "verdict", "equivalence") else "right")
     for r in report.results:
         style = _STYLE.get(r.verdict, "")
+        eq = r.equivalence if isinstance(r.equivalence, dict) else {}
         table.add_row(r.mode, f"{r.metric['mean']:.4f} ± {r.metric['std']:.4f}",
                       f"{r.final_loss['mean']:.4f} ± {r.final_loss['std']:.4f}",
-                      fmt(r.delta_vs_fp32, "+.4f"), fmt(r.p_value, ".3g"), str(r.skipped_steps),
-                      f"[{style}]{r.verdict}[/]")
+                      fmt(r.delta_vs_fp32, "+.4f"), _p_cell(r), str(r.skipped_steps),
+                      _styled(WORDS.get(r.verdict, r.verdict), style),
+                      _styled(equivalence_cell(eq), _STYLE.get(eq.get("verdict"), "")))
     print_keras_line(report, con)
     con.print(table)
     for r in report.results:
-        if r.verdict != "baseline":
+        if r.verdict != "baseline" or r.reason != "the reference":
             con.print(f"  {r.mode}: {r.reason}", markup=False, highlight=False)
+        if isinstance(r.equivalence, dict) and r.equivalence.get("reason"):
+            con.print(f"  {r.mode} equivalence: {r.equivalence['reason']}", markup=False, highlight=False)
     if report.elapsed_s is not None:
         con.print(f"[dim]parity took {report.elapsed_s:.1f} s[/]")
 
@@ -60,6 +97,10 @@ def page_view(report, doc=None) -> ParityView:
                      "metric_std": finite(metric.get("std")), "loss_mean": finite(loss.get("mean")),
                      "loss_std": finite(loss.get("std")), "delta": finite(r.delta_vs_fp32),
                      "p_value": finite(r.p_value), "verdict": r.verdict, "reason": r.reason or "",
+                     "verdict_words": WORDS.get(r.verdict, str(r.verdict)),
+                     "equivalence": equivalence_cell(r.equivalence),
+                     "equivalence_verdict": (r.equivalence or {}).get("verdict") if isinstance(r.equivalence, dict) else None,
+                     "equivalence_reason": (r.equivalence or {}).get("reason", "") if isinstance(r.equivalence, dict) else "",
                      "skipped_steps": r.skipped_steps, "acc_curve": _curve(r.runs, "test_accuracy"),
                      "loss_curve": _curve(r.runs, "train_loss")})
     epochs = report.epochs if isinstance(report.epochs, int) and not isinstance(report.epochs, bool) else None
@@ -85,9 +126,15 @@ def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
 
 
 def verdicts(view: ParityView) -> list[dict]:
-    return [verdict_row(f"parity {view.dataset}: {r['mode']}", r["verdict"],
-                        f" (p={r['p_value']:.3g})" if r["p_value"] is not None else "")
-            for r in view.rows if r["verdict"] != "baseline"]
+    rows = []
+    for r in view.rows:
+        if r["verdict"] == "baseline":
+            continue
+        detail = f" (p={r['p_value']:.3g})" if r["p_value"] is not None else ""
+        if r["equivalence_verdict"]:
+            detail += f"; {r['equivalence']}"
+        rows.append(verdict_row(f"parity {view.dataset}: {r['mode']}", r["verdict"], detail))
+    return rows
 
 
 def figure(view: ParityView):

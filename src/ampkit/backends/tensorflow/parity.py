@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ...parity.core import loader_order
 from ...parity.ops import ParityData
 from ...parity.report import RunRecord
+from .parity_data import is_dataset, prepare_tf
 
 
 def dataset_model(arch: str):
@@ -31,38 +34,73 @@ def dataset_model(arch: str):
     return keras.Model(inputs, out)
 
 
+def _epochs_of_arrays(x, y, seed: int, epochs: int, steps: int | None, batch_size: int):
+    """Per evaluation, the (x, y) to fit: one epoch in the paired order each, or with ``steps`` one
+    chunk of ``steps`` batches taken from the paired orders of successive epochs."""
+    if not steps:
+        for epoch in range(epochs):
+            order = loader_order(len(x), seed, epoch)  # the same data order as PyTorch's parity
+            yield x[order], y[order]
+        return
+    need = steps * batch_size
+    order = np.concatenate([loader_order(len(x), seed, e) for e in range(-(-need // len(x)))])[:need]
+    yield x[order], y[order]
+
+
 def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=None) -> RunRecord:
     """Train one seed in one mode: a built-in architecture (``ds.model``, a name) or a caller's
     factory of a fresh Keras model, with AdamW and (unless ``ds`` names its own) sparse cross-entropy
-    on logits, judged by accuracy."""
+    on logits, judged by accuracy (or, for a caller's data without class targets, the loss)."""
     import keras
 
     from .keras_engine import MixedPrecision
 
     mp = MixedPrecision(mode, keras="keras")  # the built-in models are Keras 3, whatever tf.keras resolves to
-    x, y, xte, yte = ds.x_train, ds.y_train, ds.x_test, ds.y_test
-    if x.ndim == 4:  # NCHW (the shared arrays) -> NHWC (Keras)
-        x, xte = x.transpose(0, 2, 3, 1), xte.transpose(0, 2, 3, 1)
+    user = ds.train is not None
     history = mp.callback()
-    rec = RunRecord(mode, seed, [], [], [], 0, 0.0)
+    rec = RunRecord(mode, seed, [], [], [], 0, 0.0, steps=ds.steps)
     t0 = time.perf_counter()
     # build, train and evaluate inside the mode's scope: its policy, and TF32 on or off as the mode says
     with mp.scope():
-        keras.utils.set_random_seed(seed)  # the same initial weights in every mode
+        keras.utils.set_random_seed(seed)  # the same initial weights (and tf.data order) in every mode
+        train, test = ds.train, ds.test
+        if user and (is_dataset(train) or is_dataset(test)):  # rebuilt after seeding: the same order in every mode
+            from ...parity.driver import split_data
+
+            parts = split_data(ds.data_factory, ds.data_spec or "the data factory")
+            train = parts["train"] if is_dataset(train) else train
+            test = parts["test"] if is_dataset(test) else test
+            keras.utils.set_random_seed(seed)
+        if not user:
+            x, y, xte, yte = ds.x_train, ds.y_train, ds.x_test, ds.y_test
+            if x.ndim == 4:  # NCHW (the shared arrays) -> NHWC (Keras)
+                x, xte = x.transpose(0, 2, 3, 1), xte.transpose(0, 2, 3, 1)
+            train, test = (x, y), (xte, yte)
         model = ds.model() if callable(ds.model) else dataset_model(ds.model)
+        with_metric = ds.metric != "loss"
         model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(ds.lr)),
                       loss=ds.loss_fn or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=[ds.metric_fn or "accuracy"])
-        for epoch in range(epochs):
-            order = loader_order(len(x), seed, epoch)  # the same data order as PyTorch's parity
-            hist = model.fit(x[order], y[order], batch_size=ds.batch_size, epochs=1, shuffle=False, verbose=0,
-                             callbacks=[history])
+                      metrics=[ds.metric_fn or "accuracy"] if with_metric else [])
+        if isinstance(train, tuple):
+            chunks = ((lambda xy: {"x": xy[0], "y": xy[1], "batch_size": ds.batch_size, "shuffle": False})(c)
+                      for c in _epochs_of_arrays(train[0], train[1], seed, epochs, ds.steps, ds.batch_size))
+        elif ds.steps:
+            chunks = iter([{"x": train.repeat(), "steps_per_epoch": ds.steps}])
+        else:
+            chunks = ({"x": train} for _ in range(epochs))
+        total = 1 if ds.steps else epochs
+        for k, fit_args in enumerate(chunks):
+            hist = model.fit(**fit_args, epochs=1, verbose=0, callbacks=[history])
             rec.train_loss.append(float(hist.history["loss"][0]))
-            test_loss, acc = model.evaluate(xte, yte, batch_size=1024, verbose=0)
-            rec.test_accuracy.append(float(acc))
-            rec.test_loss.append(float(test_loss))
+            if isinstance(test, tuple):
+                res = model.evaluate(test[0], test[1], batch_size=1024, verbose=0)
+            else:
+                res = model.evaluate(test, verbose=0)
+            res = res if isinstance(res, (list, tuple)) else [res]
+            rec.test_loss.append(float(res[0]))
+            rec.test_accuracy.append(float(res[1]) if with_metric else float(res[0]))
             if on_epoch:
-                on_epoch(epoch + 1, epochs)
+                on_epoch(k + 1, total)
     rec.skipped_steps = history.skipped_steps
     rec.seconds = time.perf_counter() - t0
     return rec
@@ -70,6 +108,11 @@ def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=
 
 class TensorFlowParity:
     """:class:`ampkit.parity.ops.ParityOps` for TensorFlow/Keras (the flow: :mod:`ampkit.parity.driver`)."""
+
+    def prepare_parity(self, data: ParityData, target) -> ParityData:
+        if data.train is None:
+            return data
+        return prepare_tf(data)
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
                    on_epoch=None) -> RunRecord:

@@ -9,63 +9,84 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ...errors import UsageError
-from ...parity.core import loader_order
 from ...parity.ops import ParityData
 from ...parity.report import RunRecord
 from .engine import MixedPrecision
+from .parity_data import EVAL_BATCH, TensorFeed, accuracy, prepare
+from .workloads.base import Workload, call_model, logits_of
+
+
+def _float(out):
+    return out.float() if isinstance(out, torch.Tensor) and out.is_floating_point() else out
 
 
 @torch.no_grad()
-def _evaluate(model, mp, x, y, batch_size, metric_fn):
+def _evaluate(model, mp, feed, device, loss_fn, metric_fn):
+    """(metric, loss) over the validation data, each the mean over its samples (a metric of
+    ``None``: the loss)."""
     model.eval()
-    outs = []
-    for i in range(0, len(x), 1024):
+    metric_sum = loss_sum = 0.0
+    n = 0
+    for xb, yb in feed.batches(0, 0, device, shuffle=False, batch_size=EVAL_BATCH):
         with mp.autocast():
-            outs.append(model(x[i:i + 1024]).float())
-    logits = torch.cat(outs)
+            out = _float(call_model(model, xb))
+        k = len(yb)
+        loss = float(loss_fn(out, yb))
+        loss_sum += loss * k
+        metric_sum += (float(metric_fn(logits_of(out), yb)) if metric_fn is not None else loss) * k
+        n += k
     model.train()
-    return float(metric_fn(logits, y)), float(F.cross_entropy(logits, y))
+    return metric_sum / max(n, 1), loss_sum / max(n, 1)
 
 
-def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return (logits.argmax(-1) == targets).float().mean()
+def _feed(part, batch_size: int):
+    return part if hasattr(part, "batches") else TensorFeed(part[0], part[1], batch_size)
 
 
 def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device, train, test, *, epochs: int,
-              batch_size: int, lr: float, loss_fn=F.cross_entropy, metric_fn=accuracy, on_epoch=None) -> RunRecord:
-    """Train one seed in one mode; the same seed gives the same weights and order in every mode."""
+              batch_size: int, lr: float, loss_fn=F.cross_entropy, metric_fn=accuracy, on_epoch=None,
+              steps: int | None = None) -> RunRecord:
+    """Train one seed in one mode; the same seed gives the same weights and order in every mode.
+
+    ``train``/``test``: ``(inputs, targets)`` tensors or a feed (:mod:`.parity_data`). ``steps``:
+    optimizer steps instead of ``epochs`` (evaluated at each epoch's end and at the last step);
+    ``on_epoch(done, total)`` counts epochs, or steps when ``steps`` is given."""
     torch.manual_seed(seed)
-    model = make_model().to(device)
+    built = make_model()
+    model = (built.model if isinstance(built, Workload) else built).to(device)
     mp = MixedPrecision(mode, device, model=model)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    xtr, ytr = train[0].to(device), train[1].to(device)
-    xte, yte = test[0].to(device), test[1].to(device)
-    rec = RunRecord(mode, seed, [], [], [], 0, 0.0)
+    train, test = _feed(train, batch_size), _feed(test, batch_size)
+    rec = RunRecord(mode, seed, [], [], [], 0, 0.0, steps=steps)
     t0 = time.perf_counter()
-    for epoch in range(epochs):
-        order = torch.from_numpy(loader_order(len(xtr), seed, epoch)).to(device)
+    done, epoch = 0, 0
+    while (done < steps) if steps else (epoch < epochs):
         total = torch.zeros((), device=device)
         batches = 0
-        for i in range(0, len(order), batch_size):
-            idx = order[i:i + batch_size]
+        for xb, yb in train.batches(seed, epoch, device):
             with mp.autocast():
-                loss = loss_fn(model(xtr[idx]).float(), ytr[idx])
+                loss = loss_fn(_float(call_model(model, xb)), yb)
             mp.backward(loss)
             mp.step(opt, zero_grad=True)
-            total += loss.detach()  # summed on the device: no per-step sync
+            total += loss.detach().float()  # summed on the device: no per-step sync
             batches += 1
-        rec.train_loss.append(float(total) / batches)  # one sync per epoch
-        acc, test_loss = _evaluate(model, mp, xte, yte, batch_size, metric_fn)
+            done += 1
+            if steps and on_epoch:
+                on_epoch(done, steps)
+            if steps and done >= steps:
+                break
+        epoch += 1
+        rec.train_loss.append(float(total) / max(batches, 1))  # one sync per epoch
+        acc, test_loss = _evaluate(model, mp, test, device, loss_fn, metric_fn)
         rec.test_accuracy.append(acc)
         rec.test_loss.append(test_loss)
-        if on_epoch:
-            on_epoch(epoch + 1, epochs)
+        if on_epoch and not steps:
+            on_epoch(epoch, epochs)
     rec.skipped_steps = mp.stats["skipped"]
     rec.seconds = time.perf_counter() - t0
     return rec
@@ -96,23 +117,23 @@ def dataset_model(arch: str) -> nn.Module:
     raise ValueError(f"no PyTorch model for dataset architecture {arch!r}")
 
 
-def _tensors(x, y) -> tuple[torch.Tensor, torch.Tensor]:
-    """A built-in dataset's NumPy arrays as tensors (shared memory, no copy); a caller's tensors as they are."""
-    x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
-    y = torch.from_numpy(y).long() if isinstance(y, np.ndarray) else y
-    return x, y
-
-
 class TorchParity:
     """:class:`ampkit.parity.ops.ParityOps` for PyTorch (the flow: :mod:`ampkit.parity.driver`)."""
 
-    def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
-                   on_epoch=None) -> RunRecord:
+    def prepare_parity(self, data: ParityData, target) -> ParityData:
         if isinstance(data.model, nn.Module):  # a model is callable too, but each seed needs a fresh one
             raise UsageError("make_model must be a factory returning a fresh model (each seed and mode trains its "
                              f"own), not a model: pass lambda: {type(data.model).__name__}(...)")
+        if data.train is None:
+            return data
+        return prepare(data, torch.device(target.device))
+
+    def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
+                   on_epoch=None) -> RunRecord:
         make_model = data.model if callable(data.model) else (lambda: dataset_model(data.model))
-        return train_one(make_model, mode, seed, torch.device(target.device), _tensors(data.x_train, data.y_train),
-                         _tensors(data.x_test, data.y_test), epochs=epochs, batch_size=data.batch_size, lr=data.lr,
-                         loss_fn=data.loss_fn or F.cross_entropy, metric_fn=data.metric_fn or accuracy,
-                         on_epoch=on_epoch)
+        train = data.train if data.train is not None else TensorFeed(data.x_train, data.y_train, data.batch_size)
+        test = data.test if data.test is not None else TensorFeed(data.x_test, data.y_test, data.batch_size)
+        metric_fn = data.metric_fn if data.train is not None else (data.metric_fn or accuracy)
+        return train_one(make_model, mode, seed, torch.device(target.device), train, test, epochs=epochs,
+                         batch_size=data.batch_size, lr=data.lr, loss_fn=data.loss_fn or F.cross_entropy,
+                         metric_fn=metric_fn, on_epoch=on_epoch, steps=data.steps)

@@ -1,0 +1,210 @@
+"""A caller's data for PyTorch parity: tensors, ``Dataset``s or ``DataLoader``s as one kind of feed,
+and the checks that run before any training (:func:`prepare`).
+
+Every feed yields ``(inputs, targets)`` batches on the device in :func:`ampkit.parity.core.loader_order`
+for a given seed and epoch, so every mode of a seed sees the same order. A ``DataLoader``'s own
+sampler is replaced by that order (its dataset, batch size, collate function and workers are kept);
+a loader over an ``IterableDataset`` is iterated as it is, with torch's generator seeded per seed
+and epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from ...errors import UsageError, one_line
+from ...parity.core import loader_order
+from ...parity.ops import ParityData
+from .workloads.base import Workload, call_model, logits_of
+
+EVAL_BATCH = 1024
+
+
+def to_device(obj, device: torch.device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def _tensor(a):
+    if isinstance(a, np.ndarray):
+        return torch.from_numpy(a).long() if a.dtype.kind in "iu" else torch.from_numpy(a)
+    return a
+
+
+class TensorFeed:
+    """``(inputs, targets)`` tensors (or NumPy arrays): batches by indexing, on the device once."""
+
+    def __init__(self, x, y, batch_size: int):
+        self.x, self.y, self.batch_size = _tensor(x), _tensor(y), batch_size
+        self._on = None
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def _moved(self, device):
+        if self._on is None or self._on[0] != device:
+            self._on = (device, self.x.to(device), self.y.to(device))
+        return self._on[1], self._on[2]
+
+    def batches(self, seed: int, epoch: int, device, *, shuffle: bool = True, batch_size: int | None = None) -> Iterator:
+        x, y = self._moved(device)
+        bs = batch_size or self.batch_size
+        if not shuffle:
+            for i in range(0, len(x), bs):
+                yield x[i:i + bs], y[i:i + bs]
+            return
+        order = torch.from_numpy(loader_order(len(x), seed, epoch)).to(device)
+        for i in range(0, len(order), bs):
+            idx = order[i:i + bs]
+            yield x[idx], y[idx]
+
+
+class DatasetFeed:
+    """A map-style ``Dataset`` (or a ``DataLoader`` over one: its batch size, collate function and
+    workers), batched in the paired order; an ``IterableDataset`` in its own order, seeded."""
+
+    def __init__(self, obj, batch_size: int):
+        loader = obj if isinstance(obj, DataLoader) else None
+        self.dataset = loader.dataset if loader else obj
+        self.batch_size = (loader.batch_size if loader and loader.batch_size else batch_size)
+        self.collate = loader.collate_fn if loader else None
+        self.workers = loader.num_workers if loader else 0
+        self.loader = loader
+        self.iterable = isinstance(self.dataset, IterableDataset)
+
+    def __len__(self) -> int:
+        try:
+            return len(self.dataset)
+        except TypeError:  # an IterableDataset without __len__
+            return -1
+
+    def batches(self, seed: int, epoch: int, device, *, shuffle: bool = True, batch_size: int | None = None) -> Iterator:
+        bs = batch_size or self.batch_size
+        if self.iterable:
+            torch.manual_seed(seed * 1000 + epoch)
+            source = self.loader if self.loader is not None else DataLoader(self.dataset, batch_size=bs)
+        else:
+            order = loader_order(len(self.dataset), seed, epoch).tolist() if shuffle else range(len(self.dataset))
+            kw = {"collate_fn": self.collate} if self.collate is not None else {}
+            source = DataLoader(self.dataset, batch_size=bs, sampler=order, num_workers=self.workers, **kw)
+        for batch in source:
+            yield to_device(_pair(batch), device)
+
+
+def _pair(batch):
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        what = f"a {type(batch).__name__}" + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else "")
+        raise UsageError(f"each item of the data must be (input, target); a batch came as {what}")
+    return batch[0], batch[1]
+
+
+def make_feed(obj, part: str, spec: str, batch_size: int):
+    """A feed from what a data factory returned for ``part`` (train or validation); a usage error
+    naming the factory for anything else or an empty data set."""
+    if isinstance(obj, (DataLoader, Dataset)):
+        feed = DatasetFeed(obj, batch_size)
+    elif isinstance(obj, (tuple, list)) and len(obj) == 2 and all(isinstance(a, (torch.Tensor, np.ndarray)) for a in obj):
+        x, y = obj
+        if len(x) != len(y):
+            raise UsageError(f"{spec}: the {part} inputs and targets have different lengths ({len(x)} and {len(y)})")
+        feed = TensorFeed(x, y, batch_size)
+    else:
+        raise UsageError(f"{spec}: the {part} data is a {type(obj).__name__}; expected a torch Dataset, a DataLoader or "
+                         "an (inputs, targets) pair of tensors")
+    if len(feed) == 0:
+        raise UsageError(f"{spec}: the {part} data set is empty")
+    return feed
+
+
+def _first(feed, part: str, spec: str, device):
+    try:
+        return next(iter(feed.batches(0, 0, device, shuffle=False)))
+    except StopIteration:
+        raise UsageError(f"{spec}: the {part} data set is empty") from None
+    except UsageError as exc:
+        raise UsageError(f"{spec}: {exc}") from None
+    except Exception as exc:
+        raise UsageError(f"{spec}: reading a {part} batch failed: {one_line(exc)}") from None
+
+
+def is_class_target(output, targets) -> bool:
+    """Class indices: integer targets, one fewer dimension than the logits."""
+    try:
+        logits = logits_of(output)
+    except TypeError:
+        return False
+    return (isinstance(targets, torch.Tensor) and not targets.is_floating_point() and not targets.is_complex()
+            and logits.dim() == targets.dim() + 1)
+
+
+def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return (logits.argmax(-1) == targets).float().mean()
+
+
+def make_model(data: ParityData, spec: str):
+    """Call the model factory: (module, workload or None); a usage error for anything else."""
+    try:
+        obj = data.model()
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"calling {spec}() failed: {one_line(exc)}") from None
+    if isinstance(obj, Workload):
+        return obj.model, obj
+    if isinstance(obj, nn.Module):
+        return obj, None
+    raise UsageError(f"{spec}() returned a {type(obj).__name__}; expected a torch.nn.Module or an ampkit.Workload")
+
+
+def prepare(data: ParityData, device: torch.device) -> ParityData:
+    """A caller's model and data checked before any training: both parts make batches of
+    ``(input, target)``, the model takes a batch of each (fp32, no gradient), the loss is a finite
+    scalar. Returns the data with feeds, the loss and the metric (``accuracy`` for class targets,
+    else the validation loss, lower being better) settled."""
+    mspec, dspec = data.model_spec or "the model factory", data.data_spec or "the data factory"
+    train = make_feed(data.train, "train", dspec, data.batch_size)
+    test = make_feed(data.test, "validation", dspec, data.batch_size)
+    torch.manual_seed(0)
+    model, workload = make_model(data, mspec)
+    loss_fn = data.loss_fn or (workload.loss_fn if workload is not None else None)
+    metric_fn = data.metric_fn or (getattr(workload, "metric_fn", None) if workload is not None else None)
+    model.to(device).eval()
+    found_class = None
+    for part, feed in (("train", train), ("validation", test)):
+        xb, yb = _first(feed, part, dspec, device)
+        try:
+            with torch.no_grad():
+                out = call_model(model, xb)
+                classes = is_class_target(out, yb)
+                loss = (loss_fn or _default_loss(classes))(out, yb)
+        except Exception as exc:
+            raise UsageError(f"a {part} batch of {dspec} does not fit {mspec} (checked before any training): "
+                             f"{one_line(exc)}") from None
+        if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+            raise UsageError(f"the loss of {mspec} on {dspec} is a {type(loss).__name__} of shape "
+                             f"{tuple(getattr(loss, 'shape', ()))}; expected a scalar tensor")
+        found_class = classes if found_class is None else found_class and classes
+    metric = (getattr(metric_fn, "__name__", "metric") if metric_fn is not None
+              else "accuracy" if found_class else "loss")
+    return dataclasses.replace(data, train=train, test=test, loss_fn=loss_fn or _default_loss(found_class),
+                               metric_fn=metric_fn or (accuracy if found_class else None), metric=metric,
+                               higher_is_better=metric != "loss")
+
+
+def _default_loss(classes: bool):
+    from .workloads.base import cross_entropy
+
+    if classes:
+        return cross_entropy
+    return lambda out, y: torch.nn.functional.mse_loss(logits_of(out).float(), y.float())
