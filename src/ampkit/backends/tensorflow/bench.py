@@ -109,16 +109,41 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
             batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
             times, skipped, warmup_skipped, first, loss, peak, source = _train(
                 workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu, baseline, say)
+            breakdown = _profile(workload, batch_size, cfg) if cfg.explain else None
         fill_timing(row, batch_size, times, flops, gpu, warmup=cfg.warmup, skipped=skipped,
                     warmup_skipped=warmup_skipped, first_loss=first)
         row.peak_memory_bytes, row.memory_source = peak, source
         check_final_loss(row, loss, cfg)
+        if breakdown is not None:
+            _explain_row(row, breakdown, mode, gpu)
     except UsageError:
         raise
     except Exception as exc:
         row.status = "oom" if is_oom(exc) else "error"
         row.error = describe_failure(exc)
     return row
+
+
+def _profile(workload, batch_size: int, cfg: BenchConfig):
+    """--explain: a few more steps under TensorFlow's profiler (imported only here), after the timed ones."""
+    from ...bench.breakdown import explain_steps
+    from .profile_breakdown import profile_steps
+
+    x, y = workload.make_batch(batch_size, cfg.seed + 1)
+    return profile_steps(workload.model, x, y, explain_steps(cfg.steps), batch_size)
+
+
+def _explain_row(row: BenchRow, breakdown, mode: str, gpu: bool) -> None:
+    from ...bench.breakdown import fill_row
+    from .doctor_ops import size_table
+
+    table = source = None
+    if mode not in ("fp32", "fp8"):
+        try:
+            table, source = size_table(mode, gpu), "the doctor's matmul (tf.linalg.matmul) vs fp32, measured in this run"
+        except Exception as exc:  # the breakdown stands without it
+            table, source = {}, f"not measured: {describe_failure(exc)}"
+    fill_row(row, breakdown, table, source)
 
 
 _TELLING = ("incompatible", "outside the valid range", "received a label", "expected", "shape", "must")

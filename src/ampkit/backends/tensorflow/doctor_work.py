@@ -90,6 +90,8 @@ def work(mode: str, gpu: bool) -> Work:
     level = logger.level
     logger.setLevel("ERROR")  # one tf.function per model by design: TF's "retracing" warning does not apply
     try:
-        return Work(kernels(mode, s), training(mode, s))
+        from .doctor_ops import size_work
+
+        return Work(kernels(mode, s), training(mode, s), at_size=lambda n: size_work(mode, n))
     finally:
         logger.setLevel(level)
