@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..isolation import PartialResult, run_isolated, stop_requested
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
+from .fp8 import fp8_findings
 from .ops import AuditSession, LiveModel
 from .report import AuditReport
 
@@ -108,6 +109,8 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         lay.finish(fmt)
     advice = session.advice()
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, advice)
+    if mode == "fp8":  # each converted layer's own advice (ampkit.audit.fp8)
+        findings = fp8_findings(layers) + findings
     report = AuditReport(mode, scale, layers, first_nonfinite, findings, session.device, config.steps,
                          session.environment(), session.workload, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)
@@ -139,7 +142,7 @@ def run_whatif(session, config: AuditConfig, framework: str = "") -> AuditReport
     default = float(session.initial_scale)
     scale = float(config.loss_scale) if config.loss_scale is not None else default
     advice = session.advice()
-    predictions = predict(mods, config.formats, scale, default)
+    predictions = predict(mods, config.formats, scale, default, getattr(session, "scale_limit", None))
     add_advice(predictions, advice)
     layers = [_layer(m, scale) for m in mods]
     for lay in layers:

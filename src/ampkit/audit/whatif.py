@@ -163,8 +163,11 @@ def lost_share_at(mods: list[ModuleSummary], fmt: FloatFormat, scale: float) -> 
     return sum(m.grad.below(lost_below(fmt), scale) for m in mods) / nz if nz else 0.0
 
 
-def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: float) -> dict:
-    """fp16: forward overflow/flush, gradient flush at ``scale``, the loss-scale range, the first overflow."""
+def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: float,
+                    scale_limit: float | None = None) -> dict:
+    """fp16: forward overflow/flush, gradient flush at ``scale``, the loss-scale range, the first overflow.
+    ``scale_limit``: the largest scale the framework can hold when it computes the loss itself in fp16
+    (tf_keras's losses on a float16 output: the scale and the scaled loss must stay below 65520)."""
     fmt, inf_at = FP16, overflow_at(FP16)
     leaves = [m for m in mods if m.leaf]
     rows, flagged = [], []
@@ -197,7 +200,7 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
     gmax = max((m.grad.amax for m in leaves), default=0.0)
     for k in SCALE_EXPONENTS:
         s = 2.0**k
-        if gmax * s >= inf_at:
+        if gmax * s >= inf_at or (scale_limit is not None and s > scale_limit):
             break
         hi = s
         if lo is None and lost_share_at(leaves, fmt, s) <= RANGE_LOST and all(
@@ -218,7 +221,7 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
         verdict = "safe_with_scale"
     return {"verdict": verdict, "first_overflow": first, "first_overflow_phase": first_phase,
             "loss_scale_range": rng, "loss_scale": scale, "default_loss_scale": default_scale,
-            "keep_in_fp32": flagged, "grad_lost_by_scale": by_scale,
+            "keep_in_fp32": flagged, "grad_lost_by_scale": by_scale, "scaled_loss_limit": _r(scale_limit),
             "grad_lost_frac": _r(lost_share_at(leaves, fmt, scale)), "modules": rows}
 
 
@@ -285,10 +288,11 @@ def fp8_prediction(mods: list[ModuleSummary]) -> dict:
             "eligible": len(rows), "modules": rows}
 
 
-def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: float) -> dict:
+def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: float,
+            scale_limit: float | None = None) -> dict:
     """``{format: prediction}`` for the formats asked (fp16 at loss scale ``scale``)."""
     out = {}
     for f in formats:
-        out[f] = (fp16_prediction(mods, scale, default_scale) if f == "fp16" else
+        out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else
                   bf16_prediction(mods) if f == "bf16" else fp8_prediction(mods))
     return out

@@ -37,6 +37,12 @@ def fp16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
                                                         if advice.bf16_code else "")), _code(advice, flagged)
     why = ("no loss scale keeps the gradients both finite and above fp16's underflow" if rng is None else
            f"{len(flagged)} modules overflow or underflow")
+    limit = p.get("scaled_loss_limit")
+    if rng is None and limit is not None:
+        out = p["modules"][-1]["name"] if p["modules"] else ""
+        return (f"fp16 is predicted unsafe: the loss is computed in float16 (the output layer's policy), so "
+                f"loss scales above {limit:g} overflow it, and below that gradients underflow; compute the output "
+                f"layer ({out}) and the loss in float32, or train in bf16"), advice.fp32_hint(out)
     return f"fp16 is predicted unsafe: {why}; train in bf16 instead", advice.bf16_code
 
 

@@ -154,7 +154,8 @@ def _restore(saved) -> None:
 
 
 def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: float | None = None,
-                steps: int = 1, lr: float = 1e-3, name: str | None = None, seed: int = 0) -> AuditReport:
+                steps: int = 1, lr: float = 1e-3, name: str | None = None, seed: int = 0, what_if: bool = False,
+                formats=("fp16", "bf16", "fp8")) -> AuditReport:
     """Audit a Keras model: ``build_model()`` is called once per policy (fp32 and ``mode``).
 
     ``build_model`` may build with Keras 3 or tf_keras (either gets the policy; the report's
@@ -162,14 +163,15 @@ def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: f
     random draws (seeded from ``seed`` and the step), then trains the audited one for one step.
     In fp16 without a given ``loss_scale``, the audit starts at LossScaleOptimizer's initial scale
     and, as LossScaleOptimizer does, halves it while only the scaled gradients overflow (the step
-    is skipped); the report says so and audits the scale a default run trains at.
+    is skipped); the report says so and audits the scale a default run trains at. ``what_if``: build
+    it once, under float32, and predict fp16, bf16 and fp8 (``formats``) from float32 steps.
     """
     from ...audit.config import AuditConfig
     from ...audit.driver import audit_here
     from ...audit.ops import LiveModel
     from ...backends import get_backend
 
-    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, seed=seed)
+    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, seed=seed, what_if=what_if, formats=formats)
     return audit_here(config, get_backend("tensorflow"), LiveModel(build_model, (x, y), loss_fn, lr, name))
 
 
@@ -322,10 +324,17 @@ class TensorFlowAudit:
     def audit_session(self, config, target, live=None) -> KerasAuditSession:
         from .workloads import build_tf_workload
 
+        if config.what_if:  # float32 steps only (ampkit audit --what-if)
+            from .whatif import KerasWhatIfSession
+
+            def session(build, x, y, loss, mode, **kw):
+                return KerasWhatIfSession(build, x, y, loss, **kw)
+        else:
+            session = KerasAuditSession
         if live is not None:
             x, y = live.batch
-            return KerasAuditSession(live.model, x, y, live.loss_fn, config.mode, lr=1e-3 if live.lr is None else live.lr,
-                                     name=live.name, seed=config.seed)
+            return session(live.model, x, y, live.loss_fn, config.mode, lr=1e-3 if live.lr is None else live.lr,
+                           name=live.name, seed=config.seed)
         sizes = {k: v for k, v in (("seq_len", config.seq_len), ("image_size", config.image_size)) if v}
         args = (config.workload, config.model, config.input_shape, config.num_classes)
         probe = build_tf_workload(*args, sizes=sizes)
@@ -333,5 +342,5 @@ class TensorFlowAudit:
         loss = probe.keras_loss()
         if isinstance(loss, str):
             loss = probe.flavor.module.losses.get(loss)
-        return KerasAuditSession(lambda: build_tf_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
-                                 lr=probe.lr, name=probe.name, seed=config.seed)
+        return session(lambda: build_tf_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
+                       lr=probe.lr, name=probe.name, seed=config.seed)

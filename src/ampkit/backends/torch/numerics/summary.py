@@ -23,6 +23,8 @@ LENGTH = HEAD + NBINS + 2 * ROUND_N + len(SCALINGS) * FP8_N
 _ROUND = (("fp16", torch.float16), ("bf16", torch.bfloat16))
 #: beyond the format's max by more than float32 rounding of ``x * (max / amax)``: saturated
 SATURATED = 1 + 2.0**-20
+#: an all-zero row or block still gets a finite scale (max / 2**-100 fits float32)
+AMAX_FLOOR = 2.0**-100
 FP8_DTYPES = {"e4m3": (torch.float8_e4m3fn, FP8_E4M3), "e5m2": (torch.float8_e5m2, FP8_E5M2)}
 
 
@@ -51,7 +53,7 @@ def _quantize(xs: torch.Tensor, amax: torch.Tensor, kind: str) -> list[torch.Ten
     """[n, nonzero, lost, flushed, saturated, err^2, x^2] of ``xs`` scaled by max/amax (broadcast)
     and cast to fp8 ``kind`` and back."""
     dt, fmt = FP8_DTYPES[kind]
-    scale = fmt.max_finite / amax.clamp(min=torch.finfo(torch.float32).tiny)
+    scale = fmt.max_finite / amax.clamp(min=AMAX_FLOOR)
     y = xs * scale
     q = y.clamp(-fmt.max_finite, fmt.max_finite).to(dt).float()
     nz = xs != 0

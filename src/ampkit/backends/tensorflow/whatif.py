@@ -1,0 +1,179 @@
+"""``ampkit audit --what-if`` for Keras (3 or tf_keras): float32 training steps with per-layer summaries.
+
+The model is built once, under the float32 policy. Each step runs it as training runs
+(``training=True``, the audit's matched random draws per step), takes the gradient of the loss
+w.r.t. every layer's output and the trainable variables in one tape, summarizes each layer's
+output and output gradient, and the input of every Dense/EinsumDense (what Keras 3's float8
+quantizes), then applies SGD. Summaries are the neutral :class:`~ampkit.audit.whatif.TensorSummary`,
+computed here with numpy: the exponent histogram from ``np.frexp``, rounding and fp8 quantization
+as ``ml_dtypes`` round trips (float16, bfloat16, float8_e4m3fn, float8_e5m2). Nothing of a tensor
+is kept past its summary.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import ml_dtypes
+import numpy as np
+
+from ...audit.core import Advice
+from ...audit.whatif import EMIN, FP8_ROWS, NBINS, SAMPLE, ModuleSummary, TensorSummary
+from ...formats import FP8_E4M3, FP8_E5M2
+from .audit import DEFAULT_LOSS_SCALE, _call, _np, _outputs_model, _split, keras_fp32_hint, keras_scale_code
+from .common import import_tf, tf_device_name, tf_environment
+
+_ROUND = (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16))
+_FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, FP8_E4M3), "e5m2": (ml_dtypes.float8_e5m2, FP8_E5M2)}
+SATURATED = 1 + 2.0**-20
+#: an all-zero row or block still gets a finite scale (max / 2**-100 fits float32)
+AMAX_FLOOR = 2.0**-100
+FP8_LAYERS = ("Dense", "EinsumDense")
+
+
+def _quantize(xs: np.ndarray, amax: np.ndarray, kind: str) -> list:
+    dt, fmt = _FP8[kind]
+    scale = (fmt.max_finite / np.maximum(amax, AMAX_FLOOR)).astype(np.float32)
+    y = xs * scale
+    q = np.clip(y, -fmt.max_finite, fmt.max_finite).astype(dt).astype(np.float32)
+    nz = xs != 0
+    err = (q / scale - xs).astype(np.float64)
+    xd = xs.astype(np.float64)
+    return [float(xs.size), float(nz.sum()), float((nz & (np.abs(y) < fmt.smallest_normal)).sum()),
+            float((nz & (q == 0)).sum()), float((np.abs(y) > fmt.max_finite * SATURATED).sum()),
+            float((err * err).sum()), float((xd * xd).sum())]
+
+
+def _fp8(x: np.ndarray, kind: str) -> dict:
+    k = x.shape[-1] if x.ndim else 1
+    x2 = x.reshape(-1, k)
+    a2 = np.abs(x2)
+    step = max(1, math.ceil(x2.shape[0] / FP8_ROWS))
+    xs = x2[::step]
+    xb = np.pad(x2, ((0, 0), (0, (-k) % 32))).reshape(x2.shape[0], -1, 32)
+    return {"tensorwise": _quantize(xs, a2.max(), kind),
+            "rowwise": _quantize(xs, a2.max(axis=1, keepdims=True)[::step], kind),
+            "channelwise": _quantize(xs, a2.max(axis=0, keepdims=True), kind),
+            "block32": _quantize(xb[::step], np.abs(xb).max(axis=2, keepdims=True)[::step], kind)}
+
+
+def summarize(x: np.ndarray, fp8: str | None = None, basic: bool = True) -> TensorSummary:
+    """The neutral summary of a float32 array (the same quantities as the PyTorch backend's)."""
+    x = np.asarray(x, dtype=np.float32)
+    flat = x.ravel()
+    s = TensorSummary(count=int(flat.size))
+    if not flat.size:
+        return s
+    a = np.abs(flat)
+    s.amax = float(a.max())
+    if basic:
+        nz = a[a > 0]
+        s.nonzero = int(nz.size)
+        _, e = np.frexp(nz[np.isfinite(nz)])
+        s.hist = np.bincount(np.clip(e.astype(np.int64) - (1 + EMIN), 0, NBINS - 1), minlength=NBINS).tolist()
+        xs = flat[:: max(1, math.ceil(flat.size / SAMPLE))]
+        xd = xs.astype(np.float64)
+        for name, dt in _ROUND:
+            with np.errstate(over="ignore", invalid="ignore"):
+                q = xs.astype(dt).astype(np.float32)
+            err = np.where(np.isfinite(q), q - xs, 0.0).astype(np.float64)
+            s.rounding[name] = [float(xs.size), float(xd.sum()), float((xd * xd).sum()), float((err * err).sum())]
+    if fp8:
+        s.fp8 = _fp8(x, fp8)
+    return s
+
+
+def keras_fp8_code(keep: list, recipe: str | None, flavor=None) -> str:
+    """Keras 3's float8 training (``Model.quantize("float8")``: delayed tensorwise scaling), the layers
+    in ``keep`` left out; tf_keras has no float8."""
+    if flavor is not None and flavor.legacy:
+        return "# tf_keras has no float8 training; Keras 3 has model.quantize(\"float8\")"
+    skip = f", filters=lambda layer: layer.name not in {set(keep)!r}" if keep else ""
+    return f'model.quantize("float8"{skip})'
+
+
+class KerasWhatIfSession:
+    """A what-if session on a Keras model built once, under float32, by ``build_model``."""
+
+    initial_scale = DEFAULT_LOSS_SCALE
+
+    def __init__(self, build_model, x, y, loss_fn, *, lr: float = 1e-3, name: str | None = None, seed: int = 0,
+                 notes: tuple[str, ...] = ()):
+        from .flavor import flavor_of, keras3, load_every_keras
+        from .keras_engine import MixedPrecision
+        from .randomness import MatchedRandomness
+
+        self.x, self.y, self.loss_fn, self.lr, self.seed = x, y, loss_fn, lr, seed
+        self.device, self.workload, self.notes = tf_device_name(), name, notes
+        flavors = load_every_keras()
+        self.mp = MixedPrecision("fp32", keras="keras")
+        for fl in flavors:
+            fl.module.utils.set_random_seed(seed)
+        with self.mp.scope():
+            self.model = build_model()
+        self.flavor = flavor_of(self.model) or keras3()
+        layers, self.counts, self.inter, self.sources = _outputs_model(self.model)
+        self.mods = [ModuleSummary(lay.name, type(lay).__name__) for lay in layers]
+        self.fp8 = [type(lay).__name__ in FP8_LAYERS for lay in layers]
+        self.rng = MatchedRandomness()
+        self.opt = None
+        self.scale_limit: float | None = None
+
+    def observe(self, step: int) -> None:
+        tf = import_tf()
+        variables = self.model.trainable_variables
+        with self.rng.active():
+            self.rng.start(self.seed * 7919 + step)
+            with self.mp.scope():
+                with tf.GradientTape() as tape:
+                    flat = _call(self.inter, self.x)
+                    loss = self.loss_fn(self.y, flat[-1])
+                grads = tape.gradient(loss, [*flat, *variables])
+        if self.scale_limit is None and step == 0:
+            self._loss_in_fp16(tf, flat[-1], float(loss))
+        outs = [_np(t) for t in flat]
+        gouts = [None if g is None else _np(g) for g in grads[:len(flat)]]
+        x_in = [np.asarray(v, dtype=np.float32) for v in (self.x if isinstance(self.x, (list, tuple)) else [self.x])]
+        for i, (m, o, g) in enumerate(zip(self.mods, _split(outs, self.counts), _split(gouts, self.counts))):
+            m.calls += 1
+            for t in o:
+                m.fwd.merge(summarize(t))
+            for t in g:
+                if t is not None:
+                    m.grad.merge(summarize(t, "e5m2" if self.fp8[i] else None))
+            src = self.sources[i]
+            if self.fp8[i] and src:
+                inp = outs[src[0]] if src[0] >= 0 else x_in[0]
+                m.fp8_input = m.fp8_input or TensorSummary()
+                m.fp8_input.merge(summarize(inp, "e4m3", basic=False))
+        if variables:
+            if self.opt is None:
+                with self.mp.scope():
+                    self.opt = self.flavor.module.optimizers.SGD(self.lr)
+            self.opt.apply_gradients([(g, v) for g, v in zip(grads[len(flat):], variables) if g is not None])
+
+    def _loss_in_fp16(self, tf, output, loss: float) -> None:
+        """Whether the loss function computes in float16 on a float16 output (tf_keras's losses do;
+        Keras 3's compute in float32): then LossScaleOptimizer's scaled loss is a float16 value, and
+        neither the scale nor ``loss * scale`` may reach 65520."""
+        try:
+            kind = self.loss_fn(self.y, tf.cast(output, tf.float16)).dtype
+        except Exception:  # a loss that refuses float16: it computes in float32
+            return
+        if kind == tf.float16:
+            self.scale_limit = min(65504.0, 65504.0 / loss) if loss > 0 else 65504.0
+
+    def summaries(self) -> list[ModuleSummary]:
+        return list(self.mods)
+
+    def advice(self) -> Advice:
+        return Advice(partial(keras_fp32_hint, flavor=self.flavor), "LossScaleOptimizer", "initial_scale",
+                      partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")',
+                      partial(keras_fp8_code, flavor=self.flavor))
+
+    def environment(self) -> dict:
+        return tf_environment(self.flavor)
+
+    def close(self) -> None:
+        """The model was built for the what-if run: nothing of the caller's to give back."""
