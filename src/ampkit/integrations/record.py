@@ -110,6 +110,8 @@ class TrainRecord:
         self._prev: StepRow | None = None
         self._sched_fired = False
         self.sched_advanced_on_skip: list[int] = []
+        #: why the scheduler stepped (the trainer's habit), for the warning
+        self.scheduler_cause = f"{trainer} steps its schedulers after every step, skipped or not"
 
     # ------------------------------------------------------------------ set-up
     def set_modules(self, fwd: list[tuple[str, str]], grad: list[str]) -> None:
@@ -175,9 +177,8 @@ class TrainRecord:
             if not self._sched_fired:
                 self._sched_fired = True
                 msg = (f"{self.source}: the LR scheduler advanced on step {prev.step}, which the loss scaler skipped "
-                       f"for inf/NaN gradients ({self.trainer} steps its schedulers after every batch, skipped or "
-                       f"not): the learning rate now runs ahead of the optimizer's real steps. Step the scheduler "
-                       f"only after a step that was taken (pytorch #44511, Lightning #18828).")
+                       f"for inf/NaN gradients ({self.scheduler_cause}): the learning rate now runs ahead of the "
+                       f"optimizer's real steps (pytorch #44511, Lightning #18828).")
                 self.warnings.append(msg)
                 warnings.warn(msg, SchedulerStepWarning, stacklevel=2)
 

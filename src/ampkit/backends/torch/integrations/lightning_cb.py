@@ -24,7 +24,6 @@ from lightning.pytorch.callbacks import Callback
 
 from ....integrations.record import DEFAULT_K
 from .common import CallbackCore, grad_scale_pending
-from .watch import scheduler_counters
 
 __all__ = ["AmpkitCallback"]
 
@@ -105,9 +104,10 @@ class AmpkitCallback(Callback):
             self._stepped = False
             self.core.watch.end_step(self._scaler)
 
-    def on_train_end(self, trainer, pl_module):
-        self._end([c.scheduler for c in trainer.lr_scheduler_configs])
-        if trainer.logger is not None and self.summary:
+    def on_train_end(self, trainer=None, pl_module=None):
+        """The Trainer calls it; Fabric users call ``fabric.call("on_train_end")`` at the end of their loop."""
+        self._end([c.scheduler for c in trainer.lr_scheduler_configs] if trainer is not None else [])
+        if trainer is not None and trainer.logger is not None and self.summary:
             s = self.summary
             trainer.logger.log_metrics({k: float(s[k]) for k in ("steps", "skipped", "scale_min", "scale_max",
                                                                    "scale_final") if s[k] is not None},
@@ -141,11 +141,17 @@ class AmpkitCallback(Callback):
         self._scaler = getattr(plugin, "scaler", None)
         runs = str(getattr(plugin, "precision", "32-true"))
         declared = getattr(connector, "_ampkit_declared", "") or runs
-        if getattr(connector, "_precision_plugin_flag", None) is plugin:   # a plugin given: it is the declaration
+        given = getattr(connector, "_precision_plugin_flag", None) or getattr(connector, "_precision_instance", None)
+        if given is plugin:   # a precision plugin given: it is the declaration
             declared = runs
         self._declared = (declared, runs)
         self.core.start(module, source=f"AmpkitCallback (Lightning {kind})", trainer=f"lightning {lightning.__version__}",
                         fallback_dir=out_dir)
+        self.core.record.scheduler_cause = (
+            f"lightning {lightning.__version__} steps the Trainer's schedulers after every batch, skipped or not; "
+            f"override LightningModule.lr_scheduler_step to skip it" if kind == "Trainer" else
+            "your loop steps it after every optimizer.step(), and GradScaler skips optimizer steps silently; step it "
+            "only when fabric.strategy.precision.scaler.get_scale() did not drop")
         self.core.watch.prev_scale_from(self._scaler)
         self.summary, self._stepped = None, False
 
