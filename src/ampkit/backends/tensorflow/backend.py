@@ -12,3 +12,10 @@ from .parity import TensorFlowParity
 
 class TensorFlowBackend(TensorFlowEnvironment, TensorFlowDoctor, TensorFlowBench, TensorFlowParity, TensorFlowAudit):
     name = "tensorflow"
+
+    def __init__(self) -> None:
+        from .keras_backends import refuse_cli_backend
+
+        # Keras set to torch or JAX: one line now, before TensorFlow and that backend meet in one
+        # process (TensorFlow with Keras's torch backend segfaults)
+        refuse_cli_backend()

@@ -61,8 +61,12 @@ class Flavor:
 
     @property
     def label(self) -> str:
-        """``Keras 3.15.1`` or ``tf_keras 2.21.0``: what reports print as the Keras that ran."""
-        return f"{'tf_keras' if self.legacy else 'Keras'} {self.version}"
+        """``Keras 3.15.1`` or ``tf_keras 2.21.0``: what reports print as the Keras that ran; Keras 3 on
+        another backend than TensorFlow says which (``Keras 3.15.1 (jax)``)."""
+        if self.legacy:
+            return f"tf_keras {self.version}"
+        backend = self.module.backend.backend()
+        return f"Keras {self.version}" + (f" ({backend})" if backend != "tensorflow" else "")
 
     # --- the dtype policy -------------------------------------------------------------------------
     def global_policy(self):
@@ -118,8 +122,16 @@ class Flavor:
         return isinstance(opt, self.loss_scale_optimizer)
 
     def wrap(self, inner, initial_scale: float, dynamic_growth_steps: int):
-        """``inner`` in this Keras's dynamic LossScaleOptimizer (Keras 2 and 3 take the same two arguments)."""
-        return self.loss_scale_optimizer(inner, initial_scale=initial_scale, dynamic_growth_steps=dynamic_growth_steps)
+        """``inner`` in this Keras's dynamic LossScaleOptimizer (Keras 2 and 3 take the same two arguments).
+
+        Keras 3: ampkit's subclass, whose skip decision is combined across ``tf.distribute`` replicas
+        (:mod:`.keras_scaling`); tf_keras checks the gradients after they are all-reduced already."""
+        cls = self.loss_scale_optimizer
+        if not self.legacy:
+            from .keras_scaling import loss_scale_optimizer_class
+
+            cls = loss_scale_optimizer_class()
+        return cls(inner, initial_scale=initial_scale, dynamic_growth_steps=dynamic_growth_steps)
 
     def loss_scale(self, opt) -> float | None:
         """The current loss scale of ``opt`` (None when it does not scale). Reads a variable: a host-device sync."""

@@ -1,19 +1,22 @@
-"""``ampkit.keras.MixedPrecision``: the same modes for Keras on TensorFlow (public as ``ampkit.keras``).
+"""``ampkit.keras.MixedPrecision``: the same modes for Keras (public as ``ampkit.keras``).
 
 * fp32 — policy ``float32``, TF32 execution off inside the scope.
-* tf32 — policy ``float32``, TF32 execution on (GPUs with compute capability >= 8.0).
+* tf32 — policy ``float32``, TF32 execution on (GPUs with compute capability >= 8.0; TensorFlow only).
 * fp16 — policy ``mixed_float16`` (float16 compute, float32 variables) and the optimizer wrapped
-  in the Keras's LossScaleOptimizer (dynamic loss scaling).
+  in a dynamic loss-scale optimizer (Keras 3: ampkit's, whose skip decision holds across replicas,
+  :mod:`.keras_scaling`; tf_keras: its own).
 * bf16 — policy ``mixed_bfloat16``, no loss scaling.
 
-The previous global dtype policy and TF32 setting are restored when the scope ends.
+The previous global dtype policy and TF32 setting are restored when the scope ends. A global
+policy the user set before (TensorFlow's tutorial) is reported in one line and taken into account
+(:mod:`.keras_policy`).
 
-Keras 3 and Keras 2 (``tf_keras``) both work (see :mod:`.flavor` for what differs). ``keras=``
-chooses the one whose policy the scope sets and whose callback :meth:`MixedPrecision.callback`
-returns; by default the one ``tf.keras`` resolves to (tf_keras under ``TF_USE_LEGACY_KERAS=1``).
-The scope also sets the policy in the other Keras when that one is imported already, and
-``optimizer``, ``train_step``, ``float32_output`` and ``loss_scale_of`` follow the Keras of the
-object they are given.
+Keras 3 and Keras 2 (``tf_keras``) both work (see :mod:`.flavor`), and Keras 3 on its torch and
+JAX backends too (:mod:`.keras_backends`; no TensorFlow imported there). ``keras=`` chooses the one
+whose policy the scope sets and whose callback :meth:`MixedPrecision.callback` returns; by default
+the one ``tf.keras`` resolves to (tf_keras under ``TF_USE_LEGACY_KERAS=1``). Under any
+``tf.distribute`` strategy a step is skipped on every replica when any replica's gradients are
+non-finite, in ``fit`` and in ``strategy.run`` custom loops.
 """
 
 from __future__ import annotations
@@ -21,99 +24,36 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from ...capability import gpu_shortfall, resolve_mode
-from ...cpu import auto_for_gpu, cpu_capability_choice, cpu_mode_support
-from ...precision import AUTO, TRAINING_MODES, Precision, get_precision
+from ...precision import AUTO, Precision, get_precision
 from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
+from .keras_callback import LossScaleHistory, history_class, keras_health, loss_scale_of
+from .keras_modes import auto_fingerprint_tf, engine_mode, gpu_capabilities, mode_support_tf, resolve_auto_tf
+
+__all__ = ["MixedPrecision", "LossScaleHistory", "float32_output", "loss_scale_of", "mode_support_tf",
+           "resolve_auto_tf", "auto_fingerprint_tf", "gpu_capabilities", "history_class"]
 
 
-def _tf():
-    import tensorflow as tf
+def _flavor_and_backend(keras) -> tuple[Flavor, str]:
+    """The Keras chosen and the backend it runs on; off TensorFlow nothing imports TensorFlow."""
+    from .keras_backends import configured_backend
 
-    return tf
-
-
-def gpu_capabilities() -> list[tuple[int, int]]:
-    tf = _tf()
-    caps = []
-    for gpu in tf.config.list_physical_devices("GPU"):
-        cc = tf.config.experimental.get_device_details(gpu).get("compute_capability")
-        if cc:
-            caps.append(tuple(cc))
-    return caps
-
-
-def mode_support_tf(mode: str) -> tuple[bool, str]:
-    """Whether TensorFlow here can run ``mode`` (first GPU if any, else the CPU)."""
-    caps = gpu_capabilities()
-    if not caps:
-        if mode == "fp8":
-            return False, "fp8 is not offered through Keras policies; and TensorFlow sees no GPU"
-        answer = cpu_mode_support(mode, f"Keras {get_precision(mode).keras_policy} policy on the CPU:")
-        return answer if answer is not None else (False, f"unknown mode {mode!r}")
-    major, minor = caps[0]
-    if mode not in TRAINING_MODES:
-        return False, "fp8 is not offered through Keras policies"
-    short = gpu_shortfall(mode, (major, minor), "this GPU")
-    if short is not None:
-        return False, short
-    has = f" has {mode}" if mode in ("tf32", "bf16") else ""
-    return True, f"GPU with compute capability {major}.{minor}{has}"
-
-
-def _first_gpu() -> tuple[tuple[int, int], str] | None:
-    """(compute capability, name) of the first GPU TensorFlow sees, None without one."""
-    tf = _tf()
-    for gpu in tf.config.list_physical_devices("GPU"):
-        details = tf.config.experimental.get_device_details(gpu)
-        if details.get("compute_capability"):
-            return tuple(details["compute_capability"]), details.get("device_name") or "the first GPU"
-    return None
-
-
-def auto_fingerprint_tf(cpu: bool = False) -> dict:
-    """The environment a measured ``auto`` verdict holds for (:mod:`ampkit.auto_cache`): TensorFlow and
-    its version, the device it runs on (the first GPU by name and capability, else the CPU), the CPU
-    and its features. ``cpu``: the CPU even where a GPU is visible (``--device cpu``)."""
-    from ... import auto_cache
-
-    tf = _tf()
-    gpu = None if cpu else _first_gpu()
-    if gpu is None:
-        return auto_cache.fingerprint("tensorflow", tf.__version__, "cpu")
-    (major, minor), name = gpu
-    return auto_cache.fingerprint("tensorflow", tf.__version__, f"{name} (compute capability {major}.{minor})",
-                                  cuda=dict(tf.sysconfig.get_build_info()).get("cuda_version"))
-
-
-def resolve_auto_tf(cpu: bool = False) -> tuple[str, str]:
-    """``auto`` for Keras here, from a measurement wherever one exists (:mod:`ampkit.doctor.auto`): the
-    TensorFlow doctor's cached verdict for this environment; else, on the CPU, a quick fp32-vs-bf16
-    matmul check (cached for next time); else (a GPU nobody measured) the capability rule, labelled
-    as a guess. ``cpu``: resolve for the CPU even where TensorFlow sees a GPU."""
-    from ...doctor.auto import resolve
-
-    gpu = None if cpu else _first_gpu()
-    fp = auto_fingerprint_tf(cpu=cpu)
-    if gpu is not None:
-        (major, minor), name = gpu
-        return resolve(fp, name, lambda: auto_for_gpu(major, minor, name))
-
-    def measure():
-        from .doctor_ops import quick_auto
-
-        return quick_auto(on_cpu=True)
-    return resolve(fp, "this CPU", cpu_capability_choice, measure)
+    backend = configured_backend()
+    if keras is None and backend != "tensorflow":
+        return keras3(), backend
+    flavor = get_flavor(keras)
+    return flavor, ("tensorflow" if flavor.legacy else backend)
 
 
 class MixedPrecision:
-    """Mixed precision for Keras: a policy scope, the loss-scale optimizer, float32 outputs.
+    """Mixed precision for Keras: a policy scope, the loss-scale optimizer, float32 outputs, checks.
 
     Args:
-        mode: ``fp32``, ``tf32``, ``fp16``, ``bf16``, an alias (``mixed_float16``...) or ``auto``.
-        initial_scale, dynamic_growth_steps: LossScaleOptimizer's arguments (fp16 only).
+        mode: ``fp32``, ``tf32``, ``fp16``, ``bf16``, an alias (``mixed_float16``...) or ``auto``
+            (a global policy the user set first is adopted).
+        initial_scale, dynamic_growth_steps: the LossScaleOptimizer's arguments (fp16 only).
         keras: which Keras — ``"keras"`` (Keras 3), ``"tf_keras"`` (Keras 2), either module, or None
-            (default: the one ``tf.keras`` resolves to). ``mp.flavor`` says which was chosen.
+            (default: the one ``tf.keras`` resolves to; Keras 3 on its torch/JAX backends).
+        min_scale_warning, consecutive_skip_warning: the loss-scale alarm (:mod:`ampkit.health`).
 
     Example::
 
@@ -122,18 +62,28 @@ class MixedPrecision:
             model = build_model()                 # layers pick up the mixed policy
             model.compile(optimizer=mp.optimizer(keras.optimizers.Adam()), loss="sparse_categorical_crossentropy")
             model.fit(x, y, callbacks=[mp.callback()])
-
-        mp = ampkit.keras.MixedPrecision("fp16", keras=tf_keras)   # Keras 2: the same calls
+        mp.verify(model), mp.health()
     """
 
     def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
-                 keras=None):
-        self.flavor: Flavor = get_flavor(keras)
-        resolved, self.reason = resolve_mode(mode, mode_support_tf, resolve_auto_tf, "in TensorFlow here",
-                                             "fp8 is reported by doctor only; use bf16 or fp16")
+                 keras=None, min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10):
+        from . import keras_policy
+
+        self.flavor, self.backend = _flavor_and_backend(keras)
+        found = keras_policy.found_policy(self.flavor)
+        wanted, self.policy_note = keras_policy.adopt(mode, found)
+        self.global_policy_found: str | None = found[1] if found else None
+        resolved, self.reason = engine_mode(wanted, self.backend)
+        if self.policy_note and self.global_policy_found and wanted != mode:
+            self.reason = f"{self.reason} (adopted from the global policy {self.global_policy_found!r})"
         self.precision: Precision = get_precision(resolved)
         self.initial_scale = float(initial_scale)
         self.dynamic_growth_steps = int(dynamic_growth_steps)
+        self._health = keras_health(min_scale_warning, consecutive_skip_warning)
+        self._added_scaling: dict[int, tuple] = {}  # id(user optimizer) -> (it, the loss-scale optimizer around it)
+        self._checked: dict[tuple[int, int], bool] = {}
+        self._last_scale: dict[int, float] = {}
+        keras_policy.report(self.policy_note)
 
     @property
     def mode(self) -> str:
@@ -145,69 +95,174 @@ class MixedPrecision:
 
     @contextlib.contextmanager
     def scope(self):
-        """Within: the mode's dtype policy (and TF32 on/off); both restored afterwards.
+        """Within: the mode's dtype policy (and TF32 on/off on TensorFlow); both restored afterwards.
 
         The policy is set in the chosen Keras and in the other one when it is imported already, so a
         model built from either picks it up.
         """
-        tf = _tf()
         flavors = [self.flavor] + [f for f in loaded_flavors() if f != self.flavor]
         prev_policies = [(f, f.global_policy()) for f in flavors]
-        prev_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf = None
+        if self.backend == "tensorflow":
+            from .tfimport import import_tf
+
+            tf = import_tf()
+            prev_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         for f in flavors:
             f.set_global_policy(self.policy)
-        if self.precision.tf32 is not None:
+        if tf is not None and self.precision.tf32 is not None:
             tf.config.experimental.enable_tensor_float_32_execution(self.precision.tf32)
         try:
             yield self
         finally:
             for f, prev in prev_policies:
                 f.set_global_policy(prev)
-            tf.config.experimental.enable_tensor_float_32_execution(prev_tf32)
+            if tf is not None:
+                tf.config.experimental.enable_tensor_float_32_execution(prev_tf32)
 
-    def optimizer(self, inner):
-        """The optimizer to train with: wrapped in its Keras's LossScaleOptimizer for fp16, as is otherwise."""
+    def optimizer(self, inner, model=None):
+        """The optimizer to train with: wrapped in its Keras's dynamic loss-scale optimizer for fp16 — and
+        in any mode when float16 compute is about (a global ``mixed_float16`` policy found at start, or
+        ``model`` given with float16 layers) — as is otherwise. A Keras 3 LossScaleOptimizer given
+        here gains ampkit's cross-replica skip."""
+        from .keras_policy import POLICY_MODE, float16_layers
+
         flavor = flavor_of(inner) or self.flavor
-        if not self.precision.loss_scaling or flavor.is_loss_scale_optimizer(inner):
+        if flavor.is_loss_scale_optimizer(inner):
+            return self._upgraded(inner, flavor)
+        half = POLICY_MODE.get(self.global_policy_found or "") == "fp16" or (model is not None and float16_layers(model))
+        if not (self.precision.loss_scaling or half):
             return inner
         return flavor.wrap(inner, self.initial_scale, self.dynamic_growth_steps)
 
-    def callback(self, model=None) -> LossScaleHistory:
-        """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of ``mp.flavor``."""
-        flavor = (flavor_of(model) if model is not None else None) or self.flavor
-        return history_class(flavor)()
+    @staticmethod
+    def _upgraded(opt, flavor: Flavor):
+        if flavor.legacy:
+            return opt
+        from .keras_scaling import upgrade
 
-    def check_model(self, model) -> list[str]:
-        """Warn (and return the warnings) when the model's last layer computes in float16/bfloat16.
+        return upgrade(opt)
+
+    def callback(self, model=None) -> LossScaleHistory:
+        """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of
+        ``mp.flavor`` — that feeds this engine's loss-scale alarm (:meth:`health`)."""
+        flavor = (flavor_of(model) if model is not None else None) or self.flavor
+        return history_class(flavor)(health=self._health)
+
+    def check_model(self, model, optimizer=None) -> list[str]:
+        """Warn (and return the warnings) when the model's last layer computes in float16/bfloat16, or
+        when it computes in float16 and ``optimizer`` (or the compiled one) does not scale the loss.
 
         A softmax or the logits in float16 lose precision and can overflow; keep the last layer in
         float32 (``dtype="float32"``, or :func:`float32_output`).
         """
+        from .keras_contract import loss_scaling_finding
+
         problems = []
         last = model.layers[-1] if model.layers else None
         if last is not None and getattr(last, "compute_dtype", "float32") in ("float16", "bfloat16"):
             problems.append(f"the last layer {last.name!r} computes in {last.compute_dtype}; give it dtype='float32' "
                             "(or end the model with ampkit.keras.float32_output) so logits/softmax stay in float32")
+        scaling = loss_scaling_finding(model, optimizer)
+        if scaling:
+            problems.append(f"{scaling['actual']}: {scaling['advice']}")
         for msg in problems:
             warnings.warn(f"ampkit: {msg}", stacklevel=2)
         return problems
 
-    def train_step(self, model, optimizer, x, y, loss_fn):
-        """One custom-loop step with GradientTape: scale the loss (fp16), unscale the gradients, apply
-        (which skips non-finite gradients and updates the scale). Returns the unscaled loss.
+    def verify(self, model, optimizer=None) -> list[dict]:
+        """The precision contract, checked on the model as it is: per layer, variables float32, the
+        compute dtype the policy's, the output layer float32; a float16-computing model's optimizer
+        scales the loss. A list of ``{"where", "expected", "actual", "advice"}`` ([] when it holds)."""
+        from .keras_contract import verify
 
-        Keras 3: ``scale_loss`` and ``apply``; Keras 2 (tf_keras): ``get_scaled_loss``,
-        ``get_unscaled_gradients`` and ``apply_gradients`` — chosen by the optimizer's Keras.
+        return verify(model, self.precision.compute_dtype if self.precision.autocast else "float32", self.mode,
+                      optimizer)
+
+    def health(self) -> dict:
+        """``{"status": "ok"|"warning"|"collapsed", "messages": [...], "steps", "skipped", "scale", ...}``: the
+        loss-scale alarm, fed by :meth:`callback` in ``fit`` and by :meth:`train_step` run eagerly."""
+        out = self._health.report()
+        out["loss_scaling"] = bool(self.precision.loss_scaling or self._added_scaling)
+        return out
+
+    @property
+    def stats(self) -> dict:
+        """``{"scale", "steps", "skipped", "consecutive_skipped"}`` as the alarm last saw them."""
+        rep = self._health.report()
+        return {k: rep[k] for k in ("scale", "steps", "skipped")} | {"consecutive_skipped": rep["consecutive_skipped"]}
+
+    # ------------------------------------------------------------------------------- custom loop
+    def _scaling_for(self, model, optimizer, flavor: Flavor):
+        """The optimizer the step applies through: ``optimizer`` itself, unless the model computes in
+        float16 and it does not scale the loss — then a loss-scale optimizer around it (made once, said once)."""
+        if flavor.is_loss_scale_optimizer(optimizer):
+            return self._upgraded(optimizer, flavor)
+        if id(optimizer) in self._added_scaling:
+            return self._added_scaling[id(optimizer)][1]
+        key = (id(model), id(optimizer))
+        if key not in self._checked:
+            from .keras_policy import float16_layers
+
+            self._checked[key] = bool(float16_layers(model))
+        if not self._checked[key]:
+            return optimizer
+        wrapped = flavor.wrap(optimizer, self.initial_scale, self.dynamic_growth_steps)
+        self._added_scaling[id(optimizer)] = (optimizer, wrapped)
+        warnings.warn(f"ampkit.keras: the model computes in float16 but {type(optimizer).__name__} does not scale the "
+                      "loss; train_step applies it through a dynamic LossScaleOptimizer (mp.optimizer(opt) makes "
+                      "that explicit)", stacklevel=3)
+        return wrapped
+
+    def train_step(self, model, optimizer, x, y, loss_fn):
+        """One custom-loop step: scale the loss (fp16), differentiate, unscale and apply — which skips
+        a step with non-finite gradients (on every replica under a ``tf.distribute`` strategy) and
+        updates the scale. Returns the unscaled loss.
+
+        TensorFlow: ``GradientTape`` (also inside ``strategy.run`` in a ``tf.function``; the optimizer is
+        built on the first call, no ``opt.build`` needed). Keras 3 on torch/JAX: ``loss.backward()`` /
+        ``jax.grad`` (:mod:`.keras_backends`). A model that computes in float16 is never trained
+        without loss scaling, whichever policy made it so.
         """
-        tf = _tf()
         flavor = flavor_of(optimizer) or flavor_of(model) or self.flavor
-        with tf.GradientTape() as tape:
-            pred = model(x, training=True)
-            loss = loss_fn(y, pred)
-            scaled = flavor.scale_loss(optimizer, loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        flavor.apply(optimizer, grads, model.trainable_variables)
+        opt = self._scaling_for(model, optimizer, flavor)
+        if not flavor.legacy:
+            from .keras_scaling import ensure_built
+
+            ensure_built(opt, model.trainable_variables, self.backend)
+        if flavor.legacy or self.backend == "tensorflow":
+            from .tfimport import import_tf
+
+            tf = import_tf()
+            with tf.GradientTape() as tape:
+                pred = model(x, training=True)
+                loss = loss_fn(y, pred)
+                scaled = flavor.scale_loss(opt, loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            flavor.apply(opt, grads, model.trainable_variables)
+        else:
+            from .keras_backends import train_step
+
+            loss = train_step(self.backend, model, opt, x, y, loss_fn, lambda value: flavor.scale_loss(opt, value))
+        self._observe(opt, flavor)
         return loss
+
+    def _observe(self, opt, flavor: Flavor) -> None:
+        """Feed the alarm after an eager step (a traced ``tf.function`` step cannot read host values:
+        there the ``fit`` callback, or reading :func:`loss_scale_of` yourself, tells)."""
+        if not flavor.is_loss_scale_optimizer(opt):
+            return
+        if self.backend == "tensorflow" or flavor.legacy:
+            from .tfimport import import_tf
+
+            tf = import_tf()
+            if not tf.executing_eagerly() or (tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context()):
+                return
+        before = self._last_scale.get(id(opt), float(getattr(opt, "initial_scale", 0.0)) or None)
+        scale = flavor.loss_scale(opt)
+        skipped = before is not None and scale < before
+        self._health.observe(self._health.steps, scale, skipped, scale_used=before)
+        self._last_scale[id(opt)] = scale
 
 
 def float32_output(x, name: str | None = None):
@@ -216,54 +271,7 @@ def float32_output(x, name: str | None = None):
     return flavor.module.layers.Activation("linear", dtype="float32", name=name)(x)
 
 
-def loss_scale_of(optimizer) -> float | None:
-    """The current dynamic loss scale of a (possibly wrapped) optimizer of either Keras, None without
-    scaling. Reads a variable: a host-device sync."""
-    flavor = flavor_of(optimizer)
-    return flavor.loss_scale(optimizer) if flavor is not None else None
-
-
-class _History:
-    """Records the loss scale after every training batch and counts skipped steps.
-
-    Keras's LossScaleOptimizer halves the scale exactly when a step had non-finite gradients
-    and was skipped, so a step is counted as skipped when the scale went down. Reading the scale
-    is a host-device sync, once per batch.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.scales: list[float] = []
-        self.skipped: list[bool] = []
-
-    def on_train_begin(self, logs=None):
-        self._last = loss_scale_of(self.model.optimizer)
-
-    def on_train_batch_end(self, batch, logs=None):
-        scale = loss_scale_of(self.model.optimizer)
-        if scale is None:
-            return
-        self.skipped.append(self._last is not None and scale < self._last)
-        self.scales.append(scale)
-        self._last = scale
-
-    @property
-    def skipped_steps(self) -> int:
-        return sum(self.skipped)
-
-
-_HISTORY: dict[str, type] = {}
-
-
-def history_class(flavor: Flavor) -> type:
-    """The loss-scale history callback for one Keras: each Keras's ``fit`` takes only its own callbacks."""
-    if flavor.name not in _HISTORY:
-        _HISTORY[flavor.name] = type("LossScaleHistory", (_History, flavor.callback_base),
-                                     {"__doc__": _History.__doc__, "__module__": __name__})
-    return _HISTORY[flavor.name]
-
-
-try:  # Keras 3's callback at import time, for ``ampkit.keras.LossScaleHistory``
-    LossScaleHistory = history_class(keras3())
-except Exception:  # pragma: no cover - keras absent: the engine module still imports
-    LossScaleHistory = _History
+# train_step is plain Python around Keras calls: AutoGraph (strategy.run, tf.function) runs it as it is
+# instead of trying to convert it and everything it calls (the attribute tf.autograph.experimental.
+# do_not_convert sets, set here without importing TensorFlow)
+MixedPrecision.train_step.autograph_info__ = None

@@ -1,0 +1,105 @@
+"""The Keras engine's ``fit`` callback: the loss scale after every batch, the skipped steps, the alarm.
+
+:class:`LossScaleHistory` (one class per Keras: each Keras's ``fit`` takes only its own callbacks)
+records the scale after each training batch and counts a step as skipped when the scale went down
+(Keras's LossScaleOptimizer halves it exactly when it skips a step for inf/NaN gradients). It feeds
+the values it read anyway to :class:`ampkit.health.LossScaleHealth`, which warns once
+(:class:`ampkit.LossScaleWarning`) when the scale collapses. Under a ``tf.distribute`` strategy the
+scale is one mirrored value: ampkit's LossScaleOptimizer skips on every replica together, so one
+history speaks for all.
+
+At ``on_train_begin`` it refuses, in one line, to train a model that computes in float16 through an
+optimizer without loss scaling (its small gradients would underflow to zero, silently).
+
+Extending it: ``history.hooks`` is a list of callables ``hook(history, step, scale, skipped)`` run
+after each recorded batch.
+"""
+
+from __future__ import annotations
+
+from ...errors import UsageError
+from ...health import LossScaleHealth
+from .flavor import Flavor, flavor_of, keras3
+
+KERAS_ADVICE = ("Switch to bf16 where the device runs it (no loss scaling needed): ampkit.keras.MixedPrecision('bf16'). "
+                "Find the layer that overflows with `ampkit audit --framework tensorflow --model MODULE:FACTORY "
+                "--mode fp16` (add --input-shape for a bare model).")
+
+
+def keras_health(min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10,
+                 source: str = "ampkit.keras.MixedPrecision") -> LossScaleHealth:
+    return LossScaleHealth(min_scale_warning=min_scale_warning, consecutive_skip_warning=consecutive_skip_warning,
+                           advice=KERAS_ADVICE, source=source)
+
+
+def loss_scale_of(optimizer) -> float | None:
+    """The current dynamic loss scale of a (possibly wrapped) optimizer of either Keras, None without
+    scaling. Reads a variable: a host-device sync."""
+    flavor = flavor_of(optimizer)
+    return flavor.loss_scale(optimizer) if flavor is not None else None
+
+
+def refuse_unscaled_float16(model, optimizer) -> None:
+    """One line when ``model`` computes in float16 and ``optimizer`` does not scale the loss."""
+    from .keras_contract import loss_scaling_finding
+
+    finding = loss_scaling_finding(model, optimizer)
+    if finding:
+        raise UsageError(f"ampkit.keras: {finding['actual']}: training it would lose small gradients to float16 "
+                         f"underflow; {finding['advice']}")
+
+
+class _History:
+    """Records the loss scale after every training batch and counts skipped steps.
+
+    Keras's LossScaleOptimizer halves the scale exactly when a step had non-finite gradients
+    and was skipped, so a step is counted as skipped when the scale went down. Reading the scale
+    is a host-device sync, once per batch. ``health``: the alarm fed from those values (a new one
+    with the default thresholds when not given).
+    """
+
+    def __init__(self, health: LossScaleHealth | None = None):
+        super().__init__()
+        self.scales: list[float] = []
+        self.skipped: list[bool] = []
+        self.health = health if health is not None else keras_health(source="ampkit.keras.LossScaleHistory")
+        self.hooks: list = []
+        self._last = None
+
+    def on_train_begin(self, logs=None):
+        refuse_unscaled_float16(self.model, self.model.optimizer)
+        self._last = loss_scale_of(self.model.optimizer)
+
+    def on_train_batch_end(self, batch, logs=None):
+        scale = loss_scale_of(self.model.optimizer)
+        if scale is None:
+            return
+        skipped = self._last is not None and scale < self._last
+        step = len(self.scales)
+        self.skipped.append(skipped)
+        self.scales.append(scale)
+        self.health.observe(step, scale, skipped, scale_used=self._last)
+        self._last = scale
+        for hook in self.hooks:
+            hook(self, step, scale, skipped)
+
+    @property
+    def skipped_steps(self) -> int:
+        return sum(self.skipped)
+
+
+_HISTORY: dict[str, type] = {}
+
+
+def history_class(flavor: Flavor) -> type:
+    """The loss-scale history callback for one Keras: each Keras's ``fit`` takes only its own callbacks."""
+    if flavor.name not in _HISTORY:
+        _HISTORY[flavor.name] = type("LossScaleHistory", (_History, flavor.callback_base),
+                                     {"__doc__": _History.__doc__, "__module__": "ampkit.keras"})
+    return _HISTORY[flavor.name]
+
+
+try:  # Keras 3's callback at import time, for ``ampkit.keras.LossScaleHistory``
+    LossScaleHistory = history_class(keras3())
+except Exception:  # pragma: no cover - keras absent: the engine module still imports
+    LossScaleHistory = _History

@@ -1,0 +1,105 @@
+"""The precision contract of a Keras model: is the declared mixed precision what the model really does?
+
+``ampkit.keras.MixedPrecision.verify(model)`` walks every layer (nested models flattened) and says,
+at most once per layer, where it breaks the contract of the mode:
+
+* **variables**: every floating variable float32 (the master weights; under a mixed policy Keras
+  keeps them float32 and casts for compute);
+* **compute dtype**: the policy's (``float16`` for fp16, ``bfloat16`` for bf16, ``float32`` for
+  fp32/tf32); a layer in float32 under a mixed policy is fine (kept in float32 on purpose), a layer in
+  another low precision is not;
+* **the output layer**: computes in float32 (logits and softmax in float16 lose precision and can
+  overflow);
+
+and, once for the model, whether a float16-computing layer trains through an optimizer without
+dynamic loss scaling (``optimizer=`` or the compiled ``model.optimizer``).
+
+Each finding is ``{"where", "expected", "actual", "advice"}`` (:data:`ampkit.health` style plain values).
+"""
+
+from __future__ import annotations
+
+from .flavor import flavor_of
+from .keras_policy import float16_layers, layers_of
+
+LOW = ("float16", "bfloat16")
+
+
+def _own_variables(layer) -> list:
+    return list(getattr(layer, "weights", []) or [])
+
+
+def _dtype(v) -> str:
+    d = getattr(v, "dtype", None)
+    return str(getattr(d, "name", d))
+
+
+def _output_layers(model) -> list:
+    """The layers whose outputs are the model's outputs (functional models), else the last layer."""
+    found = []
+    for t in getattr(model, "outputs", None) or []:
+        hist = getattr(t, "_keras_history", None)
+        layer = getattr(hist, "operation", None) or getattr(hist, "layer", None) \
+            or (hist[0] if isinstance(hist, tuple) and hist else None)
+        while layer is not None and getattr(layer, "layers", None):  # a nested model: its own last layer
+            layer = layer.layers[-1]
+        if layer is not None and layer not in found:
+            found.append(layer)
+    if not found:
+        leaves = layers_of(model)
+        if leaves:
+            found.append(leaves[-1])
+    return found
+
+
+def fp32_hint(model, layer) -> str:
+    flavor = flavor_of(layer)
+    code = flavor.fp32_layer_code(layer.name) if flavor else f"model.get_layer({layer.name!r}).dtype_policy = 'float32'"
+    return f"build it with dtype='float32' (or end the model with ampkit.keras.float32_output), or `{code}`"
+
+
+def verify(model, compute_dtype: str, mode: str, optimizer=None) -> list[dict]:
+    """The findings for ``model`` under a mode whose policy computes in ``compute_dtype``."""
+    findings = []
+    outputs = {id(lay) for lay in _output_layers(model)}
+    for layer in layers_of(model):
+        expected, actual, advice = [], [], []
+        low_vars = [v for v in _own_variables(layer) if _dtype(v) in LOW]
+        if low_vars:
+            names = ", ".join(getattr(v, "path", None) or v.name for v in low_vars[:3])
+            expected.append("float32 variables (master weights)")
+            actual.append(f"{_dtype(low_vars[0])} variables ({names}{', ...' if len(low_vars) > 3 else ''})")
+            advice.append("keep variables float32: give the layer a mixed policy (mixed_float16/mixed_bfloat16) "
+                          "or float32, not a bare float16/bfloat16 dtype")
+        compute = getattr(layer, "compute_dtype", None)
+        if id(layer) in outputs and compute in LOW:
+            expected.append("float32 compute (the output layer)")
+            actual.append(f"{compute} compute")
+            advice.append(fp32_hint(model, layer))
+        elif compute in LOW and compute != compute_dtype:
+            expected.append(f"{compute_dtype} compute (mode {mode})")
+            actual.append(f"{compute} compute")
+            advice.append("build the model inside mp.scope() so the layer takes the mode's policy "
+                          "(a layer given an explicit dtype keeps it)")
+        if expected:
+            findings.append({"where": f"layer {layer.name!r}" + (" (output)" if id(layer) in outputs else ""),
+                             "expected": "; ".join(expected), "actual": "; ".join(actual), "advice": " ".join(advice)})
+    scaling = loss_scaling_finding(model, optimizer)
+    if scaling:
+        findings.append(scaling)
+    return findings
+
+
+def loss_scaling_finding(model, optimizer=None) -> dict | None:
+    """A float16-computing model and an optimizer (given, or the compiled one) that does not scale the loss."""
+    opt = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    half = float16_layers(model)
+    flavor = flavor_of(opt) if opt is not None else None
+    if not half or flavor is None or flavor.is_loss_scale_optimizer(opt):
+        return None
+    shown = ", ".join(repr(n) for n in half[:3]) + (f" and {len(half) - 3} more" if len(half) > 3 else "")
+    return {"where": "optimizer",
+            "expected": "a LossScaleOptimizer (dynamic loss scaling): layers compute in float16",
+            "actual": f"{type(opt).__name__} without loss scaling; float16 layers: {shown}",
+            "advice": "wrap it: mp.optimizer(opt) (any mode: it scales when the model computes in float16); "
+                      "small float16 gradients underflow to zero without it"}
