@@ -1,0 +1,82 @@
+"""Issue 23: ``ampkit report`` reconciles the doctor and bench of one environment. A doctor that
+recommends a mode bench measured slower (or calls slower a mode bench measured faster) gets a
+verdict row saying so, with bench's --explain sentences; agreeing documents add nothing."""
+
+from __future__ import annotations
+
+import json
+
+import neutral_reports as planted
+from ampkit.report import build, load, markdown
+
+WHY = ["bf16 is 0.45x fp32 here (22.00 ms vs 10.00 ms per step)",
+       "casts grew most: 0.00 -> 9.00 ms per step (+9.00 ms; 41% of the bf16 step, 0% of fp32's) — dtype casts",
+       "the model's largest matmul is 64x64 @ 64x64 (time-weighted size about 64) — too small to gain"]
+
+
+def _docs(tmp_path, *, bf16_speedup: float, verdict: str, explanation=None, doctor_framework="torch",
+          bench_framework="torch", quick=False):
+    doctor = planted.doctor(doctor_framework)
+    doctor.quick = quick
+    bench = planted.bench(bench_framework)
+    bf16 = bench.results[1]
+    bf16.speedup_vs_fp32, bf16.speedup_ci, bf16.speedup_verdict = bf16_speedup, [bf16_speedup * 0.9,
+                                                                                bf16_speedup * 1.1], verdict
+    bf16.explanation = explanation
+    paths = []
+    for name, rep in (("doctor.json", doctor), ("bench.json", bench)):
+        path = tmp_path / name
+        path.write_text(json.dumps(rep.to_dict()))
+        paths.append(path)
+    return [d for p in paths for d in load(str(p))]
+
+
+def _reconciled(docs) -> list[dict]:
+    report = build(docs)
+    return [row for env in report.environments for row in env.verdicts() if row["key"].startswith("doctor vs bench")]
+
+
+def test_a_recommended_mode_bench_measured_slower_is_named_with_benchs_explanation(tmp_path):
+    docs = _docs(tmp_path, bf16_speedup=0.45, verdict="slower", explanation=WHY)
+    (row,) = _reconciled(docs)
+    assert row["key"] == "doctor vs bench mlp: bf16" and row["tone"] == "bad"
+    assert row["text"].startswith("they disagree: the doctor recommends bf16 (kernels 3.00×, training 3.00× on its "
+                                  "own small ops), but bench mlp measured bf16 slower: 0.45× fp32 [0.41, 0.50]; ")
+    assert "bench's explanation: casts grew most: 0.00 -> 9.00 ms" in row["text"]
+    assert "too small to gain" in row["text"]
+    page = markdown(build(docs))
+    assert "doctor vs bench mlp: bf16" in page and "they disagree" in page
+
+
+def test_without_explain_the_row_points_to_it(tmp_path):
+    (row,) = _reconciled(_docs(tmp_path, bf16_speedup=0.45, verdict="slower"))
+    assert row["text"].endswith("run `ampkit bench --explain` for a breakdown of why")
+
+
+def test_a_mode_the_doctor_calls_slower_that_bench_measured_faster(tmp_path):
+    docs = _docs(tmp_path, bf16_speedup=2.5, verdict="faster")
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    bench["results"][2] = {**bench["results"][1], "mode": "fp16", "speedup_vs_fp32": 1.8, "speedup_ci": [1.5, 2.1],
+                           "speedup_verdict": "faster"}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    docs = load(str(tmp_path / "doctor.json")) + load(str(tmp_path / "bench.json"))
+    (row,) = _reconciled(docs)
+    assert row["key"] == "doctor vs bench mlp: fp16"
+    assert row["text"].startswith("they disagree: the doctor calls fp16 slower (kernels 0.50× on its own small ops), "
+                                  "but bench mlp measured fp16 faster: 1.80× fp32 [1.50, 2.10]")
+
+
+def test_agreeing_documents_add_nothing(tmp_path):
+    docs = _docs(tmp_path, bf16_speedup=2.5, verdict="faster", explanation=WHY)
+    assert _reconciled(docs) == []
+    assert "doctor vs bench" not in markdown(build(docs))
+    # no measurable difference is not a disagreement either
+    assert _reconciled(_docs(tmp_path, bf16_speedup=0.98, verdict="no measurable difference")) == []
+
+
+def test_other_frameworks_and_quick_doctors_are_not_compared(tmp_path):
+    docs = _docs(tmp_path, bf16_speedup=0.45, verdict="slower", quick=True)
+    assert _reconciled(docs) == []
+    # a TF doctor and a torch bench sit in different environments: never compared
+    docs = _docs(tmp_path, bf16_speedup=0.45, verdict="slower", doctor_framework="tensorflow")
+    assert _reconciled(docs) == []
