@@ -200,3 +200,16 @@ def test_a_backend_without_observe_says_so():
     with pytest.raises(UsageError, match="--what-if is not available for --framework toy"):
         audit_here(AuditConfig(what_if=True), toy.ToyBackend())
     assert math.isfinite(0.0)
+
+
+def test_report_renders_the_what_if_table_and_chart(tmp_path):
+    doc = tmp_path / "w.json"
+    doc.write_text(json.dumps(whatif(wm.outlier(), wm.batch()).to_dict()))
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    assert main(["report", str(doc), "--html", str(html), "--markdown", str(md), "--plots", str(tmp_path / "p")]) == 0
+    page = html.read_text()
+    assert 'class="audit-whatif"' in page and "<svg" in page and "keep out of the format" in page
+    assert '<span class="v v-keep_in_fp32">keep_in_fp32</span>' in page  # fp8, the outlier model
+    text = md.read_text()
+    assert "| fp8 | keep_in_fp32 | — | — | 3 |" in text and "| fp16 | safe" in text
+    assert (tmp_path / "p" / "a-audit-1.png").stat().st_size > 10_000

@@ -154,6 +154,8 @@ class AuditView:
     suggested_loss_scale: float | None
     chart: str = ""
     chart_id: str = ""
+    what_if: list = None  # --what-if: one row per format (format, verdict, first_overflow, range, keep, advice)
+    what_if_doc: dict = None  # the document's what_if section (the chart reads its modules)
 
     @property
     def summary(self) -> str:
@@ -185,8 +187,20 @@ def page_view(report, doc=None) -> AuditView:
                  "first": bool(first and first["name"] == f.layer and f.kind == "nonfinite")}
                 for f in report.findings]
     steps = report.steps if isinstance(report.steps, int) and not isinstance(report.steps, bool) else None
-    return AuditView(doc, str(report.workload or "model"), report.mode, str(report.device or "—"),
+    view = AuditView(doc, str(report.workload or "model"), report.mode, str(report.device or "—"),
                      float(report.loss_scale), steps, first, findings, layers, finite(report.suggested_loss_scale))
+    if getattr(report, "what_if", None):
+        view.what_if_doc = report.what_if
+        view.what_if = [{"format": name, "verdict": str(p.get("verdict")), "first_overflow": p.get("first_overflow"),
+                         "range": (f"[{p['loss_scale_range'][0]:g}, {p['loss_scale_range'][1]:g}]"
+                                   if _pair(p.get("loss_scale_range")) else None),
+                         "keep": [str(n) or "(model)" for n in (p.get("keep_in_fp32") or [])],
+                         "advice": str(p.get("advice") or "")} for name, p in report.what_if.items()]
+    return view
+
+
+def _pair(v) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
 
 
 def findings_summary(findings: list[dict]) -> tuple[str, str]:
@@ -205,6 +219,11 @@ def findings_summary(findings: list[dict]) -> tuple[str, str]:
 
 
 def verdicts(view: AuditView) -> list[dict]:
+    if view.what_if:
+        worst = max((WHAT_IF_RANK.get(r["verdict"], 3) for r in view.what_if), default=0)
+        text = " · ".join(f"{r['format']} {r['verdict']}" for r in view.what_if)
+        return [{"key": f"audit --what-if {view.workload}", "text": text,
+                 "tone": ("good", "neutral", "neutral", "bad")[worst]}]
     text, tone = findings_summary(view.findings)
     if view.first:
         first = f"inf/NaN first in {view.first['name'] or '(model)'} ({view.first['phase']})"
@@ -212,7 +231,18 @@ def verdicts(view: AuditView) -> list[dict]:
     return [{"key": f"audit {view.workload}: {view.mode}", "text": text, "tone": tone}]
 
 
+WHAT_IF_RANK = {"safe": 0, "safe_with_scale": 1, "keep_in_fp32": 2, "unsafe": 3}
+
+
 def figure(view: AuditView):
+    if view.what_if_doc:
+        from .audit_whatif import whatif_figure
+
+        return whatif_figure(view)
+    return layers_figure(view)
+
+
+def layers_figure(view: AuditView):
     """Per layer, in execution order: headroom in bits above (forward output, and gradient at the
     loss scale; below 0 overflows), underflow shares below; the first layer with inf/NaN is marked
     in red and labelled. None without layers."""
