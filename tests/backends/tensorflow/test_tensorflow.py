@@ -43,16 +43,20 @@ def test_doctor_framework_all_holds_both_documents():
     assert doc["frameworks"]["tensorflow"]["environment"]["keras_version"].startswith("3.")
 
 
-def test_bench_mlp_fp32_and_fp16_rows_ok():
-    """(bf16 rows: the TensorFlow-only machine test in tests/architecture runs fp32,bf16.)"""
-    r = _cli("bench", "--framework", "tensorflow", "--workload", "mlp", "--modes", "fp32,fp16",
-             "--steps", "3", "--warmup", "1", "--json", "-")
+def test_bench_mlp_rows_ok_under_mirrored_strategy_with_two_replicas():
+    """--strategy mirrored --replicas 2 on a CPU: two logical devices, three rows of 2 replicas each with
+    the global batch (the plain single-device bench runs in the tests below and in tests/architecture)."""
+    r = _cli("bench", "--framework", "tensorflow", "--workload", "mlp", "--modes", "fp32,bf16,fp16",
+             "--strategy", "mirrored", "--replicas", "2", "--steps", "2", "--warmup", "1", "--json", "-")
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
-    assert doc["framework"] == "tensorflow" and [x["mode"] for x in doc["results"]] == ["fp32", "fp16"]
+    assert doc["framework"] == "tensorflow" and [x["mode"] for x in doc["results"]] == ["fp32", "bf16", "fp16"]
+    assert doc["replicas"] == 2 and doc["config"]["strategy"] == "mirrored"
+    assert doc["environment"]["keras_backend"] == "tensorflow"
     for row in doc["results"]:
         assert row["status"] == "ok", row
-        assert row["samples_per_s"] > 0 and row["peak_memory_bytes"] > 0 and row["batch_size"] == 64
+        assert row["samples_per_s"] > 0 and row["peak_memory_bytes"] > 0
+        assert row["batch_size"] == 64 and row["replicas"] == 2, row
     assert doc["flops_per_sample"] > 0
 
 

@@ -93,13 +93,17 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
         row.status, row.error = "unsupported", why
         return row
     try:
+        from .keras_distributed import strategy_scope
+
+        distributed, row.replicas = strategy_scope(cfg.strategy, cfg.replicas, gpu)
         mp = MixedPrecision(mode, keras="keras")
         if cfg.model:
             load_every_keras()  # a factory may build with tf_keras: the scope then sets its policy too
         baseline = rss_bytes()
         # the whole run inside the mode's scope: the policy when layers are built, and TF32 on or
-        # off (as the mode says) while it trains — outside it TensorFlow's default (TF32 on) rules
-        with mp.scope():
+        # off (as the mode says) while it trains — outside it TensorFlow's default (TF32 on) rules;
+        # under --strategy the model and its optimizer are made in the strategy's scope too
+        with mp.scope(), distributed:
             keras.utils.set_random_seed(cfg.seed)
             workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
             k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
@@ -219,6 +223,7 @@ class TensorFlowBench:
     would inflate each other's peaks."""
 
     bench_searches_in_child = False
+    bench_strategies = ("mirrored",)  # --strategy: tf.distribute (keras_distributed)
 
     def bench_start(self, config: BenchConfig) -> None:
         grow_gpu_memory()  # this parent only probes: leave the GPU's memory to each mode's child
