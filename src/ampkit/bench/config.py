@@ -68,6 +68,8 @@ class BenchConfig:
     seq_len: int | None = None           # --seq-len for a built-in sequence workload (bert-base, gpt2)
     image_size: int | None = None        # --image-size for a built-in image workload (cnn, resnet50, vit_b_16)
     explain: bool = False                # --explain: profile a few more steps per mode, a breakdown and why
+    strategy: str | None = None          # --strategy mirrored: Keras under tf.distribute.MirroredStrategy
+    replicas: int | None = None          # --replicas N: N logical CPU devices (testing a strategy on a CPU)
 
     def __post_init__(self) -> None:
         for flag, value in (("--workload", self.workload), ("--model", self.model)):
@@ -83,6 +85,7 @@ class BenchConfig:
         float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
         if not isinstance(self.explain, bool):
             raise UsageError(f"explain must be True or False; received {self.explain!r}")
+        _strategy(self)
         self._set("modes", _modes(self.modes))
         self._set("input_shape", _input_shape(self.input_shape))
         self._set("batch_size", _batch_size(self.batch_size))
@@ -110,6 +113,21 @@ class BenchConfig:
     def from_dict(cls, d: dict) -> BenchConfig:
         """From :meth:`to_dict`'s keys (others, such as a document's ``auto_mode``, are ignored)."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+STRATEGIES = ("mirrored",)
+MAX_REPLICAS = 64
+
+
+def _strategy(cfg: BenchConfig) -> None:
+    """--strategy (None or mirrored) and --replicas (1..64, only with a strategy; not with --batch-size auto)."""
+    if cfg.strategy is not None and cfg.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}; received {cfg.strategy!r}")
+    int_in(cfg.replicas, "--replicas", 1, MAX_REPLICAS)
+    if cfg.replicas is not None and cfg.strategy is None:
+        raise UsageError("--replicas N sets the devices of --strategy mirrored; add --strategy mirrored")
+    if cfg.strategy is not None and isinstance(cfg.batch_size, str):
+        raise UsageError("--strategy mirrored runs a fixed global batch; give --batch-size N (or none), not auto")
 
 
 def _modes(modes) -> tuple[str, ...]:

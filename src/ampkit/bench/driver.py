@@ -46,6 +46,9 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
+    if config.strategy and config.strategy not in getattr(backend, "bench_strategies", ()):
+        raise UsageError(f"--strategy {config.strategy} is tf.distribute's, for --framework tensorflow; "
+                         f"--framework {backend.name} runs distributed under its own launcher (torchrun)")
     workload = backend.check_workload(config.workload) if config.workload else None  # before the framework loads
     group = backend.bench_start(config)
     target = group.target if group else backend.target(config.device)
@@ -80,7 +83,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
                        environment=environment,
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
-                       sample_inputs=probe.sample_inputs)
+                       sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1))
 
 
 def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:

@@ -61,6 +61,7 @@ class BenchRow:
     breakdown_ms: dict | None = None    # --explain: the same in ms of the median timed step
     explanation: list | None = None     # --explain: sentences against fp32's breakdown (ampkit.bench.explain)
     explain_detail: dict | None = None  # --explain: how it was profiled, the model's matmuls, the size table
+    replicas: int = 1                   # devices the step ran on in sync (--strategy mirrored); batch_size is global
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,6 +92,7 @@ class BenchReport(Enveloped):
     note: str | None = None
     interrupted: bool = False
     sample_inputs: object = None  # per-sample input shape(s) the workload ran with, e.g. [3, 32, 32]
+    replicas: int = 1             # devices each step ran on in sync (--strategy mirrored)
 
     @property
     def failed(self) -> bool:
@@ -102,7 +104,7 @@ class BenchReport(Enveloped):
         return envelope("bench", self.environment, workload=self.workload, framework=self.framework,
                         device=self.device, world_size=self.world_size, results=[r.to_dict() for r in self.results],
                         flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
-                        interrupted=self.interrupted, sample_inputs=self.sample_inputs,
+                        interrupted=self.interrupted, sample_inputs=self.sample_inputs, replicas=self.replicas,
                         speedup_definition=SPEEDUP_DEFINITION)
 
     @classmethod
@@ -115,7 +117,7 @@ class BenchReport(Enveloped):
                    environment=env if isinstance(env, dict) else {}, world_size=d.get("world_size", 1),
                    flops_per_sample=d.get("flops_per_sample"), config=config if isinstance(config, dict) else {},
                    note=d.get("note"), interrupted=bool(d.get("interrupted", False)),
-                   sample_inputs=d.get("sample_inputs"))
+                   sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1))
 
 
 def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None = None) -> None:

@@ -30,6 +30,11 @@ def add_arguments(p) -> None:
     p.add_argument("--explain", action="store_true",
                    help="profile a few more steps per mode: each row gains a breakdown of its step by category "
                         "and sentences on why it is faster or slower than fp32")
+    p.add_argument("--strategy", default=None, choices=["mirrored"],
+                   help="Keras only: train under tf.distribute.MirroredStrategy (all local GPUs); "
+                        "--batch-size is then the global batch")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="with --strategy on a CPU: N logical CPU devices, for testing a strategy without GPUs")
     add_run_flags(p)
     p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
@@ -67,7 +72,7 @@ def run(args) -> int:
         num_classes=args.num_classes, modes=args.modes, batch_size=_batch_size(args.batch_size),
         memory_budget=args.memory_budget, steps=args.steps, warmup=args.warmup, device=args.device,
         search_cap=args.max_batch_size, timeout=args.timeout, repeats=args.repeats, seq_len=args.seq_len,
-        image_size=args.image_size, explain=args.explain)
+        image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas)
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))

@@ -68,6 +68,8 @@ def render(report, con) -> None:
         con.print(f"[bold]{report.note}[/]")
     flops = f"  ·  {report.flops_per_sample / 1e9:.3g} GFLOP/sample (fwd+bwd)" if report.flops_per_sample else ""
     world = f"  ·  world size {report.world_size}" if report.world_size > 1 else ""
+    if getattr(report, "replicas", 1) > 1:
+        world += f"  ·  {report.replicas} replicas in sync (batch = global batch)"
     cfg = report.config
     repeats = f", {cfg['repeats']} interleaved repeats (medians)" if (cfg.get("repeats") or 1) > 1 else ", one run"
     inputs = f"  ·  inputs {_inputs(report.sample_inputs)}" if getattr(report, "sample_inputs", None) else ""
