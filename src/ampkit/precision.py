@@ -14,9 +14,20 @@ from .errors import UsageError
 
 #: Modes in the order the reports list them.
 MODES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
-#: Modes that the training engine runs (fp8 is reported by doctor only, for now).
+#: Modes that ``auto`` chooses among and that ``--modes all`` always holds.
 TRAINING_MODES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+#: Modes that bench, parity and audit accept by name: the training modes and fp8, which the PyTorch
+#: engine trains through torchao (``ampkit[fp8]``; emulated where the hardware has no fp8).
+COMMAND_MODES: tuple[str, ...] = TRAINING_MODES + ("fp8",)
 AUTO = "auto"
+
+
+def all_modes() -> tuple[str, ...]:
+    """What ``--modes all`` means: the training modes, and fp8 where torchao is installed (found, not
+    imported: nothing pays for torchao unless fp8 runs)."""
+    import importlib.util
+
+    return COMMAND_MODES if importlib.util.find_spec("torchao") is not None else TRAINING_MODES
 
 _ALIASES: dict[str, str] = {
     "32": "fp32", "float32": "fp32", "32-true": "fp32", "fp32": "fp32",
@@ -91,11 +102,13 @@ def parse_mode(name: str, *, allow_auto: bool = True) -> str:
     return mode
 
 
-def parse_mode_list(text: str, *, choices: tuple[str, ...] = TRAINING_MODES, allow_auto: bool = False) -> list[str]:
+def parse_mode_list(text: str, *, choices: tuple[str, ...] | None = None, allow_auto: bool = False) -> list[str]:
     """Parse ``fp32,bf16,fp16`` or ``all`` into canonical modes, in the given order, no duplicates
-    (with ``allow_auto``, ``auto`` stays in the list for the caller to resolve on its device)."""
+    (with ``allow_auto``, ``auto`` stays in the list for the caller to resolve on its device).
+    ``choices``: the modes accepted (default :data:`COMMAND_MODES`; ``all``: :func:`all_modes`)."""
     if text.strip().lower() == "all":
-        return list(choices)
+        return list(all_modes() if choices is None else choices)
+    choices = COMMAND_MODES if choices is None else choices
     modes: list[str] = []
     for part in text.split(","):
         if not part.strip():

@@ -17,7 +17,7 @@ from ..isolation import DEFAULT_TIMEOUT_S
 from ..precision import parse_mode
 
 #: the modes an audit compares against float32 (``auto`` resolves to one of them)
-AUDIT_MODES = ("fp16", "bf16")
+AUDIT_MODES = ("fp16", "bf16", "fp8")
 MAX_AUDIT_STEPS = 10_000
 #: the formats ``--what-if`` predicts (``--formats``, default all three)
 WHAT_IF_FORMATS = ("fp16", "bf16", "fp8")
@@ -47,7 +47,7 @@ class AuditConfig:
     model: str | None = None         # MODULE:FACTORY
     input_shape: tuple[int, ...] | None = None
     num_classes: int | None = None   # None: what the model declares (Keras), else 10
-    mode: str = "fp16"               # fp16, bf16 or auto (aliases accepted; kept canonical)
+    mode: str = "fp16"               # fp16, bf16, fp8 or auto (aliases accepted; kept canonical)
     steps: int = 1
     loss_scale: float | None = None  # None: the framework scaler's initial scale (fp16), 1 (bf16)
     batch_size: int | None = None    # None: the workload's (capped for the zoo on a CPU, and said so)
@@ -62,7 +62,7 @@ class AuditConfig:
     def __post_init__(self) -> None:
         mode = parse_mode(self.mode)
         if mode not in (*AUDIT_MODES, "auto"):
-            raise UsageError(f"--mode must be fp16, bf16 or auto for an audit; received {self.mode!r}")
+            raise UsageError(f"--mode must be fp16, bf16, fp8 or auto for an audit; received {self.mode!r}")
         object.__setattr__(self, "mode", mode)  # the canonical name, once: nobody re-parses it
         object.__setattr__(self, "formats", parse_formats(self.formats))
         if not isinstance(self.what_if, bool):
@@ -71,8 +71,8 @@ class AuditConfig:
         int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
         float_in(self.loss_scale, "--loss-scale", 0, MAX_LOSS_SCALE, lo_open=True)
-        if mode == "bf16" and self.loss_scale is not None and self.loss_scale != 1.0 and not self.what_if:
-            raise UsageError("bf16 trains without loss scaling; --loss-scale applies to fp16 only")
+        if mode in ("bf16", "fp8") and self.loss_scale is not None and self.loss_scale != 1.0 and not self.what_if:
+            raise UsageError(f"{mode} trains without loss scaling; --loss-scale applies to fp16 only")
         float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
         from ..bench.sizes import check_flag_values, size_kwargs
 

@@ -42,6 +42,7 @@ class LayerStats:
     fwd_dtype: str | None = None           # dtype(s) of its outputs in the audited mode ("float16", "float32,float16")
     calls: int = 0
     leaf: bool = True
+    fp8: dict | None = None                # --mode fp8: the Linear's fp8 errors, casts and advice (torch audit_fp8)
     # accumulators (not serialised)
     _fwd_nz: float = field(default=0.0, repr=False)
     _fwd_under: float = field(default=0.0, repr=False)

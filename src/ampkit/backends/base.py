@@ -42,6 +42,12 @@ class EnvironmentOps(Protocol):
     def mode_support(self, mode: str, target: Target) -> tuple[bool, str]:
         """Whether ``mode`` can run on ``target`` at all, with the reason in words."""
 
+    def training_support(self, mode: str, target: Target) -> tuple[bool, bool, str]:
+        """``(ok, emulated, why)``: whether this framework's engine can train in ``mode`` on
+        ``target``, natively or in an emulation that gives the mode's numerics without its speed
+        (fp8 through torchao where the hardware has no fp8); ``mode_support`` stays the hardware's
+        answer."""
+
     def resolve_auto(self, target: Target) -> tuple[str, str]:
         """The mode ``auto`` means on ``target`` and why (measured where a measurement exists)."""
 

@@ -47,6 +47,13 @@ def _speedup(x, ci) -> str:
     return f"{x:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def _verdict_cell(m, style: str) -> str:
+    """The verdict as shown; a mode the hardware lacks that runs emulated (fp8) says so."""
+    if m.emulated and m.selftest == "pass":
+        return "[green]working (emulated)[/]"
+    return f"[{style}]{m.verdict}[/]" if style else m.verdict
+
+
 def render(report, con) -> None:
     env = report.environment
     cpu = env.get("cpu", {})
@@ -76,7 +83,7 @@ def render(report, con) -> None:
                       _speedup(m.speedup, m.speedup_ci if mode != "fp32" else None),
                       _speedup(m.training_speedup, m.training_speedup_ci if mode != "fp32" else None),
                       {True: "yes", False: "no", None: "—"}[m.accelerated],
-                      f"[{style}]{m.verdict}[/]" if style else m.verdict, m.reason)
+                      _verdict_cell(m, style), m.reason)
     con.print(table)
     render_variants(report, con)
     rounds = max((m.rounds or 0) for m in report.modes.values())

@@ -344,6 +344,8 @@ class TorchAudit:
         cls = TorchAuditSession
         if config.what_if:  # float32 steps only (ampkit audit --what-if)
             from .whatif import TorchWhatIfSession as cls
+        elif config.mode == "fp8":  # torchao's fp8 layers against bf16 and fp32: a session of its own
+            from .audit_fp8 import Fp8AuditSession as cls
         if live is not None:
             return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
         workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,

@@ -27,8 +27,10 @@ def _expected_dtype(mode: str) -> torch.dtype:
 
 def selftest(mode: str, device: torch.device) -> tuple[str, str]:
     """Really run ``mode`` on ``device``; return ("pass"|"fail", what was checked or what broke)."""
-    if mode == "fp8":
-        return _selftest_fp8(device)
+    if mode == "fp8":  # a real fp8 step through the engine where torchao is installed (doctor_fp8)
+        from .doctor_fp8 import engine_selftest
+
+        return engine_selftest(device) or _selftest_fp8(device)
     try:
         return _selftest_training(mode, device)
     except Exception as exc:  # a self-test reports, it never crashes the doctor

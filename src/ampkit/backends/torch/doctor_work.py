@@ -31,7 +31,7 @@ def sizes(device: torch.device) -> dict:
 
 def kernels(mode: str, device: torch.device, s: dict) -> dict:
     """{op: (callable, flops per call)} in the mode's math (inputs already in its dtype)."""
-    if mode == "fp8":  # a scaled e4m3 matmul; fp8 is reported, not trained with
+    if mode == "fp8":  # a scaled e4m3 matmul (its training step: torchao, in work())
         return {"matmul": matmul_op(mode, device, s["matmul_n"])}
     return {"matmul": matmul_op(mode, device, s["matmul_n"]), "conv": conv_op(mode, device, s["conv"])}
 
@@ -65,5 +65,12 @@ def training(mode: str, device: torch.device, s: dict) -> dict:
 
 def work(mode: str, device: torch.device) -> Work:
     s = sizes(device)
-    return Work(kernels(mode, device, s), {} if mode == "fp8" else training(mode, device, s), clock_for(device),
+    if mode == "fp8":  # where torchao is installed: the transformer block, its feed-forward Linears in fp8
+        from .engine.fp8 import torchao_installed
+
+        steps = ({k: v for k, v in training(mode, device, s).items() if k == "train_transformer"}
+                 if torchao_installed() else {})
+        return Work(kernels(mode, device, s), steps, clock_for(device),
+                    at_size=lambda n: size_work(mode, device, n))
+    return Work(kernels(mode, device, s), training(mode, device, s), clock_for(device),
                 at_size=lambda n: size_work(mode, device, n))

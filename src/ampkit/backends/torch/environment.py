@@ -73,6 +73,13 @@ class TorchEnvironment:
 
         return mode_support(mode, self.torch_device(target))
 
+    def training_support(self, mode: str, target) -> tuple[bool, bool, str]:
+        if mode == "fp8":  # torchao: real fp8 kernels where the hardware has them, else its emulation
+            from .engine.fp8 import fp8_support
+
+            return fp8_support(self.torch_device(target))
+        return (*self.mode_support(mode, target), False)
+
     def resolve_auto(self, target) -> tuple[str, str]:
         from .devices import resolve_auto
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ from .contract import verify_engine
 from .copying import engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
+from .fp8 import FP8_REGION, fp8_engine
 from .regions import region_maker
 from .scaling import scaling_for
 from .schedulers import schedulers_of, step_schedulers
@@ -106,6 +107,10 @@ class MixedPrecision:
             but the last micro-batch.
         model: optional; used to check that master weights are float32 and to pick
             ``ShardedGradScaler`` for FSDP models. Same as calling :meth:`prepare` later.
+        fp8_recipe, fp8_skip_first_last, fp8_filter: mode ``fp8`` only (torchao, ``ampkit[fp8]``):
+            the recipe (``tensorwise``, default, or ``rowwise``); whether the first and last Linear
+            stay in bf16 (default True); your own ``(module, name) -> bool`` filter on top. See
+            :mod:`.fp8`: ``model = mp.prepare(model)`` converts, ``mp.fp8_layers`` says what and why.
         min_scale_warning, consecutive_skip_warning: fp16: one :class:`ampkit.LossScaleWarning` the first
             time the scale falls below this or this many steps in a row are skipped (:meth:`health`).
 
@@ -139,13 +144,17 @@ class MixedPrecision:
         growth_interval: int = 2000,
         accumulation_steps: int = 1,
         model: torch.nn.Module | None = None,
+        fp8_recipe: str | None = None,
+        fp8_skip_first_last: bool = True,
+        fp8_filter: Callable[[torch.nn.Module, str], bool] | None = None,
         min_scale_warning: float = 1.0,
         consecutive_skip_warning: int = 10,
     ) -> None:
         self.device = device = resolve_device(device)
-        resolved, self.reason = resolve_mode(
+        self._fp8 = fp8_engine(mode, device, fp8_recipe, fp8_skip_first_last, fp8_filter)  # None unless mode is fp8
+        resolved, self.reason = ("fp8", self._fp8.reason) if self._fp8 else resolve_mode(
             mode, lambda m: mode_support(m, device), lambda: resolve_auto(device), f"on {device}",
-            "fp8 training is not provided by the engine (ampkit doctor reports fp8 capability only); use bf16 or fp16",
+            "fp8 is not chosen by auto; ask for MixedPrecision('fp8') by name",
         )
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, received {accumulation_steps}")
@@ -156,7 +165,7 @@ class MixedPrecision:
                                     growth_factor=growth_factor, backoff_factor=backoff_factor,
                                     growth_interval=growth_interval, health=self._health)
         self._math = tf32_math(self.precision.tf32)
-        self._new_region = region_maker(self.precision, device.type, self._math.region)
+        self._new_region = region_maker(FP8_REGION if self._fp8 else self.precision, device.type, self._math.region)
         self._steps = 0
         self._skipped = 0
         self._micro = 0
@@ -175,6 +184,16 @@ class MixedPrecision:
         return self.precision.mode
 
     @property
+    def emulated(self) -> bool:
+        """True when fp8 runs in torchao's emulation (no fp8 hardware here): numerics, not speed."""
+        return bool(self._fp8 and self._fp8.emulated)
+
+    @property
+    def fp8_layers(self) -> list[dict]:
+        """fp8: every Linear of the prepared model, ``{"name", "shape", "converted", "reason"}``; else []."""
+        return list(self._fp8.layers) if self._fp8 else []
+
+    @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """The ``torch.amp.GradScaler`` (``ShardedGradScaler`` for FSDP) in fp16 mode, else None."""
         return self._scaling.scaler
@@ -186,6 +205,8 @@ class MixedPrecision:
         scaler carries the scale, the growth tracker and the statistics over.
         """
         self.check_parameters(model.parameters(), where="model")
+        if self._fp8:  # the eligible Linear layers become torchao Float8Linear (fp8.py)
+            model = self._fp8.convert(model)
         self._scaling = scaling_for_model(self._scaling, model, self._micro)
         self.model = model
         self._health.advice.model = model_path(model)
@@ -208,7 +229,7 @@ class MixedPrecision:
 
     def check_parameters(self, params: Iterable[torch.Tensor], where: str = "optimizer") -> None:
         """Raise when mixed precision is asked for but the master weights are not float32."""
-        if not self.precision.autocast:
+        if not (self.precision.autocast or self._fp8):
             return
         for p in params:
             if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16):
@@ -333,7 +354,8 @@ class MixedPrecision:
         _, lowest, highest = self._scaling.scales()
         return {"mode": self.mode, "health": self._health.state_dict(), "scaler": self._scaling.state_dict(),
                 "steps": self._steps,
-                "skipped": self._skipped, "scale_min": lowest, "scale_max": highest}
+                "skipped": self._skipped, "scale_min": lowest, "scale_max": highest,
+                **({"fp8": self._fp8.state_dict()} if self._fp8 else {})}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("mode") != self.mode:
@@ -341,6 +363,8 @@ class MixedPrecision:
                 f"this state was saved in mode {state.get('mode')!r} but the engine runs {self.mode!r}; "
                 "create MixedPrecision with the same mode to resume"
             )
+        if self._fp8:
+            self._fp8.load_state_dict(state.get("fp8"))
         self._steps = int(state.get("steps", 0))
         self._skipped = int(state.get("skipped", 0))
         self._scaling.load_state_dict(state)
