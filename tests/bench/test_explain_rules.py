@@ -154,3 +154,17 @@ def test_no_fp32_row_no_comparison():
     row = _row("bf16", 10.0, {"matmul_conv": 5.0, "other": 5.0})
     explain_rows([row], CPU_NO_FP16)
     assert row.explanation == ["no fp32 row to compare with: run --modes fp32,... for the explanation"]
+
+
+
+def test_a_backend_that_cannot_profile_says_so(monkeypatch):
+    """The plain backend of tests/bench ignores --explain: its rows say so rather than dropping the flag."""
+    from ampkit.backends import _REGISTERED
+    from ampkit.bench import driver
+    from ampkit.bench.config import BenchConfig
+
+    monkeypatch.setitem(_REGISTERED, "plain", "plain_backend:PlainBackend")
+    report = driver.run(BenchConfig(modes="fp32,bf16", steps=2, warmup=0, explain=True), "plain")
+    for row in report.results:
+        assert row.status == "ok" and row.breakdown is None
+        assert row.explanation == ["not profiled: the plain backend gave no breakdown for --explain"]

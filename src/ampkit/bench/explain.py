@@ -164,7 +164,11 @@ def explain_rows(rows, env: dict) -> None:
     gpu = bool(env.get("compute_capability")) or str(env.get("device", "")).startswith(("cuda", "gpu", "/gpu"))
     base = next((r for r in rows if r.mode == "fp32" and r.status == "ok" and r.breakdown), None)
     for row in rows:
-        if row.status != "ok" or not row.breakdown:
+        if row.status != "ok":
+            continue
+        if not row.breakdown:  # a backend that cannot profile says so, rather than dropping the flag silently
+            row.explanation = [f"not profiled: the {env.get('framework') or 'framework'} backend gave no breakdown "
+                               "for --explain"]
             continue
         if base is None:
             row.explanation = ["no fp32 row to compare with: run --modes fp32,... for the explanation"]
