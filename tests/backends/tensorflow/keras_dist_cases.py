@@ -126,4 +126,7 @@ def _custom_loop(tf, strategy, x, y):
 
 
 if __name__ == "__main__":
-    globals()[sys.argv[1]]()
+    import keras_policy_cases
+
+    for name in sys.argv[1:]:  # several scenarios in one process: TensorFlow loads once
+        (globals().get(name) or getattr(keras_policy_cases, name))()

@@ -161,8 +161,15 @@ needs_tf_keras = pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None
 
 
 @needs_tf_keras
-def test_keras2_tutorial_custom_loop_and_engine_same_scale_sequence():
-    _case("keras2_tutorial_loop_matches_engine", TF_USE_LEGACY_KERAS="1")
+def test_keras2_tutorial_custom_loop_and_engine_same_scale_sequence_then_global_policy_and_verify():
+    """Then, in the same child, keras_policy_cases.py's scenarios through tf_keras (see test_keras_engine_tf.py)."""
+    r = subprocess.run([sys.executable, "-c", "import tf_cases, keras_policy_cases as p; "
+                        "tf_cases.keras2_tutorial_loop_matches_engine(); p.tutorial_order(); p.contract()"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
+    assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    for line in ("auto ok", "bf16 ok", "fp16 ok", "no policy, no line", "planted ok"):
+        assert line in r.stdout, r.stdout
+    assert "global tf_keras 2." in r.stdout
 
 
 @needs_tf_keras

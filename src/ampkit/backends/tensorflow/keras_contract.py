@@ -83,7 +83,7 @@ def verify(model, compute_dtype: str, mode: str, optimizer=None) -> list[dict]:
                           "(a layer given an explicit dtype keeps it)")
         if expected:
             findings.append({"where": f"layer {layer.name!r}" + (" (output)" if id(layer) in outputs else ""),
-                             "expected": "; ".join(expected), "actual": "; ".join(actual), "advice": " ".join(advice)})
+                             "expected": "; ".join(expected), "actual": "; ".join(actual), "advice": "; ".join(advice)})
     scaling = loss_scaling_finding(model, optimizer)
     if scaling:
         findings.append(scaling)

@@ -1,0 +1,110 @@
+"""The user's own global policy and the precision contract (issue #30 point 4, issue #22's Keras
+half), run by test_keras_policy.py in a child process: Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _model(keras, out_dtype="float32"):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    h = keras.layers.Dense(8, name="hidden")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, dtype=out_dtype, name="logits")(h))
+
+
+def _policy_lines(ak, make):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mp = make()
+    return mp, [str(w.message) for w in caught if issubclass(w.category, ak.GlobalPolicyFound)]
+
+
+def _keeps_gradients(np, keras, mp, model, opt):
+    """A 1e-9-scaled loss still moves the float16 layer's weights (lr 1e6 makes a 1e-11 update visible)."""
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x = np.linspace(-1, 1, 32, dtype="float32").reshape(8, 4)
+    w0 = np.array(model.get_layer("hidden").kernel.numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mp.train_step(model, opt, x, np.arange(8) % 2, lambda t, p: ce(t, p) * 1e-9)
+    return not np.array_equal(w0, np.array(model.get_layer("hidden").kernel.numpy()))
+
+
+def tutorial_order():
+    """The tutorial's global mixed_float16 first, then ampkit with auto, bf16 and fp16; models built
+    inside and outside the scope."""
+    import numpy as np
+    import tensorflow as tf
+
+    import ampkit.keras as ak
+
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+    keras = tf.keras  # Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    for mode, want in (("auto", "fp16"), ("bf16", "bf16"), ("fp16", "fp16")):
+        mp, lines = _policy_lines(ak, lambda mode=mode: ak.MixedPrecision(mode))
+        assert len(lines) == 1 and "'mixed_float16'" in lines[0], lines
+        assert mp.mode == want and mp.flavor.legacy == legacy, (mode, mp.mode, mp.flavor)
+        assert {"auto": "adopts it", "bf16": "overrides it", "fp16": "matches it"}[mode] in lines[0], lines[0]
+        for inside in (False, True):
+            if inside:
+                with mp.scope():
+                    model = _model(keras)
+            else:
+                model = _model(keras)
+            compute = model.get_layer("hidden").compute_dtype
+            assert compute == ("bfloat16" if inside and want == "bf16" else "float16"), (mode, inside, compute)
+            opt = mp.optimizer(keras.optimizers.SGD(1e6))
+            assert _keeps_gradients(np, keras, mp, model, opt), (mode, inside, "mp.optimizer")
+        # a plain optimizer on the float16 model built outside: train_step adds loss scaling, verify says so
+        model = _model(keras)
+        plain = keras.optimizers.SGD(1e6)
+        found = mp.verify(model, optimizer=plain)
+        assert [f["where"] for f in found if f["where"] == "optimizer"] == ["optimizer"], found
+        assert _keeps_gradients(np, keras, mp, model, plain), (mode, "plain optimizer")
+        print(mode, "ok", lines[0])
+    tf.keras.mixed_precision.set_global_policy("float32")
+    mp, lines = _policy_lines(ak, lambda: ak.MixedPrecision("bf16"))
+    assert lines == [] and mp.global_policy_found is None
+    print("no policy, no line")
+
+
+def contract():
+    """verify(): the unmodified model gives no finding, a float16 output layer exactly one naming it;
+    the real keras.applications model too (its softmax output computes in float16 under a mixed policy)."""
+    import tensorflow as tf
+
+    import ampkit.keras as ak
+
+    keras = tf.keras
+    mp = ak.MixedPrecision("fp16")
+    with mp.scope():
+        good = _model(keras)
+        good.compile(optimizer=mp.optimizer(keras.optimizers.SGD(0.1)), loss="mse")
+        bad = _model(keras, out_dtype="float16")
+        bad.compile(optimizer=mp.optimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    assert mp.verify(good) == [], mp.verify(good)
+    (finding,) = mp.verify(bad)
+    assert finding["where"] == "layer 'logits' (output)" and "float16" in finding["actual"], finding
+    assert set(finding) == {"where", "expected", "actual", "advice"}
+    print("planted ok", finding)
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+        return
+    with mp.scope():
+        net = keras.applications.MobileNetV3Small(input_shape=(32, 32, 3), weights=None, classes=3)
+        net.compile(optimizer=mp.optimizer(keras.optimizers.Adam()), loss="sparse_categorical_crossentropy")
+    (finding,) = mp.verify(net)
+    assert finding["where"] == "layer 'predictions' (output)", finding
+    net.get_layer("predictions").dtype_policy = "float32"
+    assert mp.verify(net) == [], mp.verify(net)
+    print("applications ok", finding["where"])
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        globals()[name]()
