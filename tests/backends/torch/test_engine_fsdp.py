@@ -122,3 +122,74 @@ def test_fused_optimizer_on_fsdp2_reports_skips(group, clip):
         r = mp.step(opt, max_grad_norm=clip, zero_grad=True)
         assert r.skipped == (i == 1) and r.scale == mp.get_scale()
         assert torch.equal(w, local(net[0].weight)) == (i == 1)
+
+
+# ---------------------------------------------------------------- issue #22: the precision contract under FSDP2
+def _policy_run(child_policy, root_policy, mode="fp32"):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    if child_policy is not None:
+        fsdp.fully_shard(net[0], mp_policy=child_policy)
+    else:
+        fsdp.fully_shard(net[0])  # sharded without the policy the root declares
+    fsdp.fully_shard(net, mp_policy=root_policy)
+    mp = MixedPrecision(mode, "cpu", model=net)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    x, y = micro_batches(1)[0]
+    with mp.autocast():
+        loss = nn.functional.cross_entropy(net(x).float(), y)
+    mp.backward(loss)
+    mp.step(opt, zero_grad=True)  # the gradients are gone; verify reads what the step recorded
+    return mp, net, opt
+
+
+def test_fsdp2_a_reduce_dtype_the_root_declares_but_a_unit_never_got_is_one_finding(group):
+    bf16_reduce = fsdp.MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
+    mp, net, opt = _policy_run(None, bf16_reduce)
+    (finding,) = mp.verify(net, opt)
+    assert finding["check"] == "fsdp_reduce_dtype"
+    assert finding["where"] == "FSDP unit 0 (Linear): gradients of weight, bias"
+    assert finding["expected"] == "reduce_dtype=bfloat16 (the root's MixedPrecisionPolicy; this unit was given none)"
+    assert finding["actual"] == "gradients hold values bfloat16 cannot: reduced in float32"
+    assert "every fully_shard call" in finding["advice"]
+
+
+def test_fsdp2_policies_that_are_applied_give_no_finding(group):
+    bf16_reduce = fsdp.MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
+    mp, net, opt = _policy_run(bf16_reduce, bf16_reduce)
+    assert mp.verify(net, opt) == []
+    both = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp, net, opt = _policy_run(both, both, mode="bf16")
+    assert mp.verify(net, opt) == []
+
+
+def test_fsdp2_a_policy_declared_but_not_applied_is_found_from_the_gradients(group, monkeypatch):
+    """FSDP2 itself dropping a unit's reduce_dtype (simulated: the reduction handed no reduce dtype)."""
+    orig = _fsdp_param_group.foreach_reduce
+
+    def ignoring_reduce_dtype(fsdp_params, grads, group_, stream, *a, **k):
+        names = list(inspect.signature(orig).parameters)
+        args = dict(zip(names, (fsdp_params, grads, group_, stream) + a), **k)
+        args["reduce_dtype"] = None
+        return orig(**args)
+
+    import inspect
+
+    monkeypatch.setattr(_fsdp_param_group, "foreach_reduce", ignoring_reduce_dtype)
+    bf16_reduce = fsdp.MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
+    mp, net, opt = _policy_run(bf16_reduce, bf16_reduce)
+    found = mp.verify(net, opt)
+    assert [f["where"] for f in found] == ["FSDP unit model (Sequential): gradients of weight, bias",
+                                          "FSDP unit 0 (Linear): gradients of weight, bias"]
+    assert all(f["expected"] == "reduce_dtype=bfloat16 (its MixedPrecisionPolicy)" for f in found)
+
+
+def test_fsdp2_a_unit_without_the_roots_param_dtype_is_one_finding_under_autocast(group):
+    # without autocast this arrangement fails loudly (bf16 input, float32 weight); under bf16
+    # autocast it runs, and unit 0 silently keeps float32 weights (its gradients, made by bf16
+    # matmuls, fit bfloat16 either way: the reduction cannot be told apart here)
+    mp, net, opt = _policy_run(None, fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16), mode="bf16")
+    (finding,) = mp.verify(net, opt)
+    assert (finding["check"], finding["where"]) == ("fsdp_param_dtype", "FSDP unit 0 (Linear): weight, bias")
+    assert finding["expected"] == "param_dtype=bfloat16 (the root's MixedPrecisionPolicy; this unit was given none)"
+    assert finding["actual"] == "float32 weights in the forward"

@@ -240,6 +240,40 @@ def _count_steps(counter, opts_factory, use_engine, steps=3):
     return per_step
 
 
+def _count_overflowing_steps(counter, use_engine, steps=12):
+    """Every step's gradients overflow (the loss times inf): the engine's loss-scale alarm fires at
+    step 10; the syncs per step are counted as in :func:`_count_steps`."""
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision("fp16", "cpu", **KW)
+    scaler = torch.amp.GradScaler("cpu", **KW)
+    x, y = batches(1)[0]
+    per_step = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = nn.functional.cross_entropy(model(x), y) * INF
+        n = counter["n"]
+        if use_engine:
+            mp.backward(loss)
+            mp.step(opt, zero_grad=True)
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+        per_step.append(counter["n"] - n)
+    return per_step, mp
+
+
+@pytest.mark.filterwarnings("ignore::ampkit.LossScaleWarning")
+def test_the_loss_scale_alarm_adds_no_sync(count_syncs):
+    """Issue #22: the alarm decides from the host mirror; the step that fires it costs what any other does."""
+    hand, _ = _count_overflowing_steps(count_syncs, use_engine=False)
+    engine, mp = _count_overflowing_steps(count_syncs, use_engine=True)
+    assert engine == hand and len(set(engine)) == 1
+    assert mp.health()["status"] == "collapsed" and mp.health()["fired_at"] == 10
+
+
 def test_no_sync_beyond_gradscalers_own_for_loop_and_foreach(count_syncs):
     # (CPU Adam also reads its host-side step counter with .item(); both loops do the same)
     def two(model):

@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .watch import LOW, LayerSeen, fsdp_units, intended_policy, is_matmul_layer, reduce_dtype_of
+from .watch import LOW, LayerSeen, fsdp_units, intended_policy, kind_of, reduce_dtype_of, watch_layers
 
 __all__ = ["verify_torch", "verify_engine", "CHECKS"]
 
 CHECKS = ("master_weights", "gradients", "optimizer_state", "autocast", "loss", "fsdp_param_dtype",
-          "fsdp_reduce_dtype")
+          "fsdp_reduce_dtype", "fsdp_policy")
 F32 = torch.float32
 _SHOWN = 4
 
@@ -130,7 +130,7 @@ def _master_weights(model):
                 bad.setdefault(p.dtype, []).append(pname)
                 flagged.add(id(p))
         for dtype, pnames in bad.items():
-            where = f"layer {mname or 'model'} ({type(module).__name__}): {_listing(pnames)}"
+            where = f"layer {mname or 'model'} ({kind_of(module)}): {_listing(pnames)}"
             findings.append(_finding(
                 "master_weights", where, "float32 master weights", _name(dtype),
                 f"mixed precision keeps the weights in float32 and autocast casts the compute; remove the "
@@ -151,7 +151,7 @@ def _gradients(model, flagged, grads):
                 bad.setdefault(dtype, []).append(pname)
         for dtype, pnames in bad.items():
             findings.append(_finding(
-                "gradients", f"gradients of layer {mname or 'model'} ({type(module).__name__}): {_listing(pnames)}",
+                "gradients", f"gradients of layer {mname or 'model'} ({kind_of(module)}): {_listing(pnames)}",
                 "float32 gradients", _name(dtype),
                 "gradients of float32 master weights are float32; a hook or wrapper that casts them loses "
                 "the small updates — remove it"))
@@ -187,16 +187,7 @@ def probe(model, example_input, compute: torch.dtype, autocast: Callable | None)
     """One forward of ``example_input`` under the forward region, without gradients: what each
     matmul/conv layer ran in."""
     layers: dict[str, LayerSeen] = {}
-    handles = []
-
-    def recorder(name):
-        def hook(module, args, output):
-            layers.setdefault(name, LayerSeen(module, output))
-        return hook
-
-    for name, module in model.named_modules():
-        if is_matmul_layer(module):
-            handles.append(module.register_forward_hook(recorder(name or "model")))
+    handles = watch_layers(model, layers)
     if autocast is None:
         device = next((p.device.type for p in model.parameters()), "cpu")
         autocast = ((lambda: torch.autocast(device, dtype=compute)) if compute in LOW
@@ -219,15 +210,15 @@ def _autocast(layers: dict[str, LayerSeen], compute: torch.dtype):
     for name, seen in layers.items():
         if seen.output is None or not seen.output.is_floating_point or seen.output == compute:
             continue
-        if compute in LOW and not seen.autocast:
+        if compute in LOW and not seen.autocast and not seen.entry:
             cause = ("not_active", "autocast was not active", "run the forward and the loss inside "
                      "`with mp.autocast():` (the engine's region, in the mode's dtype)")
-        elif compute in LOW and seen.autocast_dtype != compute:
+        elif compute in LOW and seen.autocast and seen.autocast_dtype != compute:
             cause = ("other_dtype", f"autocast ran in {_name(seen.autocast_dtype)}",
                      "use mp.autocast() instead of a torch.autocast of your own with another dtype")
         elif compute in LOW:
-            cause = ("excluded", "outside autocast's cast (an autocast(enabled=False) region, or "
-                     f"{_name(seen.weight)} weights autocast does not cast)",
+            cause = ("excluded", "outside autocast's cast (an autocast(enabled=False) region in the model, "
+                     f"or {_name(seen.weight)} weights autocast does not cast)",
                      "if the layer is kept in float32 on purpose, ignore this; else remove the "
                      "autocast(enabled=False) around it")
         else:
@@ -263,27 +254,33 @@ def _fsdp(model, layers, unfit):
     findings = []
     for i, (name, module, group) in enumerate(units):
         policy, inherited = intended_policy(units, i)
-        label = f"FSDP unit {name or 'model'} ({type(module).__name__})"
+        label = f"FSDP unit {name or 'model'} ({kind_of(module)})"
         origin = ("the root's MixedPrecisionPolicy; this unit was given none" if inherited
                   else "its MixedPrecisionPolicy")
         advice = ("pass the same mp_policy to every fully_shard call: FSDP2 applies a policy only to the "
                   "parameters of the module it was given" if inherited
                   else "the policy is declared but not applied: report this FSDP2 version's behaviour")
         pnames = [fp._module_info.param_name for fp in group.fsdp_params]
+        checks, expected, actual = [], [], []
         want = policy.param_dtype
         if want is not None and want != F32:
-            wrong = [f"{n} ({s.kind})" for n, s in layers.items()
-                     if s.weight is not None and s.weight != want and _in_unit(n, name, units)]
+            wrong = {s.weight: None for n, s in layers.items()
+                     if s.weight is not None and s.weight != want and _in_unit(n, name, units)}
             if wrong:
-                findings.append(_finding("fsdp_param_dtype", f"{label}: {_listing(wrong)}",
-                                         f"param_dtype={_name(want)} ({origin})",
-                                         "float32 weights in the forward", advice))
+                checks.append("fsdp_param_dtype")
+                expected.append(f"param_dtype={_name(want)}")
+                actual.append(f"{'/'.join(_name(d) for d in wrong)} weights in the forward")
         rd = reduce_dtype_of(policy)
         flag = unfit.get(name)
         if rd in LOW and flag is not None and bool(flag):  # reads the device flag: verify only
-            findings.append(_finding("fsdp_reduce_dtype", f"{label}: gradients of {_listing(pnames)}",
-                                     f"reduce_dtype={_name(rd)} ({origin})",
-                                     f"gradients hold values {_name(rd)} cannot: reduced in float32", advice))
+            checks.append("fsdp_reduce_dtype")
+            expected.append(f"reduce_dtype={_name(rd)}")
+            actual.append(f"gradients hold values {_name(rd)} cannot: reduced in float32")
+        if checks:  # one unit, one root cause: one finding
+            findings.append(_finding(checks[0] if len(checks) == 1 else "fsdp_policy",
+                                     f"{label}: {'gradients of ' if checks == ['fsdp_reduce_dtype'] else ''}"
+                                     f"{_listing(pnames)}",
+                                     f"{', '.join(expected)} ({origin})", "; ".join(actual), advice))
     return findings
 
 

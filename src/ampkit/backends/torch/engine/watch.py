@@ -16,7 +16,7 @@ import weakref
 
 import torch
 
-__all__ = ["ContractWatch", "LayerSeen", "is_matmul_layer", "fsdp_units"]
+__all__ = ["ContractWatch", "LayerSeen", "is_matmul_layer", "fsdp_units", "watch_layers"]
 
 LOW = (torch.float16, torch.bfloat16)
 
@@ -29,19 +29,35 @@ def is_matmul_layer(module: torch.nn.Module) -> bool:
 
 
 class LayerSeen:
-    """One layer in the recorded forward: the output dtype, autocast on/off and its dtype, the weight's dtype."""
+    """One layer in the recorded forward: the output dtype, autocast on/off and its dtype, the weight's
+    dtype, and whether autocast was on when the model's forward began (``entry``: False when it was
+    off there, so an off layer is autocast not active at all, not a region the model turns off)."""
 
-    __slots__ = ("kind", "output", "autocast", "autocast_dtype", "weight")
+    __slots__ = ("kind", "output", "autocast", "autocast_dtype", "weight", "entry")
 
-    def __init__(self, module, output) -> None:
-        self.kind = type(module).__name__
+    def __init__(self, module, output, entry: bool | None = None, weight: torch.dtype | None = None) -> None:
+        self.entry = entry
+        self.kind = kind_of(module)
         out = output[0] if isinstance(output, (tuple, list)) and output else output
         self.output = out.dtype if isinstance(out, torch.Tensor) else None
         device = out.device.type if isinstance(out, torch.Tensor) else "cpu"
         self.autocast = torch.is_autocast_enabled(device)
         self.autocast_dtype = torch.get_autocast_dtype(device) if self.autocast else None
-        weight = getattr(module, "weight", None)
-        self.weight = weight.dtype if isinstance(weight, torch.Tensor) else None
+        self.weight = weight
+
+
+def kind_of(module: torch.nn.Module) -> str:
+    """The class name a user wrote (FSDP2 renames a sharded ``Linear`` to ``FSDPLinear``)."""
+    cls = type(module)
+    name = cls.__name__
+    if name.startswith("FSDP") and len(cls.__bases__) > 1:
+        return cls.__bases__[-1].__name__
+    return name
+
+
+def _weight_dtype(module) -> torch.dtype | None:
+    weight = getattr(module, "weight", None)
+    return weight.dtype if isinstance(weight, torch.Tensor) else None
 
 
 def fsdp_units(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, object]]:
@@ -89,10 +105,7 @@ class ContractWatch:
         self.disarm()
         self._model = weakref.ref(model)
         self.layers, self.grads, self.unfit = {}, None, {}
-        layers = self.layers
-        for name, module in model.named_modules():
-            if is_matmul_layer(module):
-                self._handles.append(module.register_forward_hook(_recorder(layers, name or "model")))
+        self._handles = watch_layers(model, self.layers)
         self._handles.append(model.register_forward_hook(self._forward_done))
 
     def _forward_done(self, module, args, output) -> None:
@@ -118,11 +131,35 @@ class ContractWatch:
             self.unfit = unfit_gradients(model)
 
 
-def _recorder(layers: dict, name: str):
-    def hook(module, args, output):
-        if name not in layers:  # the first call of a layer used twice
-            layers[name] = LayerSeen(module, output)
-    return hook
+def watch_layers(model: torch.nn.Module, layers: dict) -> list:
+    """Forward hooks that fill ``layers`` with a :class:`LayerSeen` per matmul/conv layer (its first
+    call), each knowing whether autocast was on when the model's forward began; the handles."""
+    entry: list = [None]
+
+    def at_entry(module, args):
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None) or \
+            next((p.device.type for p in module.parameters()), "cpu")
+        entry[0] = torch.is_autocast_enabled(device)
+
+    weights: dict = {}
+
+    def weight_seen(name):  # before the forward: under FSDP2 the unsharded weight, in param_dtype
+        def pre(module, args):
+            weights.setdefault(name, _weight_dtype(module))
+        return pre
+
+    def recorder(name):
+        def hook(module, args, output):
+            if name not in layers:  # the first call of a layer used twice
+                layers[name] = LayerSeen(module, output, entry[0], weights.get(name))
+        return hook
+
+    handles = [model.register_forward_pre_hook(at_entry)]
+    for name, module in model.named_modules():
+        if is_matmul_layer(module):
+            handles.append(module.register_forward_pre_hook(weight_seen(name or "model")))
+            handles.append(module.register_forward_hook(recorder(name or "model")))
+    return handles
 
 
 def intended_policy(units, index: int):
