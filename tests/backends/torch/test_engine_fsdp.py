@@ -193,3 +193,14 @@ def test_fsdp2_a_unit_without_the_roots_param_dtype_is_one_finding_under_autocas
     assert (finding["check"], finding["where"]) == ("fsdp_param_dtype", "FSDP unit 0 (Linear): weight, bias")
     assert finding["expected"] == "param_dtype=bfloat16 (the root's MixedPrecisionPolicy; this unit was given none)"
     assert finding["actual"] == "float32 weights in the forward"
+
+
+def test_sharded_scaler_mirror_is_exact_with_factors_float32_cannot_hold(group):
+    """ShardedGradScaler on a CPU updates with its Python fallback (float32 factors, no finiteness
+    check), not torch's kernel (double factors): the mirror follows that rule there (issue #22)."""
+    net = model(shard=True)
+    mp = MixedPrecision("fp16", "cpu", init_scale=1000.0, growth_factor=3.0, backoff_factor=0.3, growth_interval=1,
+                        model=net)
+    out = _fp16_run(net, mp, steps=9, inject=(1, 2, 3, 5, 6, 7))  # asserts scale == get_scale() at each step
+    assert [s for s, _ in out] == [False, True, True, True, False, True, True, True, False]
+    assert out[3][1] != 1000.0 * 0.3**3  # (the product in double differs: the float32 rule mattered)
