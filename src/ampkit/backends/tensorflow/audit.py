@@ -321,16 +321,17 @@ class KerasAuditSession:
 class TensorFlowAudit:
     """:class:`ampkit.audit.ops.AuditOps` for TensorFlow/Keras."""
 
+    def session_class(self, config):
+        """What opens the session, ``(build_model, x, y, loss_fn, mode, **kw)`` (``--what-if``'s is
+        added by :class:`.whatif.TensorFlowWhatIfAudit`)."""
+        if config.what_if:
+            raise UsageError("--what-if is not available in this build of the TensorFlow backend")
+        return KerasAuditSession
+
     def audit_session(self, config, target, live=None) -> KerasAuditSession:
         from .workloads import build_tf_workload
 
-        if config.what_if:  # float32 steps only (ampkit audit --what-if)
-            from .whatif import KerasWhatIfSession
-
-            def session(build, x, y, loss, mode, **kw):
-                return KerasWhatIfSession(build, x, y, loss, **kw)
-        else:
-            session = KerasAuditSession
+        session = self.session_class(config)
         if live is not None:
             x, y = live.batch
             return session(live.model, x, y, live.loss_fn, config.mode, lr=1e-3 if live.lr is None else live.lr,

@@ -3,14 +3,14 @@ command. Importing it imports no TensorFlow: every operation imports it when it 
 
 from __future__ import annotations
 
-from .audit import TensorFlowAudit
 from .bench import TensorFlowBench
 from .common import TensorFlowEnvironment
 from .doctor import TensorFlowDoctor
 from .parity import TensorFlowParity
+from .whatif import TensorFlowWhatIfAudit
 
 
-class TensorFlowBackend(TensorFlowEnvironment, TensorFlowDoctor, TensorFlowBench, TensorFlowParity, TensorFlowAudit):
+class TensorFlowBackend(TensorFlowEnvironment, TensorFlowDoctor, TensorFlowBench, TensorFlowParity, TensorFlowWhatIfAudit):
     name = "tensorflow"
 
     def __init__(self) -> None:

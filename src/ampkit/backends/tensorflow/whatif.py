@@ -21,7 +21,7 @@ import numpy as np
 from ...audit.core import Advice
 from ...audit.whatif import EMIN, FP8_ROWS, NBINS, SAMPLE, ModuleSummary, TensorSummary
 from ...formats import FP8_E4M3, FP8_E5M2
-from .audit import DEFAULT_LOSS_SCALE, _call, _np, _outputs_model, _split, keras_fp32_hint, keras_scale_code
+from .audit import DEFAULT_LOSS_SCALE, TensorFlowAudit, _call, _np, _outputs_model, _split, keras_fp32_hint, keras_scale_code
 from .common import import_tf, tf_device_name, tf_environment
 
 _ROUND = (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16))
@@ -177,3 +177,15 @@ class KerasWhatIfSession:
 
     def close(self) -> None:
         """The model was built for the what-if run: nothing of the caller's to give back."""
+
+
+class TensorFlowWhatIfAudit(TensorFlowAudit):
+    """:class:`ampkit.audit.ops.AuditOps` for Keras with ``--what-if``: its session observes float32 steps."""
+
+    def session_class(self, config):
+        if not config.what_if:
+            return super().session_class(config)
+
+        def open_session(build, x, y, loss, mode, **kw):
+            return KerasWhatIfSession(build, x, y, loss, **kw)
+        return open_session

@@ -339,12 +339,16 @@ def audit_batch_size(workload: Workload, name: str | None, device) -> tuple[int,
 class TorchAudit:
     """:class:`ampkit.audit.ops.AuditOps` for PyTorch."""
 
+    def session_class(self, config) -> type:
+        """The session an audit opens (``--what-if``'s is added by :class:`.whatif.TorchWhatIfAudit`)."""
+        if config.what_if:
+            raise UsageError("--what-if is not available in this build of the torch backend")
+        return TorchAuditSession
+
     def audit_session(self, config, target, live=None) -> TorchAuditSession:
         device = torch.device(target.device)
-        cls = TorchAuditSession
-        if config.what_if:  # float32 steps only (ampkit audit --what-if)
-            from .whatif import TorchWhatIfSession as cls
-        elif config.mode == "fp8":  # torchao's fp8 layers against bf16 and fp32: a session of its own
+        cls = self.session_class(config)
+        if config.mode == "fp8" and not config.what_if:  # torchao's fp8 layers against bf16 and fp32: a session of its own
             from .audit_fp8 import Fp8AuditSession as cls
         if live is not None:
             return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)

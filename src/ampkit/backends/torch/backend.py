@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .audit import TorchAudit
 from .bench import TorchBench
 from .doctor import TorchDoctor
 from .environment import TorchEnvironment
 from .parity import TorchParity
+from .whatif import TorchWhatIfAudit
 
 
-class TorchBackend(TorchEnvironment, TorchDoctor, TorchBench, TorchParity, TorchAudit):
+class TorchBackend(TorchEnvironment, TorchDoctor, TorchBench, TorchParity, TorchWhatIfAudit):
     name = "torch"

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from ...audit.whatif import ModuleSummary
-from .audit import DEFAULT_LOSS_SCALE, TorchAuditSession
+from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
 from .numerics.summary import parse, summarize
@@ -115,3 +115,10 @@ class TorchWhatIfSession(TorchAuditSession):
 
     def summaries(self) -> list[ModuleSummary]:
         return [self._mods[n] for n in self._order]
+
+
+class TorchWhatIfAudit(TorchAudit):
+    """:class:`ampkit.audit.ops.AuditOps` for PyTorch with ``--what-if``: its session observes float32 steps."""
+
+    def session_class(self, config) -> type:
+        return TorchWhatIfSession if config.what_if else super().session_class(config)
