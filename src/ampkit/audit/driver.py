@@ -109,6 +109,7 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         lay.finish(fmt)
     advice = session.advice()
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, advice)
+    findings += getattr(session, "contract_findings", list)()  # the precision contract (issue #22), if offered
     if mode == "fp8":  # each converted layer's own advice (ampkit.audit.fp8)
         findings = fp8_findings(layers) + findings
     report = AuditReport(mode, scale, layers, first_nonfinite, findings, session.device, config.steps,

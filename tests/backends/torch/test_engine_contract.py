@@ -194,3 +194,30 @@ def test_transformers_bert_from_a_config_gives_no_finding():
     model.pooler.dense.half()
     (finding,) = mp.verify(model, opt, example_input={"input_ids": ids})
     assert finding["where"] == "layer pooler.dense (Linear): weight, bias"
+
+
+# ---------------------------------------------------------------- ampkit audit: findings of kind "contract"
+class _DoubleHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.head = nn.Linear(8, 16), nn.Linear(16, 4).double()
+
+    def forward(self, x):  # float64 weights: the engine lets them through, autocast does not cast them
+        return self.head(torch.relu(self.body(x)).double()).float()
+
+
+def test_ampkit_audit_reports_the_contract_as_findings_of_kind_contract():
+    import ampkit
+
+    def loss_by_hand(out, target):  # the outputs squared by hand in float16: a float16 loss
+        return (out.half() - nn.functional.one_hot(target, 4).half()).pow(2).mean()
+
+    report = ampkit.audit(_DoubleHead(), batch(), loss_by_hand, mode="fp16", device="cpu", loss_scale=8.0)
+    contract = [f for f in report.to_dict()["findings"] if f["kind"] == "contract"]
+    assert [f["layer"] for f in contract] == ["layer head (Linear): weight, bias", "loss"]
+    assert all(f["severity"] == "warning" for f in contract)
+    assert contract[0]["advice"].startswith("expected float32 master weights, found float64: ")
+    assert contract[1]["advice"].startswith("expected float32 loss, found float16: ")
+    clean = ampkit.audit(tiny_model(), batch(), mode="bf16", device="cpu")
+    assert not [f for f in clean.findings if f.kind == "contract"]

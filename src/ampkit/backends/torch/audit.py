@@ -27,6 +27,7 @@ from ...audit.ops import StepOutcome
 from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError, one_line
 from .engine import MixedPrecision
+from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
 from .numerics.probes import InputProbe, StepProbe
@@ -179,6 +180,7 @@ class TorchAuditSession:
         self._layers: dict[str, LayerStats] = {}
         self._names: list[str] = []
         self._step, self._buffers, self._run, self._scale = None, None, None, 1.0
+        self._contract: list | None = None  # the precision contract after the first trained step (#22)
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         if self._step != step:  # what the reference and each retry start from
@@ -223,10 +225,16 @@ class TorchAuditSession:
 
     def train(self, scale: float) -> None:
         self._run.mp.step(self.opt, zero_grad=True)  # the engine of the measured pass: at ``scale``
+        if self._contract is None:
+            self._contract = audit_findings(self._run.mp, self.model, self.opt)
         self._run = self._buffers = self._step = None
 
     def layers(self) -> list[LayerStats]:
         return [self._layers[n] for n in self._names if n in self._layers]
+
+    def contract_findings(self) -> list:
+        """Findings of kind ``"contract"`` (engine.contract.audit_findings), read by the driver."""
+        return self._contract or []
 
     def advice(self) -> Advice:
         kind = self.dev.type

@@ -26,7 +26,7 @@ import torch
 
 from .watch import LOW, LayerSeen, fsdp_units, intended_policy, kind_of, reduce_dtype_of, watch_layers
 
-__all__ = ["verify_torch", "verify_engine", "CHECKS"]
+__all__ = ["verify_torch", "verify_engine", "audit_findings", "CHECKS"]
 
 CHECKS = ("master_weights", "gradients", "optimizer_state", "autocast", "loss", "fsdp_param_dtype",
           "fsdp_reduce_dtype", "fsdp_policy")
@@ -107,15 +107,29 @@ def verify_engine(mp, model, optimizer, example_input) -> list[dict]:
         raise ValueError("verify() needs the model: mp.verify(model) (or mp.prepare(model) before)")
     watch = mp._watch
     mine = watch.watches(model)
-    # fp8's forward region is bf16 autocast around the Float8Linear layers (.fp8)
-    compute = _as_dtype("bfloat16" if getattr(mp, "_fp8", None) else mp.precision.compute_dtype)
     findings = verify_torch(
-        model, optimizer, compute_dtype=compute, loss_dtype=mp._loss_dtype,
+        model, optimizer, compute_dtype=_compute_dtype(mp), loss_dtype=mp._loss_dtype,
         layers=watch.layers if mine else None, grads=watch.grads if mine else None,
         unfit=watch.unfit if mine and watch.grads is not None else None, example_input=example_input,
         autocast=mp.autocast)
     watch.arm(model)
     return findings
+
+
+def _compute_dtype(mp) -> torch.dtype:
+    # fp8's forward region is bf16 autocast around the Float8Linear layers (.fp8)
+    return _as_dtype("bfloat16" if getattr(mp, "_fp8", None) else mp.precision.compute_dtype)
+
+
+def audit_findings(mp, model, optimizer) -> list:
+    """The contract after ``ampkit audit``'s first trained step, as audit findings of kind
+    ``"contract"``: master weights, optimizer state, the loss (the audit runs the forward itself, under
+    the engine's region, so autocast coverage is the audit's own per-layer ``fwd_dtype``)."""
+    from ....audit.report import SEVERITY, Finding
+
+    return [Finding(f["where"], "contract", f"expected {f['expected']}, found {f['actual']}: {f['advice']}",
+                    SEVERITY["contract"])
+            for f in verify_torch(model, optimizer, compute_dtype=_compute_dtype(mp), loss_dtype=mp._loss_dtype)]
 
 
 def _master_weights(model):
