@@ -93,6 +93,24 @@ def contract():
     assert finding["where"] == "layer 'logits' (output)" and "float16" in finding["actual"], finding
     assert set(finding) == {"where", "expected", "actual", "advice"}
     print("planted ok", finding)
+    # a layer given mixed_float16 itself in a float32 model: compile adds no loss scaling (the model's
+    # policy is float32); verify says so and fit with the callback refuses in one line
+    import numpy as np
+
+    from ampkit.errors import UsageError
+
+    inputs = keras.Input((4,))
+    odd = keras.Model(inputs, keras.layers.Dense(2, name="logits")(keras.layers.Dense(8, dtype="mixed_float16",
+                                                                                      name="half")(inputs)))
+    odd.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    assert [f["where"] for f in mp.verify(odd)] == ["optimizer"], mp.verify(odd)
+    try:
+        odd.fit(np.zeros((4, 4), "float32"), np.zeros((4, 2), "float32"), verbose=0, callbacks=[mp.callback(odd)])
+    except UsageError as exc:
+        assert "'half'" in str(exc) and "\n" not in str(exc), exc
+    else:
+        raise AssertionError("fit trained a float16 layer without loss scaling")
+    print("fit refusal ok")
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
         return
     with mp.scope():

@@ -167,7 +167,7 @@ def test_keras2_tutorial_custom_loop_and_engine_same_scale_sequence_then_global_
                         "tf_cases.keras2_tutorial_loop_matches_engine(); p.tutorial_order(); p.contract()"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
     assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    for line in ("auto ok", "bf16 ok", "fp16 ok", "no policy, no line", "planted ok"):
+    for line in ("auto ok", "bf16 ok", "fp16 ok", "no policy, no line", "planted ok", "fit refusal ok"):
         assert line in r.stdout, r.stdout
     assert "global tf_keras 2." in r.stdout
 
