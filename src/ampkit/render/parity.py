@@ -43,7 +43,8 @@ def _p_cell(r) -> str:
 
 def render(report, con) -> None:
     if getattr(report, "note", None):
-        con.print(f"--modes auto: {report.note}", markup=False, highlight=False)
+        prefix = "--modes auto: " if report.note.startswith("auto ") else "note: "  # else: fp8 emulated here
+        con.print(f"{prefix}{report.note}", markup=False, highlight=False)
     r0 = report.results[0] if report.results else None
     n = len(r0.seeds) if r0 else 0
     metric = getattr(report, "metric", None) or "accuracy"

@@ -97,7 +97,8 @@ class TensorFlowEnvironment:
         return mode_support_tf(mode)
 
     def training_support(self, mode: str, target) -> tuple[bool, bool, str]:
-        return (*self.mode_support(mode, target), False)  # no emulated modes in the Keras engine
+        ok, why = self.mode_support(mode, target)
+        return ok, False, why  # no emulated modes in the Keras engine
 
     def resolve_auto(self, target) -> tuple[str, str]:
         from .keras_engine import resolve_auto_tf

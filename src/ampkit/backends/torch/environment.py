@@ -78,7 +78,8 @@ class TorchEnvironment:
             from .engine.fp8 import fp8_support
 
             return fp8_support(self.torch_device(target))
-        return (*self.mode_support(mode, target), False)
+        ok, why = self.mode_support(mode, target)
+        return ok, False, why
 
     def resolve_auto(self, target) -> tuple[str, str]:
         from .devices import resolve_auto

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import logging
 import types
 
 from ....errors import ModeUnavailableError, UsageError
@@ -66,11 +67,18 @@ def fp8_support(device) -> tuple[bool, bool, str]:
 
 def _torchao_float8():
     """torchao's float8 training API: ``convert_to_float8_training``, ``Float8LinearConfig``, ``Float8Linear``."""
+    # torchao's import logs a deprecation of torch's pytree API (register_constant on an Enum) on
+    # every run: torch's and torchao's business, not the user's, so it stays out of ampkit's output
+    pytree_log = logging.getLogger("torch.utils._pytree")
+    level = pytree_log.level
+    pytree_log.setLevel(logging.ERROR)
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         from torchao.float8.float8_linear import Float8Linear
     except ImportError as exc:  # a broken install reads like a missing one, with its cause
         raise ModeUnavailableError(f"{FP8_EXTRA} (import failed: {exc})") from None
+    finally:
+        pytree_log.setLevel(level)
     return types.SimpleNamespace(convert_to_float8_training=convert_to_float8_training,
                                  Float8LinearConfig=Float8LinearConfig, Float8Linear=Float8Linear)
 

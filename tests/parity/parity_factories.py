@@ -1,0 +1,126 @@
+"""Model and data factories as a user writes them, for ``ampkit parity --model ... --data ...``
+(tests/parity/test_parity_user.py runs them from this folder)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+# ---------------------------------------------------------------- a torchvision model on in-memory images
+def squeezenet():
+    import torchvision
+
+    return torchvision.models.squeezenet1_1(num_classes=4)  # random weights: nothing is downloaded
+
+
+def images():
+    """48 20x20 RGB images, the class a bright quadrant: a shuffling DataLoader of 16 for training
+    (ampkit keeps its batch size and replaces its order by the paired one), a Dataset to validate."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 4, (48,), generator=g)
+    x = torch.randn(48, 3, 20, 20, generator=g) * 0.5
+    for c in range(4):
+        r, k = (c // 2) * 10, (c % 2) * 10
+        x[y == c, :, r:r + 10, k:k + 10] += 1.5
+    return DataLoader(TensorDataset(x[:32], y[:32]), batch_size=16, shuffle=True), TensorDataset(x[32:], y[32:])
+
+
+# ---------------------------------------------------------------- fp16 degrades for real: forward underflow
+class NormalizedHead(nn.Module):
+    """A bias-free projection, LayerNorm (eps small enough for small activations), a classifier.
+    The normalisation makes the input's scale irrelevant -- in fp32 and bf16. In fp16 the
+    projection's input is cast to float16 first, and readings of order 1e-8 are below fp16's
+    smallest subnormal (6e-8): they become 0, LayerNorm has nothing to rescale, and its backward
+    at zero variance overflows, so most steps are skipped. Loss scaling multiplies gradients,
+    not activations: it cannot bring the inputs back."""
+
+    def __init__(self, features: int = 8, classes: int = 4):
+        super().__init__()
+        self.project = nn.Linear(features, 32, bias=False)
+        self.norm = nn.LayerNorm(32, eps=1e-24)
+        self.classify = nn.Linear(32, classes)
+
+    def forward(self, x):
+        return self.classify(torch.relu(self.norm(self.project(x))))
+
+
+def normalized_head():
+    return NormalizedHead()
+
+
+def _blobs(n: int, scale: float, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.randn(4, 8, generator=g) * 2
+    y = torch.randint(0, 4, (n,), generator=g)
+    x = (centers[y] + torch.randn(n, 8, generator=g)) * scale
+    return x, y
+
+
+def sensor_readings():
+    """Raw sensor readings in SI units (order 1e-8), 4 classes, as (inputs, targets) tensors."""
+    x, y = _blobs(192, 1e-8)
+    return (x[:128], y[:128]), (x[128:], y[128:])
+
+
+def blobs():
+    """The same problem in ordinary units: every mode learns it."""
+    x, y = _blobs(320, 1.0)
+    return (x[:256], y[:256]), (x[256:], y[256:])
+
+
+# ---------------------------------------------------------------- a clean model with a continuous metric
+def regressor():
+    return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+
+
+def curve():
+    """A noisy regression (float targets): the metric is the validation loss, lower is better."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(320, 8, generator=g)
+    y = torch.sin(x @ torch.randn(8, 1, generator=g)) + 0.3 * torch.randn(320, 1, generator=g)
+    return (x[:256], y[:256]), (x[256:], y[256:])
+
+
+# ---------------------------------------------------------------- a loss that goes NaN in fp16
+def overflowing():
+    """An MLP fed raw pressures in pascals (order 1e4-1e5, some beyond fp16's 65,504): cast to
+    float16 they are inf, the loss is NaN in every seed; fp32 and bf16 have the range."""
+    return nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4))
+
+
+def pressures():
+    x, y = _blobs(160, 3e4)
+    return (x[:128], y[:128]), (x[128:], y[128:])
+
+
+# ---------------------------------------------------------------- bad factories
+def not_a_model():
+    return "resnet18"
+
+
+def one_dataset():
+    return TensorDataset(torch.zeros(4, 8), torch.zeros(4).long())
+
+
+class Empty(Dataset):
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+
+def empty():
+    return Empty(), blobs()[1]
+
+
+def wrong_features():
+    """16 features per sample for a model that takes 8."""
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(32, 16, generator=g), torch.randint(0, 4, (32,), generator=g)), blobs()[1]
+
+
+def uneven():
+    return (torch.zeros(10, 8), torch.zeros(7).long()), blobs()[1]

@@ -1,0 +1,45 @@
+"""Keras model and data factories as a user writes them (run by tests/parity/test_parity_keras.py
+in a child process: TensorFlow never loads in the test process)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def mlp():
+    import keras
+
+    inputs = keras.Input((8,))
+    h = keras.layers.Dense(32, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(4, dtype="float32")(h))  # logits kept in float32
+
+
+def arrays():
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 2, (4, 8))
+    y = rng.integers(0, 4, 320)
+    x = (centers[y] + rng.normal(0, 1, (320, 8))).astype("float32")
+    return (x[:256], y[:256]), (x[256:], y[256:])
+
+
+def datasets():
+    """The same data as batched tf.data pipelines, the training one shuffled without a seed."""
+    import tensorflow as tf
+
+    (x, y), (xv, yv) = arrays()
+    train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256).batch(32)
+    return train, tf.data.Dataset.from_tensor_slices((xv, yv)).batch(64)
+
+
+def not_a_model():
+    return object()
+
+
+def wrong_features():
+    (x, y), val = arrays()
+    return (np.zeros((64, 5), "float32"), y[:64]), val
+
+
+def empty():
+    (x, y), val = arrays()
+    return (x[:0], y[:0]), val

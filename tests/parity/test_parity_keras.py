@@ -1,0 +1,66 @@
+"""ampkit parity --framework tensorflow on a user's Keras model and data (arrays, tf.data), in child
+processes: TensorFlow never loads in the test process. Marked `tensorflow`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.tensorflow,
+              pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+#: one child process runs every case (one TensorFlow import): ampkit's main() per case, its stderr captured
+CHILD = r"""
+import contextlib, io, json, sys
+from ampkit.cli.main import main
+results = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["parity", "--framework", "tensorflow", "--device", "cpu", *args])
+    results.append({"rc": rc, "stderr": err.getvalue()})
+print("RESULTS=" + json.dumps(results))
+"""
+
+BAD = [
+    ("not_a_model", "arrays", "parity_keras_factories:not_a_model() returned a object; expected a keras.Model"),
+    ("mlp", "wrong_features", "a train batch of parity_keras_factories:wrong_features does not fit"),
+    ("mlp", "empty", "parity_keras_factories:empty: the train data set is empty"),
+]
+
+
+def test_keras_model_and_data_factories(tmp_path):
+    """Acceptance 1 (Keras): a functional model on (inputs, targets) arrays, 2 seeds; the same data
+    as tf.data pipelines (a training shuffle without a seed, rebuilt per run so every mode of a seed
+    sees the same order: fp32 and bf16 start from the same loss). Acceptance 4 (Keras): a factory
+    that returns no model, data that does not fit the model, an empty data set: one line, exit 2."""
+    cases = [["--model", "parity_keras_factories:mlp", "--data", f"parity_keras_factories:{data}", "--modes",
+              "fp32,bf16", "--seeds", "2", "--epochs", "1", "--json", str(tmp_path / f"{data}.json")]
+             for data in ("arrays", "datasets")]
+    cases += [["--model", f"parity_keras_factories:{m}", "--data", f"parity_keras_factories:{d}", "--seeds", "2"]
+              for m, d, _ in BAD]
+    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], capture_output=True, text=True,
+                       timeout=600, cwd=HERE)
+    assert r.returncode == 0 and "RESULTS=" in r.stdout, r.stderr[-3000:]
+    results = json.loads(r.stdout.split("RESULTS=", 1)[1])
+    for data, res in zip(("arrays", "datasets"), results):
+        assert res["rc"] in (0, 1) and "Traceback" not in res["stderr"], res["stderr"][-3000:]
+        doc = json.loads((tmp_path / f"{data}.json").read_text())
+        rows = {p["mode"]: p for p in doc["results"]}
+        assert doc["framework"] == "tensorflow" and doc["metric"] == "accuracy" and list(rows) == ["fp32", "bf16"]
+        bf16 = rows["bf16"]
+        assert bf16["equivalence"]["verdict"] in ("equivalent", "not_equivalent", "inconclusive")
+        assert res["rc"] == (0 if bf16["verdict"] == "pass" else 1)
+        for a, b in zip(rows["fp32"]["runs"], bf16["runs"]):  # same weights, same order: bf16 stays close
+            assert a["seed"] == b["seed"] and abs(a["train_loss"][0] - b["train_loss"][0]) < 0.05
+    for (_, _, needle), res in zip(BAD, results[2:]):
+        lines = [ln for ln in res["stderr"].splitlines() if ln.startswith("ampkit:")]
+        assert res["rc"] == 2 and len(lines) == 1 and needle in lines[0], res["stderr"][-2000:]
