@@ -143,7 +143,8 @@ class NumpyBackend:
         return (True, f"np.{DTYPE[mode].__name__}") if mode in DTYPE else (False, f"NumPy has no {mode} dtype")
 
     def training_support(self, mode: str, target) -> tuple[bool, bool, str]:
-        return (*self.mode_support(mode, target), False)
+        ok, why = self.mode_support(mode, target)
+        return ok, False, why
 
     def resolve_auto(self, target) -> tuple[str, str]:
         return "fp32", "NumPy's float16 runs without hardware acceleration"
