@@ -33,7 +33,7 @@ class AmpkitCallback(TrainerCallback):
             the end of training (with the summary). None: a failure goes to
             ``<output_dir>/ampkit_first_failure.json``, the summary only to the log.
         k: steps the ring buffer keeps (default 8).
-        read_every: read the device every N steps (default: every step on a CPU, where reading costs
+        read_every: read the device every N steps (default: every 4 steps on a CPU, where reading costs
             nothing; on a GPU the Trainer's ``logging_steps``, at most 32).
         min_scale_warning, consecutive_skip_warning: the thresholds of the loss-scale alarm
             (:class:`ampkit.LossScaleWarning`), as in ``ampkit.MixedPrecision``.

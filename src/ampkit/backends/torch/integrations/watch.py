@@ -7,7 +7,7 @@ parameter-holding module's gradient norm (one ``torch._foreach_norm`` over the g
 ``index_add_``), the loss, the scale the step ran with and the scale after the scaler's update (the
 trainer's own ``GradScaler._scale``; a step was skipped exactly when the update lowered the scale:
 GradScaler's backoff factor is < 1). Nothing is read on the host during a step: the rows are read
-in one ``tolist()`` every ``read_every`` steps (on a CPU, where reading costs nothing, every step; on a
+in one ``tolist()`` every ``read_every`` steps (on a CPU, where reading costs no sync, every 4 steps; on a
 GPU at the trainer's own logging cadence, at most 32 steps) and at the end, and handed to the
 framework-neutral :class:`~ampkit.integrations.record.TrainRecord` in order. The ring holds
 ``k + read_every`` rows, so the K steps before a failure are still there when it is read.
@@ -24,7 +24,8 @@ from ....integrations.record import StepRow, TrainRecord
 
 __all__ = ["TorchWatch", "first_tensor", "scheduler_counters"]
 
-_INF = float("inf")
+#: modules whose output cannot go non-finite where their input is finite (dropout scales by 1/(1-p))
+_PASS_THROUGH = (torch.nn.modules.dropout._DropoutNd, torch.nn.Identity)
 
 
 def first_tensor(out: Any) -> torch.Tensor | None:
@@ -58,7 +59,7 @@ class TorchWatch:
     def __init__(self, record: TrainRecord, *, k: int = 8, read_every: int | None = None) -> None:
         self.record, self.k, self.read_every = record, int(k), read_every
         self.model: torch.nn.Module | None = None
-        self._handles: list = []
+        self._handles: dict = {}
         self.autocast: tuple[bool, torch.dtype | None] | None = None   # seen in the first training forward
         self.steps = 0
 
@@ -82,56 +83,110 @@ class TorchWatch:
                 self._gmods.append(i)
         p0 = next(iter(model.parameters()), None)
         self.device = p0.device if p0 is not None else torch.device("cpu")
-        self.n, self.ng = len(self._mods), len(self._gmods)
-        self.cols = self.n + self.ng + 3       # fwd amax | grad norm | loss, scale used, scale after
+        self.n, self.np_, self.ng = len(self._mods), len(self._params), len(self._gmods)
+        self.cols = self.n + self.np_ + 3       # fwd amax | grad norm per parameter | loss, scale used, scale after
         if self.read_every is None:
-            self.read_every = 1 if self.device.type == "cpu" else 32
+            self.read_every = 4 if self.device.type == "cpu" else 32
         self.rows = self.k + int(self.read_every)
         self._ring = torch.full((self.rows, self.cols), -1.0, device=self.device)
         self._r = 0
-        self._seen = [False] * self.n
+        # per output dtype, (lo, hi) of each module written in place by aminmax(out=...)
+        self._bufs: dict[torch.dtype, torch.Tensor] = {}
+        self._vlist: list = [None] * self.n    # per module: (dtype, (lo, hi) views into its buffer)
+        self._stamp = [0] * self.n              # the step a module last wrote in (a second call takes the max)
+        self._cur = 1                           # the step being run (1-based)
+        self._ran: list = [None] * self.rows    # per row: (its step, the stamps then)
+        self._named = -1                        # modules known to the record (re-sent when more ran)
         self._loss = [False] * self.rows
         self._pending: list[tuple[int, int, tuple]] = []   # (step, row, scheduler counters)
-        self._idx_cache: dict[tuple, torch.Tensor] = {}
         self._sched: tuple = ()
         self._used = False                      # the scale used was written by grads()
         self._prev_after = None                 # the scale after the last update (what the next step uses)
-        for i, (_n, m) in enumerate(self._mods):
-            self._handles.append(m.register_forward_hook(self._hook(i)))
+        self._alias: dict | None = {}           # first step: id -> each output measured
+        self._handles = {i: m.register_forward_hook(self._hook(i)) for i, (_n, m) in enumerate(self._mods)
+                         if i == 0 or not isinstance(m, _PASS_THROUGH)}
 
     def detach(self) -> None:
-        for h in self._handles:
+        for h in self._handles.values():
             h.remove()
-        self._handles = []
+        self._handles = {}
 
     def _hook(self, i: int):
+        aminmax, tensor, stamp, views = torch.aminmax, torch.Tensor, self._stamp, self._vlist
+
         def hook(module, _inputs, output):
             if not module.training:
                 return
-            if i == 0:
-                loss = output.get("loss") if isinstance(output, dict) else None
-                if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                    self.set_loss(loss)
-            t = first_tensor(output)
-            if t is None or t.numel() == 0:
+            t = output if type(output) is tensor else self._unpack(i, output)
+            if t is None:
                 return
-            if i not in self._pos:
-                self._pos[i] = len(self._pos)
-                if self.autocast is None and i != 0:
-                    dev = t.device.type
-                    on = torch.is_autocast_enabled(dev)
-                    self.autocast = (on, torch.get_autocast_dtype(dev) if on else None)
-            a = torch.linalg.vector_norm(t.detach(), _INF)
-            row = self._ring[self._r]
-            if self._seen[i]:
-                row[i] = torch.maximum(row[i], a.to(row.dtype))
-            else:
-                self._seen[i] = True
-                row[i] = a
+            v = views[i]
+            if v is None or v[0] is not t.dtype:
+                v = self._first(i, t)
+                if v is None:
+                    return
+            if stamp[i] != self._cur:
+                stamp[i] = self._cur
+                aminmax(t.detach(), out=v[1])
+            else:                              # called again in this step: keep the extremes
+                lo, hi = aminmax(t.detach())
+                torch.minimum(v[1][0], lo, out=v[1][0])
+                torch.maximum(v[1][1], hi, out=v[1][1])
         return hook
 
+    def _unpack(self, i: int, output):
+        if i == 0 and isinstance(output, dict):
+            loss = output.get("loss")
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                self.set_loss(loss)
+        return first_tensor(output)
+
+    def _first(self, i: int, t: torch.Tensor):
+        """A module's first output (or its first in another dtype): (dtype, (lo, hi) views)."""
+        if not t.is_floating_point() or t.numel() == 0:
+            return None
+        if i not in self._pos and not self._seen_new(i, t):
+            return None
+        buf = self._bufs.get(t.dtype)
+        if buf is None:
+            buf = self._bufs[t.dtype] = torch.zeros(2, self.n, dtype=t.dtype, device=t.device)
+        for other in self._bufs.values():      # a module that changed dtype leaves no stale value
+            if other is not buf:
+                other[:, i].zero_()
+        v = self._vlist[i] = (t.dtype, (buf[0, i], buf[1, i]))
+        return v
+
+    def _seen_new(self, i: int, t: torch.Tensor) -> bool:
+        """A module's first output. In the first step, a container that returns the very tensor one
+        of its children returned (a Sequential, a BERT layer) tells nothing more: its hook goes
+        (the root's stays: it carries the loss; a leaf stays: it may pass its input on only for
+        now). False: do not measure it."""
+        if self._alias is not None:       # kept alive in the first step, so an id is never reused
+            if id(t) in self._alias and i != 0 and next(self._mods[i][1].children(), None) is not None:
+                self._handles.pop(i).remove()
+                return False
+            self._alias[id(t)] = t
+        self._pos[i] = len(self._pos)
+        if self.autocast is None and i != 0:
+            dev = t.device.type
+            on = torch.is_autocast_enabled(dev)
+            self.autocast = (on, torch.get_autocast_dtype(dev) if on else None)
+        return True
+
+    def _forward_row(self, row: torch.Tensor) -> None:
+        """This step's forward amax into the row: max |x| = max(|lo|, |hi|), two kernels per output
+        dtype; which modules ran is kept on the host (their stamps)."""
+        fwd = row[:self.n]
+        for k, buf in enumerate(self._bufs.values()):
+            amax = buf.abs().amax(0)
+            if k == 0:
+                fwd.copy_(amax)
+            else:
+                torch.maximum(fwd, amax.to(fwd.dtype), out=fwd)
+        self._ran[self._r] = (self._cur, list(self._stamp))
+
     def set_loss(self, loss: torch.Tensor) -> None:
-        self._ring[self._r, self.n + self.ng] = loss.detach().reshape(())
+        self._ring[self._r, self.n + self.np_] = loss.detach().reshape(())
         self._loss[self._r] = True
 
     # ------------------------------------------------------------------ per step
@@ -139,22 +194,22 @@ class TorchWatch:
         """The gradient norms of this step (unscaled: pass ``grad_scale`` when the gradients still
         hold the loss scale) and the scheduler counters before its scheduler step."""
         row = self._ring[self._r]
-        present = tuple(p.grad is not None and not p.grad.is_sparse for p in self._params)
-        if any(present):
-            grads = [p.grad.detach() for p, ok in zip(self._params, present) if ok]
-            idx = self._idx_cache.get(present)
-            if idx is None:
-                idx = torch.tensor([self._pmod[j] for j, ok in enumerate(present) if ok], device=self.device)
-                self._idx_cache[present] = idx
-            norms = torch.stack([n.to(self.device, torch.float32) for n in torch._foreach_norm(grads)])
-            sq = torch.zeros(self.ng, device=self.device).index_add_(0, idx, norms * norms).sqrt_()
-            if grad_scale is not None:
-                sq = sq / grad_scale.to(self.device, torch.float32)
-            row[self.n:self.n + self.ng] = sq
+        self._alias = None                      # containers are known after the first step
+        self._forward_row(row)
+        grads = [p.grad for p in self._params]
+        gcols = row[self.n:self.n + self.np_]
+        if any(g is None or g.is_sparse for g in grads):
+            for j, g in enumerate(grads):      # some parameters have no (dense) gradient: one at a time
+                if g is not None and not g.is_sparse:
+                    gcols[j] = torch.linalg.vector_norm(g.detach()).to(row.dtype)
+        elif grads:
+            gcols.copy_(torch.stack(torch._foreach_norm(grads)))
+        if grad_scale is not None:
+            gcols.div_(grad_scale.to(row.device, row.dtype))
         self._sched = scheduler_counters(schedulers)
         scale = self._scale_of(scaler)
         if scale is not None:
-            row[self.n + self.ng + 1] = scale
+            row[self.n + self.np_ + 1] = scale
             self._used = True
 
     def prev_scale_from(self, scaler) -> None:
@@ -167,16 +222,16 @@ class TorchWatch:
         row = self._ring[self._r]
         if scale is not None:
             if not self._used and self._prev_after is not None:
-                row[self.n + self.ng + 1] = self._prev_after
-            row[self.n + self.ng + 2] = scale
+                row[self.n + self.np_ + 1] = self._prev_after
+            row[self.n + self.np_ + 2] = scale
             self._prev_after = scale.clone() if isinstance(scale, torch.Tensor) else scale
         self._used = False
         self.steps += 1
+        self._cur = self.steps + 1
         self._pending.append((self.steps, self._r, self._sched))
         self._r = (self._r + 1) % self.rows
         self._ring[self._r].fill_(-1.0)
         self._loss[self._r] = False
-        self._seen = [False] * self.n
         if len(self._pending) >= self.read_every:
             self.flush()
 
@@ -193,17 +248,26 @@ class TorchWatch:
             return
         rows = [r for _s, r, _c in self._pending]
         data = self._ring[torch.tensor(rows, device=self.device)].tolist()
-        order = sorted(self._pos, key=self._pos.get)
-        self.record.set_modules([(self._mods[i][0], type(self._mods[i][1]).__name__) for i in order],
-                                self._grad_names(order))
-        gorder = self._grad_order(order)
-        n, ng = self.n, self.ng
+        if self._named != len(self._pos):
+            self._named = len(self._pos)
+            self._order = order = sorted(self._pos, key=self._pos.get)
+            self._gorder = self._grad_order(order)
+            self.record.set_modules([(self._mods[i][0], type(self._mods[i][1]).__name__) for i in order],
+                                    [self._mods[self._gmods[j]][0] for j in self._gorder])
+        order, gorder = self._order, self._gorder
+        n, np_ = self.n, self.np_
         for (step, r, sched), vals in zip(self._pending, data):
-            fwd = [None if vals[i] < 0 else vals[i] for i in order]
-            grad = [None if vals[n + j] < 0 else vals[n + j] for j in gorder]
-            used, after = vals[n + ng + 1], vals[n + ng + 2]
+            cur, stamps = self._ran[r] or (0, [])
+            fwd = [vals[i] if stamps and stamps[i] == cur else None for i in order]
+            sq = [None] * self.ng                # per module: the norm of its parameters' gradients
+            for j, m in enumerate(self._pmod):
+                v = vals[n + j]
+                if v >= 0 or v != v:             # a norm (NaN counts; -1 is "no gradient")
+                    sq[m] = v * v + (sq[m] or 0.0)
+            grad = [None if sq[j] is None else math.sqrt(sq[j]) for j in gorder]
+            used, after = vals[n + np_ + 1], vals[n + np_ + 2]
             scaled = after >= 0 and used >= 0
-            self.record.add(StepRow(step, vals[n + ng] if self._loss[r] else None, fwd, grad,
+            self.record.add(StepRow(step, vals[n + np_] if self._loss[r] else None, fwd, grad,
                                     used if scaled else None, after if scaled else None,
                                     bool(scaled and after < used), sched))
         self._pending = []
@@ -212,9 +276,6 @@ class TorchWatch:
         """Grad-module positions in execution order (modules that never ran last)."""
         rank = {i: k for k, i in enumerate(order)}
         return sorted(range(self.ng), key=lambda j: rank.get(self._gmods[j], math.inf))
-
-    def _grad_names(self, order: list[int]) -> list[str]:
-        return [self._mods[self._gmods[j]][0] for j in self._grad_order(order)]
 
     # ------------------------------------------------------------------ what runs
     def observed_mode(self, scaler=None) -> tuple[str, bool]:
