@@ -123,3 +123,37 @@ def test_summarize_with_a_loss_metric_reads_lower_as_better():
     _, bf16 = summarize(records, ["fp32", "bf16"], 0.01, metric="loss", higher_is_better=False)
     assert bf16.verdict == "fail" and bf16.delta_vs_fp32 == pytest.approx(0.1, abs=1e-3)
     assert bf16.metric["name"] == "loss" and bf16.equivalence["verdict"] == "not_equivalent"
+
+
+def test_the_table_and_the_report_page_show_both_verdicts_in_words(tmp_path):
+    import io
+    import json
+
+    from rich.console import Console
+
+    from ampkit.parity.report import ParityReport
+    from ampkit.render.output import dumps
+    from ampkit.render.parity import render
+    from ampkit.report import build, load_all
+    from ampkit.report.render import html, markdown
+
+    base = [0.90, 0.92, 0.91]
+    records = [_run("fp32", s, a) for s, a in enumerate(base)]
+    records += [_run("bf16", s, a + d) for s, (a, d) in enumerate(zip(base, [0.03, -0.02, 0.0]))]
+    records += [_run("fp16", s, a - 0.2 + d) for s, (a, d) in enumerate(zip(base, [0.001, -0.001, 0.0]))]
+    report = ParityReport("custom", "cpu", summarize(records, ["fp32", "bf16", "fp16"], 0.01),
+                          {"framework": "torch"}, 0.01, 2, margin=0.01)
+    buf = io.StringIO()
+    render(report, Console(file=buf, width=250))
+    table = buf.getvalue()
+    assert "inconclusive: not proven" in table and "fail: worse" in table and "not equivalent [" in table
+    assert "bf16 equivalence: inconclusive: the 90% interval" in table
+    path = tmp_path / "parity.json"
+    path.write_text(dumps(report.to_dict()))
+    again = ParityReport.from_dict(json.loads(path.read_text()))
+    assert again.results[1].equivalence == report.results[1].equivalence and again.margin == 0.01
+    page = build(load_all([str(path)]))
+    md, page_html = markdown(page), html(page)
+    for text in (md, page_html):
+        assert "inconclusive: not proven" in text and "not equivalent [" in text and "fail: worse" in text
+    assert "crosses the margin" in page_html
