@@ -242,10 +242,11 @@ def _count_steps(counter, opts_factory, use_engine, steps=3):
 
 def _count_overflowing_steps(counter, use_engine, steps=12):
     """Every step's gradients overflow (the loss times inf): the engine's loss-scale alarm fires at
-    step 10; the syncs per step are counted as in :func:`_count_steps`."""
+    step 10; the syncs per step are counted as in :func:`_count_steps`. The model is prepared, so the
+    contract watch records the first forward and step too (no sync either)."""
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mp = MixedPrecision("fp16", "cpu", **KW)
+    mp = MixedPrecision("fp16", "cpu", model=model, **KW)
     scaler = torch.amp.GradScaler("cpu", **KW)
     x, y = batches(1)[0]
     per_step = []
@@ -272,6 +273,7 @@ def test_the_loss_scale_alarm_adds_no_sync(count_syncs):
     engine, mp = _count_overflowing_steps(count_syncs, use_engine=True)
     assert engine == hand and len(set(engine)) == 1
     assert mp.health()["status"] == "collapsed" and mp.health()["fired_at"] == 10
+    assert mp._watch.grads is not None  # the watch did record the first step
 
 
 def test_no_sync_beyond_gradscalers_own_for_loop_and_foreach(count_syncs):
