@@ -132,8 +132,9 @@ find_python() {
     for c in ${AMPKIT_STANDIN_PYTHON:-} $(command -v python3.11 python3 2>/dev/null) \
              /root/.pyenv/versions/3.11*/bin/python3.11 /usr/local/bin/python3.11 /opt/python*/bin/python3.11; do
         [ -x "$c" ] || continue
-        v=$("$c" -c 'import sys; print(sys.prefix if sys.prefix != "/usr" and sys.version_info[:2] == (3, 11) else "")' 2>/dev/null) || continue
-        [ -n "$v" ] || continue
+        # its installation, not a virtual environment made from it
+        v=$("$c" -c 'import sys; print(sys.base_prefix if sys.base_prefix != "/usr" and sys.version_info[:2] == (3, 11) else "")' 2>/dev/null) || continue
+        [ -n "$v" ] && [ -x "$v/bin/python3.11" ] && [ -f "$v/lib/python3.11/os.py" ] || continue
         if [ "$(printf '%s\n%s\n' "$NEED_PY" "$("$c" -c 'import platform; print(platform.python_version())')" | sort -V | head -1)" = "$NEED_PY" ]; then
             echo "$c"; return 0
         fi
@@ -145,7 +146,7 @@ image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
 build_os_base() {  # build_os_base TAG PYTHON
     local tag=$1 py=$2 prefix rootfs="$WORK/rootfs" t0
-    prefix=$("$py" -c 'import sys; print(sys.prefix)')
+    prefix=$("$py" -c 'import sys; print(sys.base_prefix)')
     t0=$(secs)
     say "stand-in OS: debootstrap --variant=minbase $SUITE + CPython $("$py" -V 2>&1 | cut -d' ' -f2) from $prefix"
     rm -rf "$rootfs"
@@ -222,8 +223,10 @@ build_image() {  # build_image FRAMEWORK
         --build-arg TORCH_IMAGE="$tbase" --build-arg TENSORFLOW_IMAGE="$tfbase" -t "ampkit:$fw" . >"$WORK/build-$fw.log" 2>&1; then
         BUILD_S[$fw]=$(elapsed "$t0")
         ok "ampkit:$fw" "build (${BUILD_S[$fw]} s)"
-        # the image this one replaced, if any, is now untagged: remove it (nothing else of ours is)
+        # Untagged leftovers: the image this one replaced, and the classic builder's result of the
+        # stage this build does not use (on the OS stand-in). Only dangling images with our labels.
         docker image prune -f --filter "label=org.opencontainers.image.title=ampkit-$fw" >/dev/null 2>&1
+        docker image prune -f --filter "label=org.ampkit.standin=os" >/dev/null 2>&1
         return 0
     fi
     BUILD_S[$fw]=failed
@@ -305,7 +308,7 @@ print(m.version('$fw') if u.find_spec('$fw') else 'MISSING', 'PRESENT' if u.find
     [ "$st" = 403 ] && ok "$img" "jupyter refuses without the token (HTTP 403)" \
         || fail "$img" "jupyter refuses without the token" "HTTP $st"
     uid=$(docker exec "$c" id -u ampkit 2>/dev/null)
-    out=$(docker top "$c" -eo uid,args 2>/dev/null | awk '/jupyterlab/ && !/awk/ {print $1; exit}')
+    out=$(docker top "$c" -eo pid,uid,args 2>/dev/null | awk '/-m jupyterlab/ {print $2; exit}')
     [ -n "$out" ] && [ "$out" != 0 ] && [ "$out" = "$uid" ] && ok "$img" "jupyter runs as ampkit (uid $out), not root" \
         || fail "$img" "jupyter runs as ampkit, not root" "its uid is '${out:-no jupyterlab process}', ampkit's is '$uid'"
 

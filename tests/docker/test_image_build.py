@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -105,3 +107,27 @@ def test_a_broken_image_fails_naming_the_check(full_run, kind, check):
     assert (f"ampkit-broken:{kind}", check) in fails, out
     # the failure is that check, not everything at once
     assert len(fails) == 1, fails
+
+
+@pytest.mark.parametrize("mode, outcome", [("", pytest.skip.Exception), ("require", pytest.fail.Exception)])
+def test_a_machine_that_cannot_run_it_skips_unless_required(tmp_path, monkeypatch, mode, outcome):
+    """Exit 77 with 'SKIP: reason' is a skip naming the reason; under AMPKIT_IMAGE_TEST=require
+    (CI) it is a failure."""
+    fake = tmp_path / "test-images.sh"
+    fake.write_text("echo 'SKIP: needs root (to start dockerd ...)'; exit 77\n")
+    monkeypatch.setattr(sys.modules[__name__], "SCRIPT", fake)
+    monkeypatch.setattr(sys.modules[__name__], "MODE", mode)
+    with pytest.raises(outcome, match="needs root"):
+        run_image_test(timeout=30)
+
+
+RUNUSER = shutil.which("runuser", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or RUNUSER is None, reason="needs root (and runuser) to run it as another user")
+def test_the_script_skips_without_root_or_a_usable_daemon():
+    """The real script, as a user who is not root and may not use a daemon: exit 77 and why."""
+    r = subprocess.run([RUNUSER, "-u", "nobody", "--", "bash", str(SCRIPT)], capture_output=True, text=True,
+                       timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin", "AMPKIT_IMAGE_TEST_DIR": "/nonexistent"})
+    assert r.returncode == 77, r.stdout + r.stderr
+    assert r.stdout.startswith("SKIP: needs root"), r.stdout
