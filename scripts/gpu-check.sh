@@ -52,6 +52,16 @@ say "bench ${BENCH2[*]}"
 "$PY" -m ampkit bench --device "$DEVICE" --modes all "${BENCH2[@]}" "${STEPS[@]}" \
   --json "$OUTDIR/bench-bert-base.json" >> "$LOG" 2>&1; echo "bench exit $?" | tee -a "$LOG"
 
+say "fp8 rows of the benches above (--modes all holds fp8 where torchao is installed)"
+"$PY" - "$OUTDIR"/bench-*.json <<'PYEOF' 2>&1 | tee -a "$LOG"
+import json, sys
+for path in sys.argv[1:]:
+    rows = [r for r in json.load(open(path))["results"] if r["mode"] == "fp8"]
+    for r in rows or [{"status": "absent (torchao not installed?)"}]:
+        print(f"{path.rsplit('/', 1)[-1]}: fp8 {r['status']}, emulated={r.get('emulated')}, "
+              f"speedup_vs_fp32={r.get('speedup_vs_fp32')} {r.get('error') or ''}")
+PYEOF
+
 say "parity"
 "$PY" -m ampkit parity --device "$DEVICE" "${PARITY[@]}" --json "$OUTDIR/parity.json" >> "$LOG" 2>&1
 echo "parity exit $?" | tee -a "$LOG"
