@@ -21,6 +21,9 @@ def add_arguments(p) -> None:
                    help="epochs per run (default: the dataset's; 3 with --data)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
                    help="optimizer steps per run instead of --epochs (for large data)")
+    p.add_argument("--lr", type=float, default=None, metavar="X", help="AdamW learning rate with --data (default 1e-3)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="batch size with --data for Datasets and arrays (default 64; a DataLoader keeps its own)")
     p.add_argument("--tolerance", type=float, default=0.01, metavar="X",
                    help="how much lower accuracy than fp32 still counts as parity (absolute, default 0.01)")
     p.add_argument("--margin", type=float, default=None, metavar="X",
@@ -44,7 +47,7 @@ def run(args) -> int:
         raise UsageError("--dataset names a built-in dataset; --model/--data train your own: give one or the other")
     cfg = ParityConfig(dataset=args.dataset or "digits", modes=args.modes, seeds=args.seeds, epochs=args.epochs,
                        tolerance=args.tolerance, device=args.device, margin=args.margin, steps=args.steps,
-                       model=args.model, data=args.data)
+                       model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size)
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     con = console(json_to_stdout=args.json == "-")
     with _progress(steps=bool(args.steps)) as (progress, on_run):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..checks import MAX_EPOCHS, MAX_SEEDS, MAX_STEPS, int_in
+from ..checks import MAX_BATCH, MAX_EPOCHS, MAX_SEEDS, MAX_STEPS, float_in, int_in
 from ..errors import UsageError
 from ..precision import parse_mode, parse_mode_list
 
@@ -32,6 +32,8 @@ class ParityConfig:
     steps: int | None = None
     model: str | None = None
     data: str | None = None
+    lr: float | None = None          # with --model/--data (None: 1e-3)
+    batch_size: int | None = None    # with --model/--data, for Datasets and arrays (None: 64; a DataLoader keeps its own)
 
     def __post_init__(self):
         if self.modes is not None:
@@ -64,6 +66,10 @@ class ParityConfig:
         for flag, spec in (("--model", self.model), ("--data", self.data)):
             if spec is not None and (not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":"))):
                 raise UsageError(f"{flag} must look like MODULE:FACTORY (e.g. mydata:build); received {spec!r}")
+        float_in(self.lr, "--lr", 0.0, 10.0, lo_open=True)
+        int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
+        if (self.lr is not None or self.batch_size is not None) and self.model is None:
+            raise UsageError("--lr and --batch-size go with --model/--data (a built-in dataset has its own)")
         if (self.model is None) != (self.data is None):
             given, missing = ("--model", "--data") if self.data is None else ("--data", "--model")
             raise UsageError(f"{given} needs {missing} too: parity trains your model factory on your data factory's "

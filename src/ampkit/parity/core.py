@@ -27,14 +27,24 @@ from .report import ALPHA, ParityResult, RunRecord
 
 
 # ---------------------------------------------------------------- statistics
-def verdict_words(dec: Decision, tolerance: float, n: int, metric: str = "accuracy", alpha: float = ALPHA) -> str:
-    """Why the verdict is what it is, in one sentence (the table's and the report's reason)."""
-    mean = f"mean {metric} {dec.delta:+.4f} vs fp32"
+def signed(x: float) -> str:
+    """``+0.0123`` -- or, for a value too small for 4 decimals, ``-1.7e-05``: a loss metric's tiny
+    differences stay readable."""
+    return f"{x:+.3g}" if x != 0 and abs(x) < 5e-4 else f"{x:+.4f}"
+
+
+def verdict_words(dec: Decision, tolerance: float, n: int, metric: str = "accuracy", alpha: float = ALPHA,
+                  raw: float | None = None) -> str:
+    """Why the verdict is what it is, in one sentence (the table's and the report's reason).
+    ``raw``: the mean difference mode - fp32 in the metric's own direction (``dec.delta`` reads
+    higher as better)."""
+    delta = dec.delta if raw is None else raw
+    mean = f"mean {metric} {signed(delta)} vs fp32"
     if dec.degenerate == "one seed":
         return f"one seed, no statistics ({mean}): nothing is proven either way; use --seeds 3 or more"
     if dec.degenerate == "no variance":
         where = "within" if dec.verdict == "pass" else "beyond"
-        return (f"degenerate: all {n} seeds gave the same difference ({dec.delta:+.4f}), so there is no variance "
+        return (f"degenerate: all {n} seeds gave the same difference ({signed(delta)}), so there is no variance "
                 f"and no t-test; judged on that difference, {where} the tolerance {tolerance:g}")
     if dec.verdict == "pass":
         return (f"not worse than fp32 by {tolerance:g} or more (one-sided paired t-test p={dec.p_value:.3g} "
@@ -53,8 +63,8 @@ def equivalence_words(eq: Equivalence, margin: float) -> str:
     lo, hi = eq.ci
     if eq.degenerate == "no variance":
         where = "inside" if eq.verdict == "equivalent" else "outside"
-        return f"degenerate: the same difference ({lo:+.4f}) in every seed, no variance; {where} the margin ±{margin:g}"
-    ci = f"the {conf} interval [{lo:+.4f}, {hi:+.4f}]"
+        return f"degenerate: the same difference ({signed(lo)}) in every seed, no variance; {where} the margin ±{margin:g}"
+    ci = f"the {conf} interval [{signed(lo)}, {signed(hi)}]"
     if eq.verdict == "equivalent":
         return f"equivalent within ±{margin:g}: {ci} lies inside (TOST p={eq.p_value:.3g})"
     if eq.verdict == "not_equivalent":
@@ -139,7 +149,8 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
             dec = paired_decision([sign * d for d in raw], tolerance, alpha)
             eq = tost(raw, margin, alpha)
             res.delta_vs_fp32, res.p_value = statistics.fmean(raw), dec.p_value
-            res.verdict, res.reason = dec.verdict, verdict_words(dec, tolerance, len(raw), metric, alpha)
+            res.verdict, res.reason = dec.verdict, verdict_words(dec, tolerance, len(raw), metric, alpha,
+                                                            raw=res.delta_vs_fp32)
             res.equivalence = {**eq.to_dict(), "margin": margin, "reason": equivalence_words(eq, margin)}
         results.append(res)
     return results

@@ -159,9 +159,10 @@ def user_data(config: ParityConfig) -> ParityData:
     factory that cannot be imported or called or returns something else."""
     make_model = load_factory(config.model, flag="--model")
     make_data = load_factory(config.data, flag="--data")
+    sizes = {k: v for k, v in (("lr", config.lr), ("batch_size", config.batch_size)) if v is not None}
     return ParityData(config.model.split(":")[0], None, None, None, None, model=make_model, epochs=USER_EPOCHS,
                       **split_data(make_data, config.data), data_factory=make_data, model_spec=config.model,
-                      data_spec=config.data)
+                      data_spec=config.data, **sizes)
 
 
 def split_data(make_data, spec: str) -> dict:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
+from ..parity.core import signed
 from . import charts
 from .output import PageView, finite, fmt, print_keras_line, verdict_row
 
@@ -23,7 +24,7 @@ def equivalence_cell(eq) -> str:
         return "—"
     word = str(eq["verdict"]).replace("_", " ")
     ci = eq.get("ci")
-    ci = f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if isinstance(ci, list) and len(ci) == 2 and None not in ci else ""
+    ci = f" [{signed(ci[0])}, {signed(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 and None not in ci else ""
     need = f" (~{eq['seeds_needed']} seeds)" if eq.get("seeds_needed") else ""
     return word + ci + need
 
@@ -61,7 +62,7 @@ def render(report, con) -> None:
         eq = r.equivalence if isinstance(r.equivalence, dict) else {}
         table.add_row(r.mode, f"{r.metric['mean']:.4f} ± {r.metric['std']:.4f}",
                       f"{r.final_loss['mean']:.4f} ± {r.final_loss['std']:.4f}",
-                      fmt(r.delta_vs_fp32, "+.4f"), _p_cell(r), str(r.skipped_steps),
+                      signed(r.delta_vs_fp32) if r.delta_vs_fp32 is not None else "—", _p_cell(r), str(r.skipped_steps),
                       _styled(WORDS.get(r.verdict, r.verdict), style),
                       _styled(equivalence_cell(eq), _STYLE.get(eq.get("verdict"), "")))
     print_keras_line(report, con)
