@@ -204,3 +204,21 @@ def test_sharded_scaler_mirror_is_exact_with_factors_float32_cannot_hold(group):
     out = _fp16_run(net, mp, steps=9, inject=(1, 2, 3, 5, 6, 7))  # asserts scale == get_scale() at each step
     assert [s for s, _ in out] == [False, True, True, True, False, True, True, True, False]
     assert out[3][1] != 1000.0 * 0.3**3  # (the product in double differs: the float32 rule mattered)
+
+
+def test_an_fsdp2_engine_pickles_with_its_sharded_scaler(group):
+    """ShardedGradScaler holds a process group, which does not pickle: the scaling travels as its
+    state_dict and is rebuilt (issue #22)."""
+    import pickle
+
+    net = model(shard=True)
+    mp = MixedPrecision("fp16", "cpu", init_scale=2.0**4, growth_factor=3.0, backoff_factor=0.3, growth_interval=2,
+                        model=net)
+    _fp16_run(net, mp, steps=3, inject=(1,))
+    dup = pickle.loads(pickle.dumps(mp))
+    assert isinstance(dup.scaler, ShardedGradScaler) and dup.model is None
+    assert dup.state_dict() == mp.state_dict() and dup.get_scale() == mp.get_scale()
+    dup.prepare(net)
+    out = _fp16_run(net, dup, steps=3, inject=(0,))  # (asserts scale == get_scale() at each step)
+    assert [s for s, _ in out] == [True, False, False]
+    assert out[0][1] < mp.stats["scale"] and out[2][1] > out[1][1]  # backed off by 0.3, grown by 3 two steps on
