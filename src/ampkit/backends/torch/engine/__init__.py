@@ -7,7 +7,12 @@
   mirror; every host-device sync of a step, stated;
 * :mod:`.distributed` — DDP and FSDP: the sharded scaler, gradient sync during accumulation, clipping;
 * :mod:`.schedulers` — LR schedulers, never stepped on a skipped step;
-* :mod:`.following` — the optimizers seen, by identity.
+* :mod:`.following` — the optimizers seen, by identity;
+* :mod:`.alarm` — the loss-scale alarm (``mp.health()``, :class:`ampkit.LossScaleWarning`), fed from
+  the host mirror;
+* :mod:`.contract` and :mod:`.watch` — the precision contract check (``mp.verify``, ``verify_torch``)
+  and the one-shot recorder of a real forward and step it reads;
+* :mod:`.copying` — ``pickle`` and ``copy.deepcopy`` of an engine.
 """
 
 from .mixed_precision import MixedPrecision, StepResult
