@@ -83,10 +83,13 @@ class TrainRecord:
 
     def __init__(self, *, source: str, trainer: str, k: int = DEFAULT_K, json_path: str | None = None,
                  fallback_dir: str | None = None, min_scale_warning: float = 1.0,
-                 consecutive_skip_warning: int = 10, workload: str | None = None) -> None:
+                 consecutive_skip_warning: int = 10, workload: str | None = None,
+                 health: LossScaleHealth | None = None) -> None:
         self.source, self.trainer, self.k = source, trainer, int(k)
         self.json_path, self.fallback_dir, self.workload = json_path, fallback_dir, workload
-        self.health = LossScaleHealth(min_scale_warning=min_scale_warning,
+        # a caller that feeds an alarm of its own (the Keras loss-scale history) passes it: read, not fed
+        self._feed_health = health is None
+        self.health = health or LossScaleHealth(min_scale_warning=min_scale_warning,
                                       consecutive_skip_warning=consecutive_skip_warning, source=source,
                                       advice=("Use bf16 where the device supports it (no loss scaling needed), "
                                               "or find the overflowing module with `ampkit audit --mode fp16`."))
@@ -150,7 +153,8 @@ class TrainRecord:
             if self.initial_scale is None:
                 self.initial_scale = row.scale_used if row.scale_used is not None else row.scale
             self.scales.append(row.scale)
-            msg = self.health.observe(row.step, row.scale, row.skipped, scale_used=row.scale_used)
+            msg = self.health.observe(row.step, row.scale, row.skipped, scale_used=row.scale_used) \
+                if self._feed_health else None
             if msg:
                 self.warnings.append(msg)
         if row.skipped:
@@ -234,7 +238,8 @@ class TrainRecord:
                 "scale_final": sc[-1] if sc else None, "initial_scale": self.initial_scale,
                 "health": self.health.report()["status"] if sc else None,
                 "scheduler_advanced_on_skipped": list(self.sched_advanced_on_skip),
-                "first_nonfinite": self.first, "warnings": list(self.warnings)}
+                "first_nonfinite": self.first,
+                "warnings": list(self.warnings) + [m for m in self.health.messages if m not in self.warnings]}
 
     def summary_line(self) -> str:
         s = self.summary()
@@ -244,7 +249,7 @@ class TrainRecord:
                  if self.first else "")
         return (f"{self.source}: {s['steps']} steps in {self.mode}, {s['skipped']} skipped"
                 f"{' ' + str(s['skipped_steps']) if s['skipped'] else ''}{scale}{first}; "
-                f"{len(self.warnings)} warning(s)")
+                f"{len(s['warnings'])} warning(s)")
 
     def ledger(self) -> dict:
         return {"steps": self.steps, "skipped_steps": list(self.skipped), "scales": list(self.scales),

@@ -143,11 +143,16 @@ class MixedPrecision:
 
         return upgrade(opt)
 
-    def callback(self, model=None) -> LossScaleHistory:
+    def callback(self, model=None, *, json_path=None, k: int = 8) -> LossScaleHistory:
         """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of
-        ``mp.flavor`` — that feeds this engine's loss-scale alarm (:meth:`health`)."""
+        ``mp.flavor`` — that feeds this engine's loss-scale alarm (:meth:`health`) and keeps the last
+        ``k`` batches' layer statistics: on the first inf/NaN an ``audit`` document names the layer
+        and phase (``json_path``, else ./ampkit_first_failure.json); :mod:`.keras_watch`."""
+        from .keras_watch import watch_fit
+
         flavor = (flavor_of(model) if model is not None else None) or self.flavor
-        return history_class(flavor)(health=self._health)
+        return watch_fit(history_class(flavor)(health=self._health), json_path=json_path, k=k, mode=self.mode,
+                         flavor=flavor)
 
     def check_model(self, model, optimizer=None) -> list[str]:
         """Warn (and return the warnings) when the model's last layer computes in float16/bfloat16, or

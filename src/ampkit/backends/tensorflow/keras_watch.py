@@ -1,0 +1,207 @@
+"""The pre-failure ring buffer of ``ampkit.keras.MixedPrecision.callback()`` for ``model.fit``.
+
+What the trainer callbacks of ``ampkit.integrations`` keep for torch, for Keras (3 on TensorFlow,
+and tf_keras): per training batch, each layer's output amax and each layer's gradient norm; on the
+first non-finite loss, layer output or gradient (a gradient overflow under loss scaling is the
+loss-scale optimizer's business: a skipped step in the ledger) it names the first layer and phase
+and writes an ``audit`` document (``ampkit report`` reads it) with the last K batches; at the end
+of ``fit`` the summary (steps, skipped, scale min/max/final, warnings) goes to the log and, with
+``json_path``, into the same document.
+
+How: at ``on_train_begin`` each layer's ``call`` is wrapped (instance attribute) to assign its
+output's amax to a float32 ``tf.Variable``, and the optimizer's ``apply_gradients`` to assign each
+layer's gradient norm (divided by the loss scale under a loss-scale optimizer); the train function
+is made anew so that the next trace sees them. Inside ``fit``'s ``tf.function`` these are a few ops
+per layer, no host read; ``on_train_batch_end`` reads them in one ``tf.stack`` (the batch end where
+:class:`~.keras_callback.LossScaleHistory` reads the scale anyway). The wrappers are removed at
+``on_train_end``. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the watch
+stays off (the loss-scale history works as before) and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from ...integrations.record import DEFAULT_K, StepRow, TrainRecord
+
+__all__ = ["watch_fit", "KerasWatch"]
+
+log = logging.getLogger("ampkit.integrations.keras")
+
+
+def watch_fit(history, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32", flavor=None):
+    """Give ``history`` (a :class:`LossScaleHistory`) the ring buffer; returns it. ``k=0``: none."""
+    if not k:
+        return history
+    from ...errors import UsageError
+
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise UsageError(f"ampkit.keras callback: k (batches kept before a failure) must be an int >= 0, received {k!r}")
+    if json_path is not None and not isinstance(json_path, str):
+        raise UsageError(f"ampkit.keras callback: json_path must be a file path (str), received {json_path!r}")
+    watch = KerasWatch(json_path=json_path, k=k, mode=mode, flavor=flavor)
+    history.watch = watch
+    for name in ("on_train_begin", "on_train_batch_end", "on_train_end"):
+        orig = getattr(history, name)
+
+        def chained(*args, _orig=orig, _name=name, **kwargs):
+            _orig(*args, **kwargs)
+            getattr(watch, _name)(history, *args, **kwargs)
+        setattr(history, name, chained)
+    return history
+
+
+def _first_float(out, tf):
+    for t in tf.nest.flatten(out):
+        if hasattr(t, "dtype") and getattr(t.dtype, "is_floating", False):
+            return t
+    return None
+
+
+class KerasWatch:
+    """The per-batch layer statistics of one ``fit`` and the record they feed."""
+
+    def __init__(self, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32", flavor=None) -> None:
+        self.json_path, self.k, self.mode, self.flavor = json_path, k, mode, flavor
+        self.legacy = bool(getattr(flavor, "legacy", False))
+        self.record: TrainRecord | None = None
+        self.active = False
+        self._undo: list = []
+
+    # ------------------------------------------------------------------ fit's events
+    def on_train_begin(self, history, logs=None):
+        from .keras_backends import configured_backend
+
+        keras_name = "tf_keras" if self.legacy else "keras"
+        self.record = TrainRecord(source="ampkit.keras callback", trainer=f"{keras_name} fit", k=self.k,
+                                  json_path=self.json_path, workload=type(history.model).__name__,
+                                  health=history.health)
+        self.record.mode = self.mode
+        opt = history.model.optimizer
+        self.record.scaler = bool(self.flavor is not None and self.flavor.is_loss_scale_optimizer(opt))
+        if not self.legacy and configured_backend() != "tensorflow":
+            log.info("ampkit.keras callback: the ring buffer needs Keras on TensorFlow; it is off here")
+            return
+        from .tfimport import import_tf
+
+        tf = import_tf()
+        if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            log.info("ampkit.keras callback: the ring buffer is off under a tf.distribute strategy")
+            return
+        from .common import tf_environment
+
+        self.record.environment = tf_environment(self.flavor)
+        self.record.device = "cpu" if not tf.config.list_logical_devices("GPU") else "gpu"
+        self._attach(history.model, tf)
+        self.active = True
+        self.steps = 0
+        self._last_scale = getattr(history, "_last", None)
+
+    def on_train_batch_end(self, history, batch, logs=None):
+        if not self.active:
+            return
+        tf = self._tf
+        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars]).numpy().tolist()
+        n = len(self._fvars)
+        self.steps += 1
+        loss = (logs or {}).get("loss")
+        loss = float(loss) if loss is not None else None
+        scale = history.scales[-1] if history.scales and len(history.scales) == self.steps else None
+        skipped = bool(history.skipped[-1]) if scale is not None else False
+        used = self._last_scale if scale is not None else None
+        self._last_scale = scale
+        fwd = [None if (v == v and v < 0) else v for v in vals[:n]]
+        grad = [None if (v == v and v < 0) else v for v in vals[n:]]
+        order = [i for i in self._order if i < n]
+        self.record.set_modules([(self._names[i], self._types[i]) for i in order],
+                                [self._names[i] for i in order if i in self._glayer])
+        gpos = {i: j for j, i in enumerate(self._glayers)}
+        self.record.add(StepRow(self.steps, loss, [fwd[i] for i in order],
+                                [grad[gpos[i]] for i in order if i in self._glayer], used, scale, skipped))
+
+    def on_train_end(self, history, logs=None):
+        if self.record is None:
+            return
+        self._detach(history.model)
+        line = self.record.summary_line()
+        log.warning(line) if self.record.warnings else log.info(line)
+        if self.json_path:
+            self.record.write(self.json_path)
+        self.active = False
+
+    # ------------------------------------------------------------------ wrapping
+    def _attach(self, model, tf) -> None:
+        self._tf = tf
+        layers = [lay for lay in model._flatten_layers(include_self=False, recursive=True)
+                  if callable(getattr(lay, "call", None))]
+        self._names = [lay.path if hasattr(lay, "path") and not self.legacy else lay.name for lay in layers]
+        self._types = [type(lay).__name__ for lay in layers]
+        self._order: list[int] = []
+        self._fvars = [tf.Variable(-1.0, trainable=False, dtype=tf.float32) for _ in layers]
+        owner = {}
+        for i, lay in enumerate(layers):
+            for v in lay._trainable_variables if hasattr(lay, "_trainable_variables") else lay.trainable_weights:
+                owner.setdefault(id(v), i)
+        self._owner = owner
+        self._glayers = sorted(set(owner.values()))
+        self._glayer = set(self._glayers)
+        self._gvars = [tf.Variable(-1.0, trainable=False, dtype=tf.float32) for _ in self._glayers]
+        for i, lay in enumerate(layers):
+            orig = lay.call
+
+            def call(*args, _orig=orig, _i=i, **kwargs):
+                out = _orig(*args, **kwargs)
+                t = _first_float(out, tf)
+                if t is not None:
+                    if _i not in self._order:
+                        self._order.append(_i)
+                    self._fvars[_i].assign(self._amax(t, tf))
+                return out
+            object.__setattr__(lay, "call", call) if self.legacy else setattr(lay, "call", call)
+            self._undo.append((lay, orig))
+        opt = model.optimizer
+        orig_apply = opt.apply_gradients
+
+        def apply_gradients(grads_and_vars, *args, **kwargs):
+            pairs = list(grads_and_vars)
+            self._grad_norms(pairs, opt, tf)
+            return orig_apply(pairs, *args, **kwargs)
+        opt.apply_gradients = apply_gradients
+        self._undo.append((opt, None))
+        if self.legacy:
+            model.train_function = model.make_train_function(force=True)
+        else:
+            model.make_train_function(force=True)
+
+    def _detach(self, model) -> None:
+        for obj, orig in self._undo:
+            if orig is None:
+                obj.__dict__.pop("apply_gradients", None)
+            else:
+                obj.__dict__.pop("call", None)
+        self._undo = []
+
+    @staticmethod
+    def _amax(t, tf):
+        """max |t| as float32, NaN when t holds a NaN (TensorFlow's max skips NaN)."""
+        m = tf.cast(tf.reduce_max(tf.abs(t)), tf.float32)
+        return tf.where(tf.reduce_any(tf.math.is_nan(t)), tf.constant(math.nan, tf.float32), m)
+
+    def _grad_norms(self, pairs, opt, tf) -> None:
+        sq = {}
+        for g, v in pairs:
+            i = self._owner.get(id(v))
+            if g is None or i is None:
+                continue
+            n = tf.cast(tf.norm(tf.cast(g, tf.float32)), tf.float32)
+            sq[i] = n * n if i not in sq else sq[i] + n * n
+        scale = getattr(opt, "dynamic_scale", None)
+        if scale is None and self.legacy and hasattr(opt, "loss_scale"):
+            scale = opt.loss_scale
+        for j, i in enumerate(self._glayers):
+            if i in sq:
+                norm = tf.sqrt(sq[i])
+                if scale is not None:
+                    norm = norm / tf.cast(scale, tf.float32)
+                self._gvars[j].assign(norm)
