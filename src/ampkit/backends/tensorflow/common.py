@@ -92,7 +92,7 @@ class TensorFlowEnvironment:
         return tf_environment()
 
     def mode_support(self, mode: str, target) -> tuple[bool, str]:
-        from .keras_engine import mode_support_tf
+        from .keras_modes import mode_support_tf
 
         return mode_support_tf(mode)
 
@@ -101,7 +101,7 @@ class TensorFlowEnvironment:
         return ok, False, why  # no emulated modes in the Keras engine
 
     def resolve_auto(self, target) -> tuple[str, str]:
-        from .keras_engine import resolve_auto_tf
+        from .keras_modes import resolve_auto_tf
 
         return resolve_auto_tf(cpu=not target.accelerator)
 
