@@ -85,3 +85,12 @@ def test_the_console_shows_one_row_per_linear():
     text = cap.get()
     assert "1 of 3 Linear layers in fp8" in text and "first Linear" in text and "Float8Linear" in text
     assert "no findings: fp8 is numerically healthy" in text
+
+
+def test_a_framework_without_fp8_training_refuses_the_fp8_audit_in_one_line():
+    from numpy_backend import NumpyBackend
+
+    from ampkit.audit.driver import audit_here
+
+    with pytest.raises(UsageError, match="--mode fp8 cannot run on numpy:cpu with numpy: NumPy has no fp8 dtype"):
+        audit_here(AuditConfig(mode="fp8", device="cpu"), NumpyBackend())

@@ -55,6 +55,10 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     if config.mode == "auto" and not config.what_if:
         mode, auto_note = audit_mode_for_auto(lambda: backend.resolve_auto(target))
         config = replace(config, mode=mode)  # checked again: auto's bf16 with a --loss-scale is refused
+    if config.mode == "fp8" and not config.what_if:  # trained by the framework's engine, or said why not
+        ok, _, why = backend.training_support("fp8", target)
+        if not ok:
+            raise UsageError(f"--mode fp8 cannot run on {target.label} with {backend.name}: {why}")
     if live is None and not config.model:
         name = backend.check_workload(config.workload or backend.default_workload(target))
         size_kwargs(backend.name, name, None, config.seq_len, config.image_size)  # a size it does not take
