@@ -80,6 +80,23 @@ def mirrored():
     assert mp.stats["skipped"] == 2 and mp.stats["scale"] == 16.0, mp.stats
     print("fit ok", hist.scales)
 
+    # the LossScaleOptimizer that compile makes itself for a mixed_float16 model: the callback gives it
+    # ampkit's cross-replica skip before fit traces (Keras's own would NaN on replica 1's overflow)
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        with strategy.scope():
+            model = _model(keras)
+            model.compile(optimizer=keras.optimizers.SGD(0.1),
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert type(model.optimizer) is keras.optimizers.LossScaleOptimizer
+    w0 = _weights(model)
+    hist = mp.callback()
+    model.fit(x[8:16], y[8:16], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[hist])
+    assert hist.skipped == [True] and _same(np, w0, _weights(model)), (hist.scales, "keras-made optimizer")
+    print("compile-made ok")
+
     _custom_loop(tf, strategy, x, y)
 
     mp = ak.MixedPrecision("bf16")

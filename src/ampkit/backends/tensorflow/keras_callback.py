@@ -9,7 +9,8 @@ scale is one mirrored value: ampkit's LossScaleOptimizer skips on every replica 
 history speaks for all.
 
 At ``on_train_begin`` it refuses, in one line, to train a model that computes in float16 through an
-optimizer without loss scaling (its small gradients would underflow to zero, silently).
+optimizer without loss scaling (its small gradients would underflow to zero, silently), and gives a
+Keras 3 LossScaleOptimizer that ``compile`` made itself ampkit's cross-replica skip (:mod:`.keras_scaling`).
 
 Extending it: ``history.hooks`` is a list of callables ``hook(history, step, scale, skipped)`` run
 after each recorded batch.
@@ -67,8 +68,15 @@ class _History:
         self._last = None
 
     def on_train_begin(self, logs=None):
-        refuse_unscaled_float16(self.model, self.model.optimizer)
-        self._last = loss_scale_of(self.model.optimizer)
+        opt = self.model.optimizer
+        refuse_unscaled_float16(self.model, opt)
+        flavor = flavor_of(opt) if opt is not None else None
+        if flavor is not None and not flavor.legacy and flavor.is_loss_scale_optimizer(opt):
+            # one compile made itself (a mixed_float16 model): ampkit's cross-replica skip, before fit traces
+            from .keras_scaling import upgrade
+
+            upgrade(opt)
+        self._last = loss_scale_of(opt)
 
     def on_train_batch_end(self, batch, logs=None):
         scale = loss_scale_of(self.model.optimizer)
