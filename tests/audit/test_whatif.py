@@ -138,6 +138,13 @@ def test_summary_counts_are_exact_against_numpy_and_ml_dtypes():
     bf = ref.astype(ml_dtypes.bfloat16).astype(np.float64)
     assert n == ref.size and e2 == pytest.approx(((bf - ref) ** 2).sum(), rel=1e-9)
     assert s.noise("fp16")[0] < 2.0**-11 < s.noise("bf16")[0] < 2.0**-8
+    # beyond HIST_SAMPLE elements the histogram is a systematic sample scaled up: shares within 0.005
+    big = torch.randn(1000, 700, generator=g) * torch.logspace(-9, 2, 700)
+    s = parse(summarize(big).tolist())
+    nz = big.abs().double()
+    assert s.amax == nz.max().item() and s.count == big.numel()
+    for k in (0, 12, 24):
+        assert abs(s.share_below(2.0**-14, 2.0**k) - float((nz * 2.0**k < 2.0**-14).double().mean())) < 0.005
 
 
 def test_bf16_flags_a_module_whose_spread_is_below_its_rounding():

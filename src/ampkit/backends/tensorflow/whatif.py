@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from ...audit.core import Advice
-from ...audit.whatif import EMIN, FP8_ROWS, NBINS, SAMPLE, ModuleSummary, TensorSummary
+from ...audit.whatif import EMIN, FP8_ROWS, HIST_SAMPLE, NBINS, SAMPLE, ModuleSummary, TensorSummary
 from ...formats import FP8_E4M3, FP8_E5M2
 from .audit import DEFAULT_LOSS_SCALE, TensorFlowAudit, _call, _np, _outputs_model, _split, keras_fp32_hint, keras_scale_code
 from .common import import_tf, tf_device_name, tf_environment
@@ -65,14 +65,18 @@ def summarize(x: np.ndarray, fp8: str | None = None, basic: bool = True) -> Tens
     s = TensorSummary(count=int(flat.size))
     if not flat.size:
         return s
-    a = np.abs(flat)
-    s.amax = float(a.max())
+    s.amax = float(np.abs(flat).max())
     if basic:
+        # the same systematic sample as the PyTorch backend's beyond HIST_SAMPLE elements, counts scaled up
+        sample = flat if flat.size <= HIST_SAMPLE else flat[::math.ceil(flat.size / HIST_SAMPLE) | 1]
+        weight = flat.size / sample.size
+        a = np.abs(sample)
         nz = a[a > 0]
-        s.nonzero = int(nz.size)
+        s.nonzero = nz.size * weight
         _, e = np.frexp(nz[np.isfinite(nz)])
-        s.hist = np.bincount(np.clip(e.astype(np.int64) - (1 + EMIN), 0, NBINS - 1), minlength=NBINS).tolist()
-        xs = flat[:: max(1, math.ceil(flat.size / SAMPLE))]
+        s.hist = (np.bincount(np.clip(e.astype(np.int64) - (1 + EMIN), 0, NBINS - 1), minlength=NBINS)
+                  * weight).tolist()
+        xs = sample[:: max(1, math.ceil(sample.size / SAMPLE))]
         xd = xs.astype(np.float64)
         for name, dt in _ROUND:
             with np.errstate(over="ignore", invalid="ignore"):

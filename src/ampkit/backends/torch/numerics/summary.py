@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ....audit.whatif import EMIN, FP8_ROWS, NBINS, SAMPLE, SCALINGS, TensorSummary
+from ....audit.whatif import EMIN, FP8_ROWS, HIST_SAMPLE, NBINS, SAMPLE, SCALINGS, TensorSummary
 from ....formats import FP8_E4M3, FP8_E5M2
 
 #: the vector's layout: [count, nonzero, amax] + hist + rounding (fp16, bf16: 4 each) + fp8 (7 per scaling)
@@ -28,6 +28,12 @@ AMAX_FLOOR = 2.0**-100
 FP8_DTYPES = {"e4m3": (torch.float8_e4m3fn, FP8_E4M3), "e5m2": (torch.float8_e5m2, FP8_E5M2)}
 
 
+def sample_step(n: int) -> int:
+    """The stride of the systematic sample of a tensor over HIST_SAMPLE elements: odd, so that it does
+    not keep landing on the same columns of a power-of-two-wide tensor."""
+    return math.ceil(n / HIST_SAMPLE) | 1
+
+
 def _hist(a: torch.Tensor) -> torch.Tensor:
     """Counts of |x| per binary exponent (bin NBINS: zeros; non-finite values land in some bin, and
     the amax says they are there)."""
@@ -38,8 +44,7 @@ def _hist(a: torch.Tensor) -> torch.Tensor:
 
 
 def _rounding(flat: torch.Tensor) -> list[torch.Tensor]:
-    step = max(1, math.ceil(flat.numel() / SAMPLE))
-    xs = flat[::step]
+    xs = flat[::max(1, math.ceil(flat.numel() / SAMPLE))]
     xd = xs.double()
     out = []
     for _, dt in _ROUND:
@@ -91,10 +96,12 @@ def summarize(x: torch.Tensor, fp8: str | None = None, basic: bool = True) -> to
     parts: list[torch.Tensor] = []
     zero = flat.new_zeros((), dtype=torch.float64)
     if basic and n:
-        a = flat.abs()
-        hist = _hist(a)
-        parts = [zero + n, (n - hist[NBINS]).double(), a.max().double(), hist[:NBINS].double()]
-        parts += _rounding(flat)
+        lo, hi = torch.aminmax(flat)
+        amax = torch.maximum(-lo, hi).double()
+        xs = flat if n <= HIST_SAMPLE else flat[::sample_step(n)].contiguous()
+        hist = _hist(xs.abs()).double() * (n / xs.numel())  # counts of the whole tensor (estimated beyond HIST_SAMPLE)
+        parts = [zero + n, n - hist[NBINS], amax, hist[:NBINS]]
+        parts += _rounding(xs)
     else:
         amax = flat.abs().max().double() if n else zero
         parts = [zero + n, zero, amax, flat.new_zeros(NBINS, dtype=torch.float64)] + [zero] * (2 * ROUND_N)
@@ -104,8 +111,8 @@ def summarize(x: torch.Tensor, fp8: str | None = None, basic: bool = True) -> to
 
 def parse(vec: list[float]) -> TensorSummary:
     """A host vector (:func:`summarize`'s, as a list) as a :class:`TensorSummary`."""
-    s = TensorSummary(count=int(vec[0]), nonzero=int(vec[1]), amax=float(vec[2]),
-                      hist=[int(v) for v in vec[HEAD:HEAD + NBINS]])
+    s = TensorSummary(count=int(vec[0]), nonzero=vec[1], amax=float(vec[2]),
+                      hist=list(vec[HEAD:HEAD + NBINS]))
     i = HEAD + NBINS
     for name, _ in _ROUND:
         if vec[i]:
