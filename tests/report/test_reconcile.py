@@ -80,3 +80,17 @@ def test_other_frameworks_and_quick_doctors_are_not_compared(tmp_path):
     # a TF doctor and a torch bench sit in different environments: never compared
     docs = _docs(tmp_path, bf16_speedup=0.45, verdict="slower", doctor_framework="tensorflow")
     assert _reconciled(docs) == []
+
+
+def test_the_page_shows_benchs_explanation_and_its_stacked_bar(tmp_path):
+    docs = _docs(tmp_path, bf16_speedup=2.5, verdict="faster", explanation=WHY)
+    page = markdown(build(docs))
+    assert "**why bf16** (--explain): bf16 is 0.45x fp32 here" in page
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    bench["results"][1]["breakdown"] = {"matmul_conv": 0.5, "casts": 0.5}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    from ampkit.report import html
+
+    page = html(build(load(str(tmp_path / "bench.json"))))
+    assert "why bf16 (--explain):" in page and "the step by category (--explain)" in page
+    assert "step by category (ms)" in page  # the stacked bar's panel, in the inline chart

@@ -166,6 +166,8 @@ def explain_rows(rows, env: dict) -> None:
     for row in rows:
         if row.status != "ok":
             continue
+        if row.breakdown and (row.step_ms or {}).get("p50"):  # the row's median (after --repeats: over the repeats)
+            row.breakdown_ms = {c: round(v * row.step_ms["p50"], 4) for c, v in row.breakdown.items()}
         if not row.breakdown:  # a backend that cannot profile says so, rather than dropping the flag silently
             row.explanation = [f"not profiled: the {env.get('framework') or 'framework'} backend gave no breakdown "
                                "for --explain"]
