@@ -78,7 +78,8 @@ class TrainRecord:
         trainer: the trainer's package and version ("transformers 5.24.0"), named in warnings.
         k: how many steps the ring buffer keeps before a failure.
         json_path: where the document goes (the first failure, then the summary); None: the first
-            failure goes to ``fallback_dir``/ampkit_first_failure.json and no summary file is written.
+            failure goes to ``fallback_dir``/ampkit_first_failure.json (the trainer's output folder),
+            or stays in memory (:meth:`document`) without one; no summary file is written.
     """
 
     def __init__(self, *, source: str, trainer: str, k: int = DEFAULT_K, json_path: str | None = None,
@@ -218,7 +219,11 @@ class TrainRecord:
         line = f"{self.source}: {advice}"
         self.warnings.append(line)
         log.warning(line)
-        self.failure_path = self.json_path or os.path.join(self.fallback_dir or ".", "ampkit_first_failure.json")
+        if self.json_path is None and self.fallback_dir is None:
+            log.warning("%s: the last %d steps before it are kept in memory (record.document()); pass "
+                        "json_path= to write them for `ampkit report`", self.source, len(self.failure_rows))
+            return
+        self.failure_path = self.json_path or os.path.join(self.fallback_dir, "ampkit_first_failure.json")
         self.write(self.failure_path)
         log.warning("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
                     len(self.failure_rows), self.failure_path, self.failure_path)

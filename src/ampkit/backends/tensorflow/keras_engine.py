@@ -147,7 +147,7 @@ class MixedPrecision:
         """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of
         ``mp.flavor`` — that feeds this engine's loss-scale alarm (:meth:`health`) and keeps the last
         ``k`` batches' layer statistics: on the first inf/NaN an ``audit`` document names the layer
-        and phase (``json_path``, else ./ampkit_first_failure.json); :mod:`.keras_watch`."""
+        and phase (written to ``json_path``; without it kept in ``history.watch.record``); :mod:`.keras_watch`."""
         from .keras_watch import watch_fit
 
         flavor = (flavor_of(model) if model is not None else None) or self.flavor
