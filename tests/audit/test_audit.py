@@ -191,7 +191,7 @@ def test_cli_default_workload_is_clean():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--mode", "fp32"], "--mode must be fp16, bf16 or auto"),
+    (["--mode", "fp32"], "--mode must be fp16, bf16, fp8 or auto"),
     (["--mode", "fp99"], "unknown precision mode 'fp99'"),
     (["--steps", "0"], "--steps must be >= 1"),
     (["--workload", "alexnet"], "unknown workload 'alexnet'"),

@@ -101,7 +101,7 @@ def test_a_model_failing_under_audit_is_one_line_and_a_live_model_raises_its_own
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"mode": "fp32"}, "--mode must be fp16, bf16 or auto for an audit; received 'fp32'"),
+    ({"mode": "fp32"}, "--mode must be fp16, bf16, fp8 or auto for an audit; received 'fp32'"),
     ({"mode": "fp99"}, "unknown precision mode 'fp99'"),
     ({"steps": 0}, "--steps must be >= 1 and at most 10,000; received 0"),
     ({"batch_size": 0}, "--batch-size must be >= 1"),
