@@ -111,6 +111,43 @@ def contract():
     else:
         raise AssertionError("fit trained a float16 layer without loss scaling")
     print("fit refusal ok")
+    _alarm(keras)
+
+
+def _alarm(keras):
+    """Every batch overflows: exactly one LossScaleWarning at step 2 — the third skip in a row
+    (consecutive_skip_warning=3; Keras 3's scale 4 -> 2 -> 1 -> 0.5 is also below 1.0 there, tf_keras
+    keeps its scale at 1 and restarts its growth counter) — health 'collapsed', from the fit callback
+    and from eager train_step; a healthy fit: none."""
+    import numpy as np
+
+    import ampkit
+    import ampkit.keras as ak
+
+    x = np.full((32, 4), 1e6, "float32")
+    y = np.arange(32) % 2
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for how in ("fit", "train_step", "healthy"):
+        mp = ak.MixedPrecision("fp16", initial_scale=4.0, consecutive_skip_warning=3)
+        with mp.scope():
+            model = _model(keras)
+            opt = mp.optimizer(keras.optimizers.SGD(0.1))
+            model.compile(optimizer=opt, loss=ce)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if how == "train_step":
+                for i in range(4):
+                    mp.train_step(model, opt, x[i * 8:(i + 1) * 8], y[:8], ce)
+            else:
+                model.fit(x / 1e6 if how == "healthy" else x, y, batch_size=8, shuffle=False, verbose=0,
+                          callbacks=[mp.callback(model)])
+        alarms = [str(w.message) for w in caught if issubclass(w.category, ampkit.LossScaleWarning)]
+        if how == "healthy":
+            assert alarms == [] and mp.health()["status"] == "ok", (alarms, mp.health())
+            continue
+        assert len(alarms) == 1 and "collapsed at step 2" in alarms[0], (how, alarms)
+        assert mp.health()["status"] == "collapsed" and mp.stats["skipped"] == 4, (how, mp.health())
+    print("alarm ok")
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
         return
     with mp.scope():

@@ -143,6 +143,19 @@ class Flavor:
             return float(opt.initial_scale)
         return float(opt.dynamic_scale.numpy())
 
+    def skipped(self, opt, before: float | None, after: float) -> bool:
+        """Whether the step that took the scale from ``before`` to ``after`` was skipped for inf/NaN
+        gradients: the scale went down — or stayed while the growth counter went back to 0 (tf_keras
+        keeps its scale at 1 or above: at that floor a skip no longer lowers it). Reads a variable."""
+        if before is None:
+            return False
+        if after != before:
+            return after < before
+        counter = getattr(opt, "dynamic_counter" if self.legacy else "step_counter", None)
+        if counter is None:
+            return False
+        return int(counter.numpy() if hasattr(counter, "numpy") else counter) == 0
+
     def scale_loss(self, opt, loss):
         """The loss to differentiate: scaled by a loss-scale optimizer, as is otherwise."""
         if self.legacy:

@@ -54,8 +54,9 @@ class _History:
     """Records the loss scale after every training batch and counts skipped steps.
 
     Keras's LossScaleOptimizer halves the scale exactly when a step had non-finite gradients
-    and was skipped, so a step is counted as skipped when the scale went down. Reading the scale
-    is a host-device sync, once per batch. ``health``: the alarm fed from those values (a new one
+    and was skipped, so a step is counted as skipped when the scale went down (or, at tf_keras's
+    floor of 1, stayed while its growth counter restarted). Reading the scale is a host-device
+    sync, once per batch. ``health``: the alarm fed from those values (a new one
     with the default thresholds when not given).
     """
 
@@ -82,7 +83,7 @@ class _History:
         scale = loss_scale_of(self.model.optimizer)
         if scale is None:
             return
-        skipped = self._last is not None and scale < self._last
+        skipped = flavor_of(self.model.optimizer).skipped(self.model.optimizer, self._last, scale)
         step = len(self.scales)
         self.skipped.append(skipped)
         self.scales.append(scale)

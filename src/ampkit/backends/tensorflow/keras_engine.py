@@ -265,7 +265,7 @@ class MixedPrecision:
                 return
         before = self._last_scale.get(id(opt), float(getattr(opt, "initial_scale", 0.0)) or None)
         scale = flavor.loss_scale(opt)
-        skipped = before is not None and scale < before
+        skipped = flavor.skipped(opt, before, scale)
         self._health.observe(self._health.steps, scale, skipped, scale_used=before)
         self._last_scale[id(opt)] = scale
 
