@@ -13,8 +13,9 @@ def add_arguments(p) -> None:
     p.add_argument("--num-classes", type=int, default=None, metavar="N",
                    help="classes for a bare model (default: what a Keras model's output declares, else 10)")
     add_sizes(p)
-    p.add_argument("--mode", default=None, metavar="fp16|bf16|auto",
-                   help="the mode to audit (default fp16); auto: auto's choice when it is fp16 or bf16, else bf16")
+    p.add_argument("--mode", default=None, metavar="fp16|bf16|fp8|auto",
+                   help="the mode to audit (default fp16); fp8: each Linear through torchao against bf16 and fp32 "
+                        "(ampkit[fp8]); auto: auto's choice when it is fp16 or bf16, else bf16")
     p.add_argument("--steps", type=int, default=None, metavar="N",
                    help="training steps to audit (default 1; 3 with --what-if)")
     p.add_argument("--loss-scale", type=float, default=None, metavar="S",

@@ -16,7 +16,8 @@ def add_arguments(p) -> None:
                    help="classes for a bare model (default: what a Keras model's output declares, else 10)")
     add_sizes(p)
     p.add_argument("--modes", default="all", metavar="LIST",
-                   help="comma-separated modes (auto: the mode auto picks for the device) or 'all' (default: all)")
+                   help="comma-separated modes (auto: the mode auto picks for the device; fp8: through torchao, "
+                        "emulated without fp8 hardware) or 'all', fp8 included where torchao is installed (default: all)")
     p.add_argument("--batch-size", default=None, metavar="N|auto",
                    help="per-step batch size, or 'auto' for the largest that fits (default: the workload's)")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
