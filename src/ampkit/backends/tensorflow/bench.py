@@ -41,7 +41,8 @@ def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: b
     skipped, the first step's loss, the last step's loss, peak bytes, how the peak was measured).
 
     A step was skipped when the LossScaleOptimizer lowered its scale (it halves on inf/NaN gradients
-    and skips the update)."""
+    and skips the update), or kept it at tf_keras's floor of 1 while its growth counter restarted."""
+    from .flavor import flavor_of
     from .keras_engine import loss_scale_of
 
     x, y = workload.make_batch(batch_size, seed + 1)
@@ -54,7 +55,7 @@ def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: b
             loss = model.train_on_batch(x, y)  # returns a host value: the step is complete
             dt = time.perf_counter() - t
             after = loss_scale_of(model.optimizer)
-            was_skipped = int(before is not None and after < before)
+            was_skipped = int(before is not None and flavor_of(model.optimizer).skipped(model.optimizer, before, after))
             if i == 0:
                 first = _scalar(loss)
             if i >= warmup:
