@@ -106,7 +106,8 @@ export PATH="$PATH:/usr/sbin:/sbin"
 if ! docker_ok; then
     [ "$(id -u)" = 0 ] || skip "no Docker daemon runs, and starting one needs root"
     say "starting dockerd --iptables=false --ip-masq=false --bridge=none (log: $WORK/dockerd.log)"
-    dockerd --iptables=false --ip-masq=false --bridge=none --pidfile "$WORK/dockerd.pid" >"$WORK/dockerd.log" 2>&1 &
+    # 9>&-: the daemon outlives this run and must not hold its lock
+    dockerd --iptables=false --ip-masq=false --bridge=none --pidfile "$WORK/dockerd.pid" >"$WORK/dockerd.log" 2>&1 9>&- &
     STARTED_DAEMON=$!
     trap cleanup EXIT
     for _ in $(seq 120); do docker_ok && break; kill -0 "$STARTED_DAEMON" 2>/dev/null || break; sleep 0.5; done
