@@ -120,15 +120,27 @@ TABLE = {"64": {"speedup": 0.8, "ci": [0.7, 0.9]}, "256": {"speedup": 1.6, "ci":
 def test_the_size_rule_says_small_matmuls_cannot_gain_and_large_ones_can():
     small = size_rule("bf16", [{"m": 32, "n": 64, "k": 64, "ms": 1.0}], TABLE, "doctor", 0.5)
     large = size_rule("bf16", [{"m": 256, "n": 1000, "k": 1000, "ms": 1.0}], TABLE, "doctor", 0.7)
-    assert "32x64 @ 64x64" in small and "slower in bf16 (bf16 0.80x [0.70, 0.90] at 64²)" in small
-    assert "large enough to gain (bf16 4.00x [3.50, 4.50] at 1024²; with matmuls 70% of fp32's step, up to 2.11x" \
-        in large
+    assert "32x64 @ 64x64" in small and "slower in bf16 (the size table: 0.80x [0.70, 0.90] at 64²)" in small
+    assert "large enough to gain (the size table: 4.00x [3.50, 4.50] at 1024²; with matmuls 70% of fp32's step, " \
+           "up to 2.11x" in large
     assert small.endswith("size table (doctor): bf16 0.80x at 64², 1.60x at 256², 4.00x at 1024² vs fp32")
-    # a kernel gain the step's matmul share cannot turn into a step gain (Amdahl): too small to gain
-    tiny_share = size_rule("bf16", [{"m": 64, "n": 256, "k": 256, "ms": 1.0}], TABLE, "doctor", 0.1)
-    assert "too small to gain (bf16 1.60x [1.50, 1.70] at 256²; with matmuls 10% of fp32's step that is at most " \
-           "1.04x" in tiny_share
     assert size_rule("bf16", [], TABLE, "doctor", 0.5) is None
+
+
+def test_the_size_rule_reads_the_models_own_matmuls_against_the_table():
+    """On a CPU where even a 64² bf16 matmul gains in isolation: a 64x64 model's matmuls that ran
+    only 1.05x inside the step are too small; a 1000x1000 model's that ran 1.9x are large enough."""
+    gains = {"64": {"speedup": 1.6, "ci": [1.5, 1.7]}, "256": {"speedup": 2.1, "ci": [2.0, 2.2]},
+             "1024": {"speedup": 2.4, "ci": [2.3, 2.5]}}
+    small = size_rule("bf16", [{"m": 32, "n": 64, "k": 64, "ms": 1.0}], gains, "doctor", 0.4, measured=1.05)
+    large = size_rule("bf16", [{"m": 32, "n": 1000, "k": 1000, "ms": 1.0}], gains, "doctor", 0.6, measured=1.9)
+    assert "too small to gain: its matmuls ran 1.05x in the step; an isolated " \
+           "matmul gains 1.60x [1.50, 1.70] at 64², but at this size the per-op overhead" in small
+    assert "large enough to gain (its matmuls ran 1.90x in the step; the size table: 2.10x [2.00, 2.20] at 256²; " \
+           "with matmuls 60% of fp32's step, up to 1.40x for the whole step)" in large
+    # faster matmuls that are too small a share of the step to matter (Amdahl)
+    capped = size_rule("bf16", [{"m": 32, "n": 1000, "k": 1000, "ms": 1.0}], gains, "doctor", 0.05, measured=1.9)
+    assert "but with matmuls 5% of fp32's step the whole step can gain at most 1.02x" in capped
 
 
 def test_gpu_rules_dims_launch_bound_and_a_tf32_baseline():

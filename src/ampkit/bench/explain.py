@@ -47,10 +47,11 @@ def representative_size(matmuls: list[dict]) -> tuple[float, str] | None:
 
 
 def size_rule(mode: str, matmuls: list[dict], table: dict | None, source: str | None,
-              matmul_share: float | None = None) -> str | None:
-    """The model's matmuls against the size table: the speedup measured at the nearest size and what
-    it allows the whole step, given matmuls' share of fp32's step (Amdahl): "too small to gain" when
-    that bound is under :data:`GAIN`."""
+              matmul_share: float | None = None, measured: float | None = None) -> str | None:
+    """The model's matmuls against the size table (an isolated square matmul in ``mode`` vs fp32 at
+    each size): whether they are large enough to gain. ``measured``: how much faster the model's own
+    matmuls ran inside the step (fp32's matmul_conv ms over the mode's); ``matmul_share``: their
+    share of fp32's step, which bounds what the whole step can gain (Amdahl)."""
     rep = representative_size(matmuls)
     if rep is None:
         return None
@@ -62,18 +63,24 @@ def size_rule(mode: str, matmuls: list[dict], table: dict | None, source: str | 
     near = min(points, key=lambda n: abs(math.log(n) - math.log(max(size, 1.0))))
     cite = ", ".join(f"{_x(points[n]['speedup'])} at {n}²" for n in sorted(points))
     got, ci = points[near]["speedup"], points[near].get("ci")
-    at = f"{mode} {_x(got)}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" at {near}²"
-    bound = None
-    if matmul_share is not None and got > 0:
-        bound = 1.0 / ((1.0 - matmul_share) + matmul_share / got)
+    at = f"{_x(got)}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" at {near}²"
+    below = f", below the table's smallest size {near}²" if size < near / 1.4 else ""
+    ran = got if measured is None else measured
+    bound = 1.0 / ((1.0 - matmul_share) + matmul_share / ran) if matmul_share is not None and ran > 0 else None
+    own = f"its matmuls ran {_x(measured)} in the step; " if measured is not None else ""
     if got < 1 / GAIN:
-        verdict = f"matmuls of this size are slower in {mode} ({at})"
-    elif got < GAIN or (bound is not None and bound < GAIN):
-        verdict = f"too small to gain ({at}" + (f"; with matmuls {matmul_share:.0%} of fp32's step that is at most "
-                                                 f"{_x(bound)} for the whole step)" if bound is not None else ")")
+        verdict = f"matmuls of this size are slower in {mode} ({own}the size table: {at})"
+    elif ran < GAIN:
+        verdict = (f"too small to gain{below}: {own}an isolated matmul gains {at}, but at this size the per-op "
+                   "overhead and casts around each matmul take what the kernel saves" if measured is not None
+                   else f"too small to gain ({mode} {at})")
+    elif bound is not None and bound < GAIN:
+        verdict = (f"large enough for faster matmuls ({own}the size table: {at}), but with matmuls "
+                   f"{matmul_share:.0%} of fp32's step the whole step can gain at most {_x(bound)}")
     else:
-        verdict = f"large enough to gain ({at}" + (f"; with matmuls {matmul_share:.0%} of fp32's step, up to "
-                                                    f"{_x(bound)} for the whole step)" if bound is not None else ")")
+        verdict = f"large enough to gain ({own}the size table: {at}" + (
+            f"; with matmuls {matmul_share:.0%} of fp32's step, up to {_x(bound)} for the whole step)"
+            if bound is not None else ")")
     return f"{text} — {verdict}; size table ({source or 'measured'}): {mode} {cite} vs fp32"
 
 
@@ -145,7 +152,7 @@ def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
     detail = row.explain_detail or {}
     sized = size_rule(row.mode, detail.get("matmuls") or (base.explain_detail or {}).get("matmuls") or [],
                       detail.get("size_table"), detail.get("size_table_source"),
-                      (base.breakdown or {}).get("matmul_conv"))
+                      (base.breakdown or {}).get("matmul_conv"), mm_base / mm if mm_base > 0 and mm > 0 else None)
     if sized:
         out.append(sized)
     if gpu:

@@ -27,6 +27,10 @@ _MATMUL_PREFIX = ("conv", "_conv", "mkldnn_conv", "cudnn_conv", "slow_conv", "th
 #: matmul entry points autocast casts the inputs of (their children's casts are casts, not matmul work)
 _WRAPPERS = {"linear", "matmul", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
              "conv_transpose3d", "scaled_dot_product_attention", "conv_tbc"}
+#: forward convolutions whose inputs are (input NCHW, weight OIHW): their matmul dimensions are read
+_CONV_FORWARD = {"convolution", "_convolution", "mkldnn_convolution", "cudnn_convolution", "_slow_conv2d_forward",
+                 "slow_conv2d_forward", "thnn_conv2d", "_nnpack_spatial_convolution", "miopen_convolution",
+                 "_mps_convolution"}
 _CASTS = {"to", "_to_copy", "copy_", "_autocast_to_reduced_precision", "_autocast_to_full_precision", "type_as",
           "contiguous", "clone", "_copy_from", "_copy_from_and_resize"}
 _LOSS_SCALING = {"_amp_foreach_non_finite_check_and_unscale_", "_amp_non_finite_check_and_unscale_",
@@ -93,8 +97,7 @@ def matmul_dims(op: OpTime) -> tuple[int, int, int] | None:
         if base in ("bmm", "baddbmm") and len(s) >= 2:
             a, b = (s[0], s[1]) if base == "bmm" else (s[1], s[2])
             return a[0] * a[1], b[2], a[2]
-        if base.startswith(("mkldnn_conv", "cudnn_conv", "convolution", "_convolution")) and len(s) >= 2 \
-                and len(s[0]) == 4 and len(s[1]) == 4:
+        if base in _CONV_FORWARD and len(s) >= 2 and len(s[0]) == 4 and len(s[1]) == 4:
             x, w = s[0], s[1]
             return x[0] * x[2] * x[3], w[0], w[1] * w[2] * w[3]
     except (IndexError, TypeError):
