@@ -64,7 +64,7 @@ def size_rule(mode: str, matmuls: list[dict], table: dict | None, source: str | 
     cite = ", ".join(f"{_x(points[n]['speedup'])} at {n}²" for n in sorted(points))
     got, ci = points[near]["speedup"], points[near].get("ci")
     at = f"{_x(got)}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" at {near}²"
-    below = f", below the table's smallest size {near}²" if size < near / 1.4 else ""
+    below = f", below the table's smallest size {near}²" if near == min(points) and size < near / 1.4 else ""
     ran = got if measured is None else measured
     bound = 1.0 / ((1.0 - matmul_share) + matmul_share / ran) if matmul_share is not None and ran > 0 else None
     own = f"its matmuls ran {_x(measured)} in the step; " if measured is not None else ""
