@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 
@@ -124,3 +125,15 @@ def wrong_features():
 
 def uneven():
     return (torch.zeros(10, 8), torch.zeros(7).long()), blobs()[1]
+
+
+# ---------------------------------------------------------------- an ampkit.Workload with its own metric
+def mean_abs_error(logits, targets):
+    return -(logits.float() - targets.float()).abs().mean()  # higher is better: the negated error
+
+
+def workload():
+    import ampkit
+
+    return ampkit.Workload(regressor(), make_batch=None, loss_fn=lambda out, y: F.mse_loss(out.float(), y),
+                           metric_fn=mean_abs_error)

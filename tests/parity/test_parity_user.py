@@ -147,3 +147,10 @@ def test_library_refuses_mixing_the_two_ways():
         ampkit.parity(pf.regressor, model=pf.regressor, data=pf.curve)
     with pytest.raises(UsageError, match="model= needs data="):
         ampkit.parity(model=pf.regressor)
+
+
+def test_a_workload_brings_its_loss_and_metric():
+    rep = ampkit.parity(model=pf.workload, data=pf.curve, modes="fp32,bf16", seeds=2, epochs=1, device="cpu")
+    assert rep.metric == "mean_abs_error" and rep.results[1].metric["higher_is_better"] is True
+    fp32 = rep.results[0].runs[0]
+    assert -1.5 < fp32.test_accuracy[-1] < 0 and fp32.test_loss[-1] > 0  # the negated error; the MSE

@@ -57,6 +57,8 @@ class Workload:
         name: shown in reports.
         batch_size: default batch size for this workload.
         lr: learning rate of the AdamW optimizer that bench uses.
+        metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better, for ``ampkit parity``
+            (None: accuracy for class targets, else the validation loss).
     """
 
     model: nn.Module
@@ -66,6 +68,7 @@ class Workload:
     name: str = "custom"
     batch_size: int = 32
     lr: float = 1e-4
+    metric_fn: Callable[[Any, Any], Any] | None = None
 
     def loss(self, batch: tuple) -> torch.Tensor:
         inputs, targets = batch
