@@ -88,9 +88,8 @@ def test_the_console_shows_one_row_per_linear():
 
 
 def test_a_framework_without_fp8_training_refuses_the_fp8_audit_in_one_line():
-    from numpy_backend import NumpyBackend
-
     from ampkit.audit.driver import audit_here
+    from numpy_backend import NumpyBackend
 
     with pytest.raises(UsageError, match="--mode fp8 cannot run on numpy:cpu with numpy: NumPy has no fp8 dtype"):
         audit_here(AuditConfig(mode="fp8", device="cpu"), NumpyBackend())
