@@ -18,6 +18,7 @@ def _docs(tmp_path, *, bf16_speedup: float, verdict: str, explanation=None, doct
           bench_framework="torch", quick=False):
     doctor = planted.doctor(doctor_framework)
     doctor.quick = quick
+    doctor.modes["bf16"].speedup_by_size = {"1024": 4.0, "64": 0.8, "256": 1.6}
     bench = planted.bench(bench_framework)
     bf16 = bench.results[1]
     bf16.speedup_vs_fp32, bf16.speedup_ci, bf16.speedup_verdict = bf16_speedup, [bf16_speedup * 0.9,
@@ -44,13 +45,15 @@ def test_a_recommended_mode_bench_measured_slower_is_named_with_benchs_explanati
                                   "own small ops), but bench mlp measured bf16 slower: 0.45× fp32 [0.41, 0.50]; ")
     assert "bench's explanation: casts grew most: 0.00 -> 9.00 ms" in row["text"]
     assert "too small to gain" in row["text"]
+    assert row["text"].endswith("; the doctor's size table: 0.80x at 64², 1.60x at 256², 4.00x at 1024²")
     page = markdown(build(docs))
     assert "doctor vs bench mlp: bf16" in page and "they disagree" in page
 
 
 def test_without_explain_the_row_points_to_it(tmp_path):
     (row,) = _reconciled(_docs(tmp_path, bf16_speedup=0.45, verdict="slower"))
-    assert row["text"].endswith("run `ampkit bench --explain` for a breakdown of why")
+    assert "measured bf16 slower: 0.45× fp32 [0.41, 0.50]; run `ampkit bench --explain` for a breakdown of why;" \
+        in row["text"]
 
 
 def test_a_mode_the_doctor_calls_slower_that_bench_measured_faster(tmp_path):

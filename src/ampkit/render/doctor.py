@@ -112,7 +112,8 @@ def page_view(report, doc=None) -> DoctorView:
         rows.append({"mode": mode, "supported": m.supported, "selftest": m.selftest, "accelerated": m.accelerated,
                      "speedup": finite(m.speedup), "speedup_ci": [finite(x) for x in ci] if ci else None,
                      "training_speedup": finite(m.training_speedup),
-                     "rounds": m.rounds, "verdict": m.verdict, "reason": m.reason or ""})
+                     "rounds": m.rounds, "verdict": m.verdict, "reason": m.reason or "",
+                     "speedup_by_size": m.speedup_by_size if isinstance(m.speedup_by_size, dict) else None})
     return DoctorView(doc, rows, report.recommended, report.reason, report.device, bool(report.quick))
 
 

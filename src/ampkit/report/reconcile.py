@@ -43,6 +43,17 @@ def _why(row: dict) -> str:
     return "bench's explanation: " + "; ".join((picked or sentences[1:] or sentences)[:3])
 
 
+def _sizes(mode: str, table) -> str:
+    """``"0.67x at 64², 2.17x at 256², 2.21x at 1024²"`` from the doctor's ``speedup_by_size``."""
+    if not isinstance(table, dict):
+        return ""
+    try:
+        return ", ".join(f"{float(x):.2f}x at {int(n)}²" for n, x in sorted(table.items(), key=lambda kv: int(kv[0]))
+                         if isinstance(x, (int, float)))
+    except (TypeError, ValueError):  # a foreign table in an otherwise valid document
+        return ""
+
+
 def disagreements(env) -> list[dict]:
     """Verdict rows for every doctor/bench disagreement in one environment (``[]`` when they agree)."""
     out = []
@@ -73,5 +84,8 @@ def disagreements(env) -> list[dict]:
                             f"bench {bv.workload} measured {mode} faster: {measured}; " + _why(row))
                 else:
                     continue
+                sizes = _sizes(mode, d.get("speedup_by_size"))
+                if sizes:
+                    text += f"; the doctor's size table: {sizes}"
                 out.append({"key": f"doctor vs bench {bv.workload}: {mode}", "text": text, "tone": "bad"})
     return out
