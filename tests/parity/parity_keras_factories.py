@@ -43,3 +43,18 @@ def wrong_features():
 def empty():
     (x, y), val = arrays()
     return (x[:0], y[:0]), val
+
+
+def softmax_mlp():
+    """Ends in a softmax (probabilities, as keras.applications do): ampkit picks from_logits=False."""
+    import keras
+
+    inputs = keras.Input((8,))
+    h = keras.layers.Dense(32, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(4, activation="softmax", dtype="float32")(h))
+
+
+def pressures():
+    """Raw pressures in pascals: beyond fp16's 65,504 once cast."""
+    (x, y), (xv, yv) = arrays()
+    return (x * 3e4, y), (xv * 3e4, yv)

@@ -157,3 +157,32 @@ def test_the_table_and_the_report_page_show_both_verdicts_in_words(tmp_path):
     for text in (md, page_html):
         assert "inconclusive: not proven" in text and "not equivalent [" in text and "fail: worse" in text
     assert "crosses the margin" in page_html
+
+
+def test_progress_per_seed_and_mode_with_an_eta_and_ctrl_c_keeps_complete_seeds():
+    from ampkit.parity.driver import run_seeds
+
+    clock = {"t": 0.0}
+    statuses = []
+
+    def train_one(mode, seed, on_epoch):
+        if (seed, mode) == (2, "fp16"):
+            raise KeyboardInterrupt
+        on_epoch(1, 1)
+        return _run(mode, seed, 0.9)
+
+    import ampkit.parity.driver as driver
+
+    real = driver.time.perf_counter
+    driver.time.perf_counter = lambda: clock.__setitem__("t", clock["t"] + 0.5) or clock["t"]  # 0.5 s per reading
+    try:
+        records = run_seeds(["fp32", "fp16"], [0, 1, 2], train_one, progress=lambda *a: None, on_run=statuses.append)
+    finally:
+        driver.time.perf_counter = real
+    assert records.interrupted and sorted({(r.seed, r.mode) for r in records}) == [
+        (0, "fp16"), (0, "fp32"), (1, "fp16"), (1, "fp32")]  # seed 2 had fp32 only: dropped, not paired
+    first, after_one = statuses[0], statuses[1]
+    assert first.eta_s is None and first.words() == "parity: seed 0 (1/3), fp32 training [run 1/6, 0:00 elapsed]"
+    assert after_one.finished and after_one.eta_s is not None and after_one.eta_s > 0
+    assert "about 0:0" in after_one.words() and "left" in after_one.words()
+    assert [s.run for s in statuses if not s.finished] == [1, 2, 3, 4, 5, 6]
