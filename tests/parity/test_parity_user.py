@@ -92,6 +92,17 @@ def test_loss_nan_in_every_seed_fails_with_the_count_never_a_traceback(in_here, 
     assert "Traceback" not in err
 
 
+def test_loss_nan_in_some_seeds_fails_with_the_count(in_here, capsys):
+    """Acceptance 3, some seeds: one glitched reading beyond fp16's range, reached by seed 0's order only."""
+    rc, doc, err = _parity(capsys, "--model", "parity_factories:overflowing", "--data", "parity_factories:glitchy",
+                           "--modes", "fp32,fp16", "--seeds", "2", "--steps", "2", "--batch-size", "16")
+    fp32, fp16 = doc["results"]
+    assert rc == 1 and fp16["verdict"] == "fail" and fp16["nonfinite_seeds"] == 1 and fp32["nonfinite_seeds"] == 0
+    assert "non-finite (inf/NaN) in 1 of 2 seeds (seeds [0])" in fp16["reason"]
+    assert math.isnan(fp16["runs"][0]["train_loss"][0] if fp16["runs"][0]["train_loss"][0] is not None else math.nan)
+    assert math.isfinite(fp16["runs"][1]["train_loss"][0]) and "Traceback" not in err
+
+
 def test_a_run_that_raises_fails_its_mode_and_the_run_goes_on(monkeypatch):
     real = torch_parity.train_one
 
