@@ -92,16 +92,21 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
     return rec
 
 
-def parity(make_model: Callable[[], nn.Module], train: tuple, test: tuple, *, modes=None, seeds: int | list[int] = 3,
-           epochs: int = 10, batch_size: int = 64, lr: float = 1e-3, tolerance: float = 0.01, device="auto",
-           loss_fn=F.cross_entropy, metric_fn=accuracy, dataset: str = "custom", progress=None):
+def parity(make_model: Callable[[], nn.Module] | None = None, train: tuple | None = None, test: tuple | None = None, *,
+           model=None, data=None, modes=None, seeds: int | list[int] = 3, epochs: int | None = None,
+           steps: int | None = None, batch_size: int = 64, lr: float = 1e-3, tolerance: float = 0.01, margin=None,
+           device="auto", loss_fn=F.cross_entropy, metric_fn=accuracy, dataset: str = "custom",
+           framework: str = "torch", progress=None):
     """Parity on your own model and data: ``ampkit.parity`` (the same parameters, with PyTorch's
     defaults spelled out), run by the neutral driver through :class:`TorchParity`."""
     from ...parity import parity as neutral_parity
 
-    return neutral_parity(make_model, train, test, modes=modes, seeds=seeds, epochs=epochs, batch_size=batch_size,
-                          lr=lr, tolerance=tolerance, device=device, loss_fn=loss_fn, metric_fn=metric_fn,
-                          dataset=dataset, progress=progress)
+    if model is not None:  # factories: the defaults are chosen from the data (cross-entropy/accuracy or the loss)
+        loss_fn = None if loss_fn is F.cross_entropy else loss_fn
+        metric_fn = None if metric_fn is accuracy else metric_fn
+    return neutral_parity(make_model, train, test, model=model, data=data, modes=modes, seeds=seeds, epochs=epochs,
+                          steps=steps, batch_size=batch_size, lr=lr, tolerance=tolerance, margin=margin, device=device,
+                          loss_fn=loss_fn, metric_fn=metric_fn, dataset=dataset, framework=framework, progress=progress)
 
 
 def dataset_model(arch: str) -> nn.Module:
