@@ -13,6 +13,11 @@ Imported only when ``--explain`` is given (torch.profiler is never entered other
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -140,6 +145,36 @@ def _device_ms(ev) -> float:
     return float(us or 0.0) / 1e3
 
 
+#: what libkineto writes to the process's stderr on every profile (and, on a machine without a GPU,
+#: an "ERROR ... gpuGetDeviceCount failed" that is no error of the run): dropped; anything else is kept
+_KINETO_NOISE = re.compile(r"^(USDT:.*(profiler_start|profiler_stop)|ERROR:.*gpuGetDeviceCount failed.*|"
+                           r"(STAGE|INFO|WARNING):.*(ActivityProfiler|CuptiActivityApi|Kineto).*)$")
+
+
+@contextlib.contextmanager
+def _quiet_kineto():
+    """Native stderr (fd 2) captured while the profiler runs; its lines written back, less kineto's noise."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (a notebook): nothing to filter
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile(mode="w+b") as buf:
+        os.dup2(buf.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            buf.seek(0)
+            kept = [ln for ln in buf.read().decode(errors="replace").splitlines() if not _KINETO_NOISE.match(ln)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
+
+
 def profile_steps(step: Callable[[], object], steps: int, device) -> Breakdown:
     """Run ``step`` ``steps`` times under ``torch.profiler`` (shapes recorded) and summarise."""
     import torch
@@ -147,7 +182,7 @@ def profile_steps(step: Callable[[], object], steps: int, device) -> Breakdown:
 
     gpu = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities, record_shapes=True) as prof:
+    with _quiet_kineto(), profile(activities=activities, record_shapes=True) as prof:
         if gpu:
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
