@@ -82,8 +82,8 @@ def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=
                       loss=ds.loss_fn or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=[ds.metric_fn or "accuracy"] if with_metric else [])
         if isinstance(train, tuple):
-            chunks = ((lambda xy: {"x": xy[0], "y": xy[1], "batch_size": ds.batch_size, "shuffle": False})(c)
-                      for c in _epochs_of_arrays(train[0], train[1], seed, epochs, ds.steps, ds.batch_size))
+            chunks = ({"x": cx, "y": cy, "batch_size": ds.batch_size, "shuffle": False}
+                      for cx, cy in _epochs_of_arrays(train[0], train[1], seed, epochs, ds.steps, ds.batch_size))
         elif ds.steps:
             chunks = iter([{"x": train.repeat(), "steps_per_epoch": ds.steps}])
         else:

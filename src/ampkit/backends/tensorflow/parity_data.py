@@ -25,15 +25,12 @@ def is_dataset(obj) -> bool:
 def check_part(obj, part: str, spec: str):
     """``(x, y)`` NumPy arrays, or the dataset as it is; a usage error for anything else or an empty set."""
     if is_dataset(obj):
-        import tensorflow as tf
-
         if int(obj.cardinality()) == 0:
             raise UsageError(f"{spec}: the {part} data set is empty")
         spec_ = obj.element_spec
         if not (isinstance(spec_, tuple) and len(spec_) in (2, 3)):
             raise UsageError(f"{spec}: each element of the {part} tf.data.Dataset must be (inputs, targets); "
                              f"its element_spec is {spec_}")
-        del tf
         return obj
     if isinstance(obj, (tuple, list)) and len(obj) == 2:
         try:
