@@ -138,6 +138,9 @@ def test_the_size_rule_reads_the_models_own_matmuls_against_the_table():
            "matmul gains 1.60x [1.50, 1.70] at 64², but at this size the per-op overhead" in small
     assert "large enough to gain (its matmuls ran 1.90x in the step; the size table: 2.10x [2.00, 2.20] at 256²; " \
            "with matmuls 60% of fp32's step, up to 1.40x for the whole step)" in large
+    slowed = size_rule("bf16", [{"m": 32, "n": 512, "k": 4608, "ms": 1.0}], gains, "doctor", 0.6, measured=0.36)
+    assert "its matmuls/convolutions ran 2.78x slower in the step, although an isolated matmul gains 2.10x " \
+           "[2.00, 2.20] at 256²" in slowed
     # faster matmuls that are too small a share of the step to matter (Amdahl)
     capped = size_rule("bf16", [{"m": 32, "n": 1000, "k": 1000, "ms": 1.0}], gains, "doctor", 0.05, measured=1.9)
     assert "but with matmuls 5% of fp32's step the whole step can gain at most 1.02x" in capped

@@ -70,6 +70,9 @@ def size_rule(mode: str, matmuls: list[dict], table: dict | None, source: str | 
     own = f"its matmuls ran {_x(measured)} in the step; " if measured is not None else ""
     if got < 1 / GAIN:
         verdict = f"matmuls of this size are slower in {mode} ({own}the size table: {at})"
+    elif measured is not None and measured < 1 / GAIN:
+        verdict = (f"its matmuls/convolutions ran {_x(1 / measured)} slower in the step, although an isolated "
+                   f"matmul gains {at}: the kernels this model's shapes and layouts ran are slower in {mode} here")
     elif ran < GAIN:
         verdict = (f"too small to gain{below}: {own}an isolated matmul gains {at}, but at this size the per-op "
                    "overhead and casts around each matmul take what the kernel saves" if measured is not None
