@@ -70,6 +70,7 @@ class BenchConfig:
     explain: bool = False                # --explain: profile a few more steps per mode, a breakdown and why
     strategy: str | None = None          # --strategy mirrored: Keras under tf.distribute.MirroredStrategy
     replicas: int | None = None          # --replicas N: N logical CPU devices (testing a strategy on a CPU)
+    compile: str = "off"                 # --compile off|on|both: torch.compile / Keras jit_compile (bench/compiled.py)
 
     def __post_init__(self) -> None:
         for flag, value in (("--workload", self.workload), ("--model", self.model)):
@@ -86,6 +87,9 @@ class BenchConfig:
         if not isinstance(self.explain, bool):
             raise UsageError(f"explain must be True or False; received {self.explain!r}")
         _strategy(self)
+        from .compiled import check_compile
+
+        self._set("compile", check_compile(self.compile))
         self._set("modes", _modes(self.modes))
         self._set("input_shape", _input_shape(self.input_shape))
         self._set("batch_size", _batch_size(self.batch_size))

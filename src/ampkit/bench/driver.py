@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from ..errors import UsageError
 from ..target import Target
+from .compiled import run_variants
 from .config import AUTO_BATCH, BenchConfig
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from .repeats import AutoChoice, apply_auto, mark_auto
@@ -63,7 +64,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
     spec = backend_spec(backend)
 
-    def run_one(mode: str) -> BenchRow:
+    def run_one(mode: str, cfg: BenchConfig = cfg) -> BenchRow:
         request = MeasureRequest(cfg, mode, target, probe.flops_per_sample, group)
         if group is not None:  # under a launcher: in this process, every rank together
             return backend.bench_measure(request, mode_progress(progress, mode))
@@ -71,8 +72,11 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
             return search_in_children(spec, request, probe.batch_size, progress)
         return run_child(spec, request, progress)
 
-    rows, interrupted = run_modes(auto.modes, cfg.repeats, run_one, steps=cfg.steps, progress=progress,
-                                  on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None)
+    def run_group(c: BenchConfig):  # --compile both: eager, then compiled (.compiled)
+        return run_modes(auto.modes, c.repeats, lambda mode: run_one(mode, c), steps=c.steps, progress=progress,
+                         on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None)
+
+    rows, interrupted = run_variants(cfg, run_group)
     mark_auto(rows, auto)
     environment = {**backend.environment(target), **probe.environment}
     if cfg.explain:

@@ -15,7 +15,8 @@ ROW_CHOICES = {"status": STATUSES}
 CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
                "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
                "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
-               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning", "emulated"]
+               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning", "emulated",
+               "compiled", "compile_s", "graph_breaks", "recompiles", "speedup_vs_eager"]
 
 SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, samples_per_s = batch_size / median "
                       "step time (with --repeats: medians over the repeats); speedup_ci: 95% bootstrap interval of "
@@ -62,6 +63,12 @@ class BenchRow:
     explanation: list | None = None     # --explain: sentences against fp32's breakdown (ampkit.bench.explain)
     explain_detail: dict | None = None  # --explain: how it was profiled, the model's matmuls, the size table
     replicas: int = 1                   # devices the step ran on in sync (--strategy mirrored); batch_size is global
+    compiled: bool = False              # --compile: torch.compile'd model (Keras: jit_compile=True)
+    compile_s: float | None = None      # --compile: seconds of the first (compiling) steps, outside the throughput
+    graph_breaks: int | None = None     # --compile: torch._dynamo's graph breaks in the model (null on Keras)
+    recompiles: int | None = None       # --compile: torch._dynamo's recompilations (null on Keras)
+    graph_break_reasons: list = field(default_factory=list)  # --compile: why dynamo broke the graph (first few)
+    speedup_vs_eager: float | None = None  # --compile both: samples/s / the same mode's eager samples/s
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
                         "--batch-size is then the global batch")
     p.add_argument("--replicas", type=int, default=None, metavar="N",
                    help="with --strategy on a CPU: N logical CPU devices, for testing a strategy without GPUs")
+    p.add_argument("--compile", default="off", choices=["off", "on", "both"],
+                   help="torch.compile the model (Keras: jit_compile=True) in every mode; 'both' runs eager and "
+                        "compiled side by side; rows gain compile_s, graph_breaks, recompiles (default: off)")
     add_run_flags(p)
     p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
@@ -73,7 +76,8 @@ def run(args) -> int:
         num_classes=args.num_classes, modes=args.modes, batch_size=_batch_size(args.batch_size),
         memory_budget=args.memory_budget, steps=args.steps, warmup=args.warmup, device=args.device,
         search_cap=args.max_batch_size, timeout=args.timeout, repeats=args.repeats, seq_len=args.seq_len,
-        image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas)
+        image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas,
+        compile=args.compile)
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))

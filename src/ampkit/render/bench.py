@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..bench.report import CSV_COLUMNS
-from . import charts
+from . import bench_compile, charts
 from .output import PageView, finite, fmt, fmt_bytes, fmt_memory_ratio, print_keras_line, tone, write_csv
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
@@ -79,7 +79,7 @@ def render(report, con) -> None:
     table = Table()
     table.add_column("", no_wrap=True)
     for r in report.results:
-        table.add_column(r.mode + (" (emulated)" if r.emulated else ""), no_wrap=True, justify="right")
+        table.add_column(bench_compile.label(r) + (" (emulated)" if r.emulated else ""), no_wrap=True, justify="right")
     res = report.results
 
     def line(label, cell):
@@ -103,6 +103,7 @@ def render(report, con) -> None:
     line("final loss", lambda r: fmt(r.final_loss, ".4g"))
     line("TFLOP/s", lambda r: fmt(r.tflops, ".3g"))
     line("MFU", lambda r: (fmt(r.mfu * 100, ".1f") + "%") if r.mfu is not None else "—")
+    bench_compile.add_rows(line, res)  # --compile
     cats = breakdown_categories(res)
     for cat in cats:  # --explain: the step by category, share (ms)
         line(f"  {cat}", lambda r, c=cat: (f"{r.breakdown.get(c, 0.0):.0%} ({(r.breakdown_ms or {}).get(c, 0.0):.2f} ms)"
@@ -114,6 +115,8 @@ def render(report, con) -> None:
     if any(r.status == "ok" and r.mode != "fp32" for r in res):
         for text in caption(report):
             con.print(text, markup=False, highlight=False, style="dim")
+    for text in bench_compile.notes(res):
+        con.print(text, markup=False, highlight=False, style="yellow")
     for r in res:
         if r.resolved_from:
             con.print(f"{r.mode} ran for {r.resolved_from}: {r.resolved_reason}", markup=False, highlight=False)

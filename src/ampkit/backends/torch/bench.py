@@ -18,6 +18,7 @@ from ...bench.ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from ...bench.report import BenchRow
 from ...bench.runner import check_final_loss, describe_failure, fill_flops, fill_timing, search_batch
 from ...errors import AutocastDisabledError, ModeUnavailableError, UsageError
+from .compiled import CompiledRun
 from .devices import mode_support
 from .engine import MixedPrecision
 from .measure import free_memory, measure, rss_baseline
@@ -70,16 +71,20 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
 
             ids = [device.index] if device.type == "cuda" else None
             workload.model = DistributedDataParallel(workload.model, device_ids=ids)
+        compiled = CompiledRun(row, cfg.compile == "on", cfg.warmup)  # --compile (.compiled)
+        if not compiled.prepare(workload, device):
+            return row
         batch_size = cfg.batch_size or workload.batch_size
         if batch_size == "auto":
             batch_size = _search(cfg, workload, mode, device, baseline, row, say)
             if batch_size is None:
                 return row
         mp = MixedPrecision(mode, device, model=workload.model)
-        m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=cfg.warmup, seed=cfg.seed,
-                    baseline_rss=baseline, mp=mp, on_step=lambda done, total: say("step", done, total),
-                    profile=_profiler(cfg, device) if cfg.explain else None)
-        fill_timing(row, batch_size, m.step_s, flops, gpu=device.type == "cuda", warmup=cfg.warmup,
+        with compiled:
+            m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=compiled.warmup, seed=cfg.seed,
+                        baseline_rss=baseline, mp=mp, on_step=compiled.on_step(lambda done, total: say("step", done, total)),
+                        profile=_profiler(cfg, device) if cfg.explain else None)
+        fill_timing(row, batch_size, m.step_s, flops, gpu=device.type == "cuda", warmup=compiled.warmup,
                     skipped=m.skipped_steps, warmup_skipped=m.warmup_skipped_steps, first_loss=m.first_loss)
         row.peak_memory_bytes, row.memory_source = m.peak_memory_bytes, m.memory_source
         check_final_loss(row, m.final_loss, cfg)

@@ -105,6 +105,8 @@ class ContractWatch:
         self.disarm()
         self._model = weakref.ref(model)
         self.layers, self.grads, self.unfit = {}, None, {}
+        if hasattr(model, "_orig_mod"):  # torch.compile'd: hooks removed after one forward would recompile it
+            return
         self._handles = watch_layers(model, self.layers)
         self._handles.append(model.register_forward_hook(self._forward_done))
 

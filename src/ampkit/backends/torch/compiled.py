@@ -1,0 +1,119 @@
+"""torch.compile for ``bench --compile`` (and the engine's tests): availability, compiling, dynamo's counters.
+
+- :func:`compile_unavailable`: why inductor (torch.compile's default backend) cannot work here, or None:
+  on a CPU it builds C++ kernels (a C++ compiler: ``$CXX``, ``g++``, ``c++`` or ``clang++``), on CUDA
+  Triton kernels (the ``triton`` package).
+- :class:`DynamoCounters`: ``torch._dynamo.utils.counters`` cleared at entry, read at exit: graph
+  breaks (the sum of ``counters["graph_break"]``, reasons kept), recompiles (frames dynamo compiled
+  beyond the first of each: ``frames.total`` less one, less the resume frames its breaks made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import torch
+
+_COMPILERS = ("g++", "c++", "clang++")
+
+
+def compile_unavailable(device: torch.device) -> str | None:
+    """None where torch.compile's default backend can build kernels for ``device``; else why not."""
+    if device.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "compile unavailable: inductor builds Triton kernels on CUDA and the triton package is not installed"
+        return None
+    cxx = os.environ.get("CXX")
+    if (cxx and shutil.which(cxx)) or any(shutil.which(c) for c in _COMPILERS):
+        return None
+    return ("compile unavailable: inductor builds C++ kernels on a CPU and no C++ compiler was found "
+            "($CXX, g++, c++, clang++); install one (e.g. apt-get install g++)")
+
+
+def compile_model(model: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile(model)`` with the default backend (inductor), dynamo's caches reset first."""
+    torch._dynamo.reset()
+    return torch.compile(model)
+
+
+class DynamoCounters:
+    """``with DynamoCounters() as c: ...`` -> ``c.graph_breaks``, ``c.recompiles``, ``c.reasons``."""
+
+    def __init__(self, keep_reasons: int = 5):
+        self.keep = keep_reasons
+        self.graph_breaks = self.recompiles = 0
+        self.reasons: list[str] = []
+
+    def __enter__(self) -> DynamoCounters:
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+        return self
+
+    def read(self) -> None:
+        from torch._dynamo.utils import counters
+
+        breaks = counters.get("graph_break", {})
+        self.graph_breaks = int(sum(breaks.values()))
+        self.reasons = [str(r).splitlines()[0][:300] for r in list(breaks)[: self.keep]]
+        frames = int(counters.get("frames", {}).get("total", 0))
+        resumes = int(sum(counters.get("resumes", {}).values()))
+        self.recompiles = max(0, frames - 1 - resumes) if frames else 0
+
+    def __exit__(self, *exc) -> bool:
+        self.read()
+        return False
+
+
+class CompiledRun:
+    """One bench row's compile (``on``) or nothing (``off``): compiles the workload's model, warms up at
+    least one step, and fills the row's ``compiled``, ``compile_s`` (from the run's start to the end of
+    its first step: the compiling one, never timed), ``graph_breaks``, ``recompiles``."""
+
+    def __init__(self, row, on: bool, warmup: int):
+        from ...bench.compiled import compiled_warmup
+
+        self.row, self.on = row, on
+        self.warmup = compiled_warmup(warmup, on)
+        self._counters = DynamoCounters() if on else None
+        self._t0 = self._first = None
+
+    def prepare(self, workload, device: torch.device) -> bool:
+        """Compile ``workload.model`` in place; False (the row says why) where compile cannot work here."""
+        if not self.on:
+            return True
+        self.row.compiled = True
+        why = compile_unavailable(device)
+        if why:
+            self.row.status, self.row.error = "unsupported", why
+            return False
+        workload.model = compile_model(workload.model)
+        return True
+
+    def on_step(self, say):
+        import time
+
+        def step(done: int, total: int) -> None:
+            if self._first is None and self._t0 is not None:
+                self._first = time.perf_counter() - self._t0
+            say(done, total)
+        return step
+
+    def __enter__(self) -> CompiledRun:
+        import time
+
+        if self._counters is not None:
+            self._counters.__enter__()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._counters is not None:
+            self._counters.__exit__(*exc)
+            self.row.compile_s = self._first
+            self.row.graph_breaks, self.row.recompiles = self._counters.graph_breaks, self._counters.recompiles
+            self.row.graph_break_reasons = self._counters.reasons
+        return False
