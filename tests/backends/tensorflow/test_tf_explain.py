@@ -45,13 +45,23 @@ def test_parallel_op_time_is_scaled_to_the_step():
     assert b.matmuls == [{"m": 32, "n": 64, "k": 64, "ms": 6.0}]
 
 
-#: both modes measured in ONE child (one TensorFlow import; the CLI would start three)
+#: both modes measured in ONE child (one TensorFlow import; the CLI would start three), after a run
+#: without --explain that must not start the profiler nor import the module that uses it
 CHILD = """
 import json, sys
 from ampkit.backends.tensorflow.bench import run_mode_tf
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.explain import explain_rows
 from ampkit.bench.report import derive_relative
+import tensorflow as tf
+real_start = tf.profiler.experimental.start
+def refuse(*a, **k):
+    raise AssertionError("the profiler was started without --explain")
+tf.profiler.experimental.start = refuse
+plain = run_mode_tf(BenchConfig(workload="mlp", batch_size=32, steps=2, warmup=1), "fp32", None, lambda *a: None)
+assert plain.status == "ok" and plain.breakdown is None, plain.error
+assert "ampkit.backends.tensorflow.profile_breakdown" not in sys.modules
+tf.profiler.experimental.start = real_start
 cfg = BenchConfig(workload="mlp", batch_size=32, steps=3, warmup=1, explain=True)
 rows = [run_mode_tf(cfg, m, None, lambda *a: None) for m in ("fp32", "fp16")]
 derive_relative(rows)
