@@ -49,3 +49,21 @@ def run_variants(cfg, run_group: Callable[[object], tuple[list[BenchRow], bool]]
                 and row.batch_size == base.batch_size:
             row.speedup_vs_eager = row.samples_per_s / base.samples_per_s
     return eager + compiled, interrupted
+
+
+def compiled_steps(row: BenchRow, cfg, say):
+    """For a backend that compiles through its framework's own flag (Keras ``jit_compile``):
+    marks the row, and returns ``(warmup, say, first_step_s)``: the warm-up (at least one step when
+    compiled), ``say`` wrapped to note when the first step ended, and a getter for that step's
+    seconds since this call (the compiling step: ``compile_s``)."""
+    import time
+
+    row.compiled = cfg.compile == "on"
+    t0, first = time.perf_counter(), []
+
+    def wrapped(kind, done, total):
+        if kind == "step" and not first:
+            first.append(time.perf_counter() - t0)
+        say(kind, done, total)
+
+    return compiled_warmup(cfg.warmup, row.compiled), wrapped, lambda: first[0] if first else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from ...bench.compiled import compiled_steps
 from ...bench.config import BenchConfig
 from ...bench.memory import HostPeak, is_oom, rss_bytes
 from ...bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed
@@ -108,14 +109,18 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
             keras.utils.set_random_seed(cfg.seed)
             workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
             k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
-            workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss())
+            jit = {"jit_compile": True} if cfg.compile == "on" else {}  # --compile on: XLA (graph_breaks null)
+            workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss(),
+                                   **jit)
             mp.check_model(workload.model)
             _check_policy_reached(workload.model, mp)
             batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
+            warmup, say, first_step_s = compiled_steps(row, cfg, say)
             times, skipped, warmup_skipped, first, loss, peak, source = _train(
-                workload, batch_size, cfg.steps, cfg.warmup, cfg.seed, gpu, baseline, say)
+                workload, batch_size, cfg.steps, warmup, cfg.seed, gpu, baseline, say)
+            row.compile_s = first_step_s() if row.compiled else None
             breakdown = _profile(workload, batch_size, cfg) if cfg.explain else None
-        fill_timing(row, batch_size, times, flops, gpu, warmup=cfg.warmup, skipped=skipped,
+        fill_timing(row, batch_size, times, flops, gpu, warmup=warmup, skipped=skipped,
                     warmup_skipped=warmup_skipped, first_loss=first)
         row.peak_memory_bytes, row.memory_source = peak, source
         check_final_loss(row, loss, cfg)
