@@ -71,7 +71,7 @@ def test_a_recorded_cuda_profile_gives_kernel_time_and_host_idle():
     assert b.ms["matmul_conv"] == 4.0 and b.ms["casts"] == 1.0 and b.ms["loss_scaling"] == 0.5
     assert b.ms["host_idle"] == 10.0 and b.shares["host_idle"] == 0.5
     assert math.isclose(sum(b.shares.values()), 1.0, abs_tol=1e-3)
-    assert b.matmuls == [{"m": 256, "n": 1000, "k": 1000, "ms": 4.0}]
+    assert b.matmuls == [{"m": 256, "n": 1000, "k": 1000, "ms": 4.0, "calls": 1.0}]
 
 
 def _row(mode, p50, ms: dict, *, matmuls=None, table=None, bs=64):
@@ -120,30 +120,35 @@ TABLE = {"64": {"speedup": 0.8, "ci": [0.7, 0.9]}, "256": {"speedup": 1.6, "ci":
 def test_the_size_rule_says_small_matmuls_cannot_gain_and_large_ones_can():
     small = size_rule("bf16", [{"m": 32, "n": 64, "k": 64, "ms": 1.0}], TABLE, "doctor", 0.5)
     large = size_rule("bf16", [{"m": 256, "n": 1000, "k": 1000, "ms": 1.0}], TABLE, "doctor", 0.7)
-    assert "32x64 @ 64x64" in small and "slower in bf16 (the size table: 0.80x [0.70, 0.90] at 64²)" in small
+    assert "32x64 @ 64x64" in small and "the size table predicts slower matmuls at this size in bf16 (0.80x [0.70, " \
+                                        "0.90] at 64²)" in small
     assert "large enough to gain (the size table: 4.00x [3.50, 4.50] at 1024²; with matmuls 70% of fp32's step, " \
            "up to 2.11x" in large
     assert small.endswith("size table (doctor): bf16 0.80x at 64², 1.60x at 256², 4.00x at 1024² vs fp32")
     assert size_rule("bf16", [], TABLE, "doctor", 0.5) is None
 
 
-def test_the_size_rule_reads_the_models_own_matmuls_against_the_table():
-    """On a CPU where even a 64² bf16 matmul gains in isolation: a 64x64 model's matmuls that ran
-    only 1.05x inside the step are too small; a 1000x1000 model's that ran 1.9x are large enough."""
+def test_the_size_rule_predicts_from_the_table_and_the_time_per_call():
+    """On a CPU where even a 64² bf16 matmul gains in isolation: a 64x64 model's matmuls take a few
+    µs a call in fp32 -- too small whatever the kernel gains; a 1000x1000 model's take a millisecond --
+    large enough, and when they ran slower than the table predicts, the explanation says so."""
     gains = {"64": {"speedup": 1.6, "ci": [1.5, 1.7]}, "256": {"speedup": 2.1, "ci": [2.0, 2.2]},
              "1024": {"speedup": 2.4, "ci": [2.3, 2.5]}}
-    small = size_rule("bf16", [{"m": 32, "n": 64, "k": 64, "ms": 1.0}], gains, "doctor", 0.4, measured=1.05)
-    large = size_rule("bf16", [{"m": 32, "n": 1000, "k": 1000, "ms": 1.0}], gains, "doctor", 0.6, measured=1.9)
-    assert "too small to gain: its matmuls ran 1.05x in the step; an isolated " \
-           "matmul gains 1.60x [1.50, 1.70] at 64², but at this size the per-op overhead" in small
-    assert "large enough to gain (its matmuls ran 1.90x in the step; the size table: 2.10x [2.00, 2.20] at 256²; " \
-           "with matmuls 60% of fp32's step, up to 1.40x for the whole step)" in large
-    slowed = size_rule("bf16", [{"m": 32, "n": 512, "k": 4608, "ms": 1.0}], gains, "doctor", 0.6, measured=0.36)
-    assert "its matmuls/convolutions ran 2.78x slower in the step, although an isolated matmul gains 2.10x " \
-           "[2.00, 2.20] at 256²" in slowed
+    small_calls = [{"m": 32, "n": 64, "k": 64, "ms": 0.03, "calls": 6}]  # 5 µs a call
+    large_calls = [{"m": 32, "n": 1000, "k": 1000, "ms": 7.2, "calls": 6}]  # 1.2 ms a call
+    small = size_rule("bf16", small_calls, gains, "doctor", 0.4, measured=1.05, base_matmuls=small_calls)
+    large = size_rule("bf16", large_calls, gains, "doctor", 0.6, measured=1.9, base_matmuls=large_calls)
+    assert "too small to gain: each of its matmuls takes about 5 µs in fp32, the size of the per-op work around it " \
+           "(dispatch, autocast's casts), so a faster kernel (bf16 1.60x [1.50, 1.70] at 64² in the size table) " \
+           "saves little; in this step its matmuls ran 1.05x;" in small
+    assert "large enough to gain (the size table: 2.10x [2.00, 2.20] at 256²; each call about 1200 µs in fp32; " \
+           "with matmuls 60% of fp32's step, up to 1.46x for the whole step); in this step its matmuls ran 1.90x;" \
+           in large
+    slowed = size_rule("bf16", large_calls, gains, "doctor", 0.6, measured=1.02, base_matmuls=large_calls)
+    assert "in this step its matmuls ran 1.02x — less than the table predicts" in slowed
     # faster matmuls that are too small a share of the step to matter (Amdahl)
-    capped = size_rule("bf16", [{"m": 32, "n": 1000, "k": 1000, "ms": 1.0}], gains, "doctor", 0.05, measured=1.9)
-    assert "but with matmuls 5% of fp32's step the whole step can gain at most 1.02x" in capped
+    capped = size_rule("bf16", large_calls, gains, "doctor", 0.05, base_matmuls=large_calls)
+    assert "but with matmuls 5% of fp32's step the whole step can gain at most 1.03x" in capped
 
 
 def test_gpu_rules_dims_launch_bound_and_a_tf32_baseline():

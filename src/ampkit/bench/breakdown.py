@@ -61,13 +61,17 @@ def from_op_times(ms: dict[str, float], step_ms: float, steps: int, source: str,
                      approximate=approximate)
 
 
-def top_matmuls(shapes: list[tuple[int, int, int, float]], limit: int = 5) -> list[dict]:
-    """``(m, n, k, ms)`` of every matmul seen -> the ``limit`` shapes with the most time, merged."""
-    merged: dict[tuple[int, int, int], float] = {}
+def top_matmuls(shapes: list[tuple], limit: int = 5, steps: int | None = None) -> list[dict]:
+    """``(m, n, k, ms)`` of every matmul call seen -> the ``limit`` shapes with the most time, merged;
+    with ``steps`` (the profiled steps, when each tuple is one call) each gains ``calls`` per step."""
+    merged: dict[tuple[int, int, int], list] = {}
     for m, n, k, t in shapes:
-        merged[(m, n, k)] = merged.get((m, n, k), 0.0) + t
-    ranked = sorted(merged.items(), key=lambda kv: -kv[1])[:limit]
-    return [{"m": m, "n": n, "k": k, "ms": round(t, 4)} for (m, n, k), t in ranked]
+        got = merged.setdefault((m, n, k), [0.0, 0])
+        got[0] += t
+        got[1] += 1
+    ranked = sorted(merged.items(), key=lambda kv: -kv[1][0])[:limit]
+    return [{"m": m, "n": n, "k": k, "ms": round(t, 4), **({"calls": round(c / steps, 2)} if steps else {})}
+            for (m, n, k), (t, c) in ranked]
 
 
 def explain_steps(steps: int) -> int:

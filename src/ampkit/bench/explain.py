@@ -23,6 +23,8 @@ from .breakdown import CATEGORIES, HOST_IDLE, WORDS
 
 #: a size-table speedup at least this large counts as "gains" (the doctor's threshold)
 GAIN = 1.10
+#: a matmul call shorter than this (fp32, µs) is about as long as the per-op work around it
+SMALL_CALL_US = 50.0
 #: host_idle above this share of the step: launch-bound
 LAUNCH_BOUND = 0.30
 
@@ -47,11 +49,16 @@ def representative_size(matmuls: list[dict]) -> tuple[float, str] | None:
 
 
 def size_rule(mode: str, matmuls: list[dict], table: dict | None, source: str | None,
-              matmul_share: float | None = None, measured: float | None = None) -> str | None:
+              matmul_share: float | None = None, measured: float | None = None,
+              base_matmuls: list[dict] | None = None) -> str | None:
     """The model's matmuls against the size table (an isolated square matmul in ``mode`` vs fp32 at
-    each size): whether they are large enough to gain. ``measured``: how much faster the model's own
-    matmuls ran inside the step (fp32's matmul_conv ms over the mode's); ``matmul_share``: their
-    share of fp32's step, which bounds what the whole step can gain (Amdahl)."""
+    each size): what their size predicts, then what they did in the step.
+
+    The prediction: the table's speedup at the nearest size, bounded by the matmuls' share of fp32's
+    step (Amdahl, ``matmul_share``); a matmul whose one call takes under :data:`SMALL_CALL_US` in
+    fp32 (``base_matmuls``: fp32's profiled calls) is too small whatever the kernel gains, since the
+    per-op work around it (dispatch, autocast's casts) is of the same size. ``measured``: how much
+    faster the model's own matmuls ran inside the step (fp32's matmul_conv ms over the mode's)."""
     rep = representative_size(matmuls)
     if rep is None:
         return None
@@ -65,26 +72,39 @@ def size_rule(mode: str, matmuls: list[dict], table: dict | None, source: str | 
     got, ci = points[near]["speedup"], points[near].get("ci")
     at = f"{_x(got)}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" at {near}²"
     below = f", below the table's smallest size {near}²" if near == min(points) and size < near / 1.4 else ""
-    ran = got if measured is None else measured
-    bound = 1.0 / ((1.0 - matmul_share) + matmul_share / ran) if matmul_share is not None and ran > 0 else None
-    own = f"its matmuls ran {_x(measured)} in the step; " if measured is not None else ""
+    bound = 1.0 / ((1.0 - matmul_share) + matmul_share / got) if matmul_share is not None and got > 0 else None
+    call_us = per_call_us(base_matmuls or matmuls)
     if got < 1 / GAIN:
-        verdict = f"matmuls of this size are slower in {mode} ({own}the size table: {at})"
-    elif measured is not None and measured < 1 / GAIN:
-        verdict = (f"its matmuls/convolutions ran {_x(1 / measured)} slower in the step, although an isolated "
-                   f"matmul gains {at}: the kernels this model's shapes and layouts ran are slower in {mode} here")
-    elif ran < GAIN:
-        verdict = (f"too small to gain{below}: {own}an isolated matmul gains {at}, but at this size the per-op "
-                   "overhead and casts around each matmul take what the kernel saves" if measured is not None
-                   else f"too small to gain ({mode} {at})")
+        verdict = f"the size table predicts slower matmuls at this size in {mode} ({at})"
+    elif call_us is not None and call_us < SMALL_CALL_US:
+        verdict = (f"too small to gain{below}: each of its matmuls takes about {call_us:.0f} µs in fp32, the size of "
+                   f"the per-op work around it (dispatch, autocast's casts), so a faster kernel ({mode} {at} in "
+                   "the size table) saves little")
+    elif got < GAIN:
+        verdict = f"too small to gain: the size table measures {mode} {at}"
     elif bound is not None and bound < GAIN:
-        verdict = (f"large enough for faster matmuls ({own}the size table: {at}), but with matmuls "
-                   f"{matmul_share:.0%} of fp32's step the whole step can gain at most {_x(bound)}")
+        verdict = (f"large enough for faster matmuls (the size table: {at}), but with matmuls {matmul_share:.0%} of "
+                   f"fp32's step the whole step can gain at most {_x(bound)}")
     else:
-        verdict = f"large enough to gain ({own}the size table: {at}" + (
-            f"; with matmuls {matmul_share:.0%} of fp32's step, up to {_x(bound)} for the whole step)"
-            if bound is not None else ")")
+        verdict = (f"large enough to gain (the size table: {at}" + (f"; each call about {call_us:.0f} µs in fp32"
+                                                                    if call_us is not None else "")
+                   + (f"; with matmuls {matmul_share:.0%} of fp32's step, up to {_x(bound)} for the whole step)"
+                      if bound is not None else ")"))
+    if measured is not None:
+        verdict += f"; in this step its matmuls ran {_x(measured)}"
+        if got >= GAIN and measured < GAIN and not (call_us is not None and call_us < SMALL_CALL_US):
+            verdict += (" — less than the table predicts: the casts and per-op work around them, or other "
+                        "processes on this CPU, took the kernel's gain")
     return f"{text} — {verdict}; size table ({source or 'measured'}): {mode} {cite} vs fp32"
+
+
+def per_call_us(matmuls: list[dict]) -> float | None:
+    """The time-weighted mean fp32 time of one matmul call, in µs (None without call counts)."""
+    timed = [m for m in matmuls if m.get("calls") and m.get("ms")]
+    if not timed:
+        return None
+    total = sum(m["ms"] for m in timed)
+    return sum(m["ms"] * (m["ms"] / m["calls"]) for m in timed) / total * 1e3
 
 
 def cpu_rule(mode: str, env: dict) -> str | None:
@@ -155,7 +175,8 @@ def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
     detail = row.explain_detail or {}
     sized = size_rule(row.mode, detail.get("matmuls") or (base.explain_detail or {}).get("matmuls") or [],
                       detail.get("size_table"), detail.get("size_table_source"),
-                      (base.breakdown or {}).get("matmul_conv"), mm_base / mm if mm_base > 0 and mm > 0 else None)
+                      (base.breakdown or {}).get("matmul_conv"), mm_base / mm if mm_base > 0 and mm > 0 else None,
+                      (base.explain_detail or {}).get("matmuls"))
     if sized:
         out.append(sized)
     if gpu:

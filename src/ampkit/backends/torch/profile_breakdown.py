@@ -125,7 +125,7 @@ def summarize(ops: Iterable[OpTime], step_ms: float, steps: int, *, gpu: bool, s
             if dims:
                 shapes.append((*dims, t / steps))
     busy = sum(ms.values()) if gpu else None
-    return from_op_times(ms, step_ms, steps, source, gpu=gpu, device_busy_ms=busy, matmuls=top_matmuls(shapes),
+    return from_op_times(ms, step_ms, steps, source, gpu=gpu, device_busy_ms=busy, matmuls=top_matmuls(shapes, steps=steps),
                          approximate=approximate)
 
 
