@@ -82,6 +82,7 @@ def _bert(plant: bool):
         planted = Planted()
         inter = model.bert.encoder.layer[1].intermediate
         inter.intermediate_act_fn = torch.nn.Sequential(inter.intermediate_act_fn, planted)
+        model.classifier.half()   # a contract violation too: master weights not float32
     return model, planted
 
 
@@ -140,6 +141,13 @@ def test_planted_overflow_names_the_module_and_phase(runs):
     # the loss came from the root's output: finite before, NaN/inf from the planted step on
     assert all(isinstance(v, float) for v in ring["loss"][:-1]) and ring["loss"][-1] in ("nan", "inf")
     assert sum(": first inf/NaN at step" in line for line in r["lines"]) == 1
+
+
+def test_a_half_layer_is_one_contract_finding_naming_it(runs):
+    doc = json.loads(runs["planted"]["path"].read_text())
+    contract = [f for f in doc["findings"] if f["kind"] == "contract"]
+    assert len(contract) == 1 and "classifier" in contract[0]["layer"] and "float16" in contract[0]["advice"]
+    assert sum("precision contract" in line for line in runs["planted"]["lines"]) == 1
 
 
 def test_ledger_equals_the_trainers_own_history(runs):

@@ -142,9 +142,10 @@ class TrainRecord:
     def contract(self, findings: list[dict]) -> None:
         """Per-parameter dtype findings (``{"where", "expected", "actual", "advice"}``) as contract findings."""
         for f in findings:
+            advice = f"expected {f.get('expected')}, found {f.get('actual')}: {f.get('advice', '')}"
             self.findings.append({"layer": str(f.get("where", "")), "kind": "contract", "severity": "warning",
-                                  "advice": f"expected {f.get('expected')}, found {f.get('actual')}: {f.get('advice', '')}",
-                                  "code": None})
+                                  "advice": advice, "code": None})
+            self.warn_line(f"{self.source}: precision contract: {f.get('where', '')}: {advice}")
 
     # ------------------------------------------------------------------ feeding
     def add(self, row: StepRow) -> bool:

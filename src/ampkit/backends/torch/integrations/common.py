@@ -50,7 +50,7 @@ class CallbackCore:
         self.record.environment = torch_environment(self.watch.device)
         self.checked = False
 
-    def check_precision(self, scaler, *, declared: str, setting: str, why: dict[str, str]) -> None:
+    def check_precision(self, scaler, *, declared: str, setting: str, why: dict[str, str], optimizer=None) -> None:
         """Once, at the first optimizer step: what the first forward ran against what was declared;
         ``why``: per mode that runs instead, the reason to append."""
         if self.checked or self.watch is None or self.watch.autocast is None:
@@ -59,7 +59,7 @@ class CallbackCore:
         mode, scaling = self.watch.observed_mode(scaler)
         self.record.precision(declared=declared, setting=setting, mode=mode, scaler=scaling, why=why.get(mode, ""))
         if mode != "fp32":
-            self.record.contract(param_findings(self.watch.model, mode))
+            self.record.contract(param_findings(self.watch.model, mode, optimizer))
 
     def finish(self, schedulers=()) -> str:
         from .watch import scheduler_counters
@@ -72,18 +72,21 @@ class CallbackCore:
         return self.record.summary_line()
 
 
-def param_findings(model: torch.nn.Module, mode: str) -> list[dict]:
-    """Mixed precision keeps float32 master weights: each module whose own trainable parameters are
-    not float32 is one finding (``{"where", "expected", "actual", "advice"}``). The engine's
-    ``verify_torch`` (issue #22) is used when it is there."""
+def param_findings(model: torch.nn.Module, mode: str, optimizer=None) -> list[dict]:
+    """Mixed precision keeps float32 master weights, gradients and optimizer state: the engine's
+    contract check (``verify_torch``, issue #22) on the model as the trainer holds it (autocast is
+    seen by the watch itself). Where that check is absent, a small one: each module whose own
+    trainable parameters are not float32 is one finding (``{"where", "expected", "actual", "advice"}``)."""
     try:
-        from ..engine.contract import verify_torch  # type: ignore[import-not-found]
+        from ..engine.contract import verify_torch
     except ImportError:
         verify_torch = None
     if verify_torch is not None:
+        inner = getattr(optimizer, "optimizer", optimizer)
         try:
-            return [f for f in verify_torch(model) if "autocast" not in str(f.get("where", ""))]
-        except Exception:   # a signature of another shape: fall back to the small check below
+            return verify_torch(model, inner if isinstance(inner, torch.optim.Optimizer) else None,
+                                compute_dtype=torch.float16 if mode == "fp16" else torch.bfloat16)
+        except (TypeError, ValueError):   # a signature of another shape: the small check below
             pass
     out = []
     for name, m in model.named_modules():

@@ -76,7 +76,7 @@ class AmpkitCallback(TrainerCallback):
                     f"on a CPU it leaves both off without a word: TrainingArguments(bf16=True) runs mixed "
                     f"precision here)",
             "bf16": "",
-        })
+        }, optimizer=optimizer)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         if self.core.watch is not None:

@@ -96,7 +96,7 @@ class AmpkitCallback(Callback):
             return
         scheds = [c.scheduler for c in trainer.lr_scheduler_configs]
         self.core.watch.grads(self._scaler, scheds, grad_scale=grad_scale_pending(self._scaler, optimizer))
-        self._check()
+        self._check(optimizer)
         self._stepped = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -133,7 +133,7 @@ class AmpkitCallback(Callback):
         if self.core.watch is None:
             return
         self.core.watch.grads(None, self._schedulers)
-        self._check()
+        self._check(optimizer)
         self.core.watch.end_step(self._scaler)
 
     # ------------------------------------------------------------------ shared
@@ -155,14 +155,14 @@ class AmpkitCallback(Callback):
         self.core.watch.prev_scale_from(self._scaler)
         self.summary, self._stepped = None, False
 
-    def _check(self) -> None:
+    def _check(self, optimizer=None) -> None:
         declared, runs = self._declared
         self.core.check_precision(self._scaler, declared=_MODE_OF_FLAG.get(declared, declared),
                                   setting=f"precision={declared!r}", why={
             "bf16": (f" (lightning {lightning.__version__} replaces precision={declared!r} by {runs!r} on a CPU)"
                      if declared != runs else ""),
             "fp32": "",
-        })
+        }, optimizer=optimizer)
 
     def _end(self, schedulers) -> None:
         if self.core.watch is None:
