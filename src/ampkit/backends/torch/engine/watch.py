@@ -111,6 +111,8 @@ class ContractWatch:
         self._handles.append(model.register_forward_hook(self._forward_done))
 
     def _forward_done(self, module, args, output) -> None:
+        if torch.compiler.is_compiling():  # traced by torch.compile: removing hooks there is a graph break
+            return
         self._remove_hooks()
         self.armed = True
 
@@ -139,6 +141,8 @@ def watch_layers(model: torch.nn.Module, layers: dict) -> list:
     entry: list = [None]
 
     def at_entry(module, args):
+        if torch.compiler.is_compiling():  # inside a compiled model: record nothing (no graph break)
+            return
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None) or \
             next((p.device.type for p in module.parameters()), "cpu")
         entry[0] = torch.is_autocast_enabled(device)
@@ -147,11 +151,15 @@ def watch_layers(model: torch.nn.Module, layers: dict) -> list:
 
     def weight_seen(name):  # before the forward: under FSDP2 the unsharded weight, in param_dtype
         def pre(module, args):
+            if torch.compiler.is_compiling():
+                return
             weights.setdefault(name, _weight_dtype(module))
         return pre
 
     def recorder(name):
         def hook(module, args, output):
+            if torch.compiler.is_compiling():
+                return
             if name not in layers:  # the first call of a layer used twice
                 layers[name] = LayerSeen(module, output, entry[0], weights.get(name))
         return hook
