@@ -8,6 +8,7 @@ scalings). Target: at most 3x a plain step on the CPU workloads, and memory clos
 peak RSS (``ru_maxrss``) is its own; rounds interleave plain and what-if children.
 
     python benchmarks/whatif_overhead.py [--workloads resnet50,bert-base] [--batch 4] [--steps 3] [--rounds 2]
+                                         [--threads N]
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import sys
 import time
 
 
-def child(workload: str, kind: str, batch: int, steps: int) -> dict:
+def child(workload: str, kind: str, batch: int, steps: int, threads: int) -> dict:
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
     from ampkit.backends.torch.whatif import TorchWhatIfSession
     from ampkit.backends.torch.workloads import build_workload
 
@@ -58,17 +61,21 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads in each child (0: torch's default); 1 keeps a shared, loaded machine's "
+                        "OpenMP waits out of the comparison")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "KIND"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child, args.batch, args.steps)))
+        print(json.dumps(child(*args.child, args.batch, args.steps, args.threads)))
         return
     for wl in args.workloads.split(","):
         got: dict = {"plain": [], "whatif": []}
         for _ in range(args.rounds):
             for kind in ("plain", "whatif"):
                 r = subprocess.run([sys.executable, __file__, "--child", wl, kind, "--batch", str(args.batch),
-                                    "--steps", str(args.steps)], capture_output=True, text=True, check=True)
+                                    "--steps", str(args.steps), "--threads", str(args.threads)],
+                               capture_output=True, text=True, check=True)
                 got[kind].append(json.loads(r.stdout.strip().splitlines()[-1]))
         plain = statistics.median(g["step_s"] for g in got["plain"])
         whatif = statistics.median(g["step_s"] for g in got["whatif"])

@@ -35,12 +35,13 @@ def sample_step(n: int) -> int:
 
 
 def _hist(a: torch.Tensor) -> torch.Tensor:
-    """Counts of |x| per binary exponent (bin NBINS: zeros; non-finite values land in some bin, and
-    the amax says they are there)."""
-    _, e = torch.frexp(a)  # a = m * 2**e, m in [0.5, 1): floor(log2 a) = e - 1
-    idx = (e.to(torch.int64) - (1 + EMIN)).clamp_(0, NBINS - 1)
-    idx = torch.where(a > 0, idx, NBINS)
-    return torch.bincount(idx, minlength=NBINS + 1)[: NBINS + 1]
+    """Counts of |x| per binary exponent, and (bin NBINS) the zeros; non-finite values land in some
+    bin, and the amax says they are there."""
+    _, e = torch.frexp(a)  # a = m * 2**e, m in [0.5, 1): floor(log2 a) = e - 1; frexp(0) = (0, 0)
+    counts = torch.bincount((e - (1 + EMIN)).clamp_(0, NBINS - 1), minlength=NBINS)
+    zeros = a.numel() - torch.count_nonzero(a)
+    counts[-1 - EMIN] -= zeros  # the zeros' exponent 0 landed in the bin of [0.5, 1)
+    return torch.cat([counts, zeros.reshape(1)])
 
 
 def _rounding(flat: torch.Tensor) -> list[torch.Tensor]:
