@@ -99,42 +99,6 @@ def test_audit_names_the_overflowing_keras_layer(tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["first_nonfinite"] is None
 
 
-MIRRORED = textwrap.dedent('''
-    import os, sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import keras, numpy as np
-    import ampkit.keras as ak
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    assert strategy.num_replicas_in_sync == 2
-    for mode in ("bf16", "fp16"):
-        mp = ak.MixedPrecision(mode)
-        with strategy.scope(), mp.scope():
-            keras.utils.set_random_seed(0)
-            inputs = keras.Input((8,))
-            out = keras.layers.Dense(3, dtype="float32")(keras.layers.Dense(16, activation="relu")(inputs))
-            model = keras.Model(inputs, out)
-            model.compile(optimizer=mp.optimizer(keras.optimizers.SGD(0.1)),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        w0 = model.layers[1].kernel.numpy().copy()
-        x = np.random.default_rng(0).standard_normal((16, 8)).astype("float32")
-        hist = model.fit(x, np.arange(16) % 3, batch_size=16, epochs=1, verbose=0)
-        assert np.isfinite(hist.history["loss"][0])
-        assert not np.array_equal(w0, model.layers[1].kernel.numpy()), mode
-        assert model.layers[1].compute_dtype == {"bf16": "bfloat16", "fp16": "float16"}[mode]
-        print(mode, "ok", hist.history["loss"][0])
-''')
-
-
-def test_mirrored_strategy_two_logical_cpus_bf16_and_fp16(tmp_path):
-    script = tmp_path / "mirrored.py"
-    script.write_text(MIRRORED)
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "bf16 ok" in r.stdout and "fp16 ok" in r.stdout
-
-
 def test_bench_auto_batch_with_memory_budget_measures_each_trial_fresh():
     r = _cli("bench", "--framework", "tensorflow", "--workload", "mlp", "--modes", "fp32", "--batch-size", "auto",
              "--memory-budget", "100MiB", "--max-batch-size", "256", "--steps", "2", "--warmup", "1", "--json", "-")
