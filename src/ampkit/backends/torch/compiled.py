@@ -110,10 +110,22 @@ class CompiledRun:
         self._t0 = time.perf_counter()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, kind, exc, tb) -> bool:
         if self._counters is not None:
-            self._counters.__exit__(*exc)
+            self._counters.__exit__(kind, exc, tb)
             self.row.compile_s = self._first
             self.row.graph_breaks, self.row.recompiles = self._counters.graph_breaks, self._counters.recompiles
             self.row.graph_break_reasons = self._counters.reasons
+            if exc is not None and isinstance(exc, torch._dynamo.exc.BackendCompilerFailed):
+                raise CompileFailed(exc) from exc
         return False
+
+
+class CompileFailed(RuntimeError):
+    """torch.compile's backend failed: the row's error names the cause (dynamo's own first line does not)."""
+
+    def __init__(self, exc: BaseException):
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__ or exc
+        line = str(inner).strip().splitlines()[0] if str(inner).strip() else ""
+        super().__init__(f"torch.compile failed ({getattr(exc, 'backend_name', 'its backend')}): "
+                         f"{type(inner).__name__}: {line}")

@@ -1,0 +1,149 @@
+"""bench --compile: the config and the flag, the driver's ``both`` (eager rows, then compiled, with
+speedup_vs_eager), and the torch row: compiled, compile_s outside the timed steps, dynamo's graph
+breaks and recompiles, "compile unavailable" without a C++ compiler, a compile failure as the row's
+error, and the table naming a graph break.
+
+The torch rows compile with dynamo's ``aot_eager`` backend (dynamo and AOTAutograd, no C++ build:
+the counters and the plumbing are the same; inductor's own compile costs ~20 s here and is
+exercised by tests/backends/torch/test_engine_compile.py and the acceptance command
+``ampkit bench --workload mlp --modes fp32,bf16 --compile both``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ampkit.bench.compiled import check_compile, compiled_warmup
+from ampkit.bench.config import BenchConfig
+from ampkit.bench.report import BenchRow, derive_relative
+from ampkit.errors import UsageError
+
+CPU = torch.device("cpu")
+
+
+# ---------------------------------------------------------------- the flag
+@pytest.mark.parametrize("value, expected", [("off", "off"), ("ON", "on"), (" both ", "both"), (True, "on"),
+                                             (False, "off")])
+def test_compile_values_normalise(value, expected):
+    assert BenchConfig(compile=value).compile == expected
+
+
+@pytest.mark.parametrize("value", ["yes", "", None, 1])
+def test_a_bad_compile_value_is_one_usage_line(value):
+    with pytest.raises(UsageError, match=r"--compile must be one of off, on, both; received"):
+        check_compile(value)
+
+
+def test_the_cli_refuses_a_bad_compile_value(capsys):
+    from ampkit.cli.main import main
+
+    try:
+        code = main(["bench", "--compile", "maybe"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2 and "--compile" in capsys.readouterr().err
+
+
+def test_a_compiled_run_never_times_its_compiling_step():
+    assert compiled_warmup(0, True) == 1 and compiled_warmup(5, True) == 5 and compiled_warmup(0, False) == 0
+
+
+# ---------------------------------------------------------------- the driver's both
+def test_both_runs_every_mode_eager_then_compiled_with_speedup_vs_eager():
+    from compile_plain import CompilingPlain
+
+    from ampkit.bench import driver
+
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16", steps=3, warmup=0, compile="both"),
+                        CompilingPlain())
+    rows = report.results
+    assert [(r.mode, r.compiled) for r in rows] == [("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True)]
+    assert all(r.status == "ok" for r in rows)
+    eager, compiled = rows[:2], rows[2:]
+    assert all(r.speedup_vs_eager is None for r in eager)
+    for e, c in zip(eager, compiled):
+        assert c.speedup_vs_eager == pytest.approx(c.samples_per_s / e.samples_per_s)
+    assert compiled[0].speedup_vs_fp32 == 1.0  # each group against its own fp32
+    assert report.config["compile"] == "both"
+    doc = report.to_dict()["results"]
+    assert {"compiled", "compile_s", "graph_breaks", "recompiles"} <= set(doc[0])
+
+
+# ---------------------------------------------------------------- the torch row
+@pytest.fixture
+def cheap_compile(monkeypatch):
+    """torch.compile with aot_eager (no C++ build) in place of inductor, for these rows only."""
+    import ampkit.backends.torch.compiled as compiled
+
+    def compile_model(model):
+        torch._dynamo.reset()
+        return torch.compile(model, backend="aot_eager")
+
+    monkeypatch.setattr(compiled, "compile_model", compile_model)
+    return compiled
+
+
+def _row(model: str, mode: str = "fp32", compile: str = "on", warmup: int = 0) -> BenchRow:
+    from ampkit.backends.torch.bench import run_mode
+
+    cfg = BenchConfig(model=model, input_shape=(8,), num_classes=4, modes=mode, steps=3, warmup=warmup, device="cpu",
+                      batch_size=4, compile=compile)
+    return run_mode(cfg, mode, CPU, flops=None)
+
+
+def _table(rows) -> str:
+    from rich.console import Console
+
+    from ampkit.bench.report import BenchReport
+    from ampkit.render import bench as render_bench
+
+    con = Console(record=True, width=200)
+    render_bench.render(BenchReport("m", "cpu", rows, {}, config={"steps": 3, "warmup": 1}), con)
+    return con.export_text()
+
+
+def test_a_clean_model_compiles_without_breaks_and_its_compile_is_untimed(cheap_compile):
+    eager = _row("compile_models:tiny", compile="off", warmup=1)
+    row = _row("compile_models:tiny")
+    assert row.status == "ok", row.error
+    assert row.compiled is True and eager.compiled is False
+    assert row.graph_breaks == 0 and row.recompiles == 0 and row.graph_break_reasons == []
+    assert eager.graph_breaks is None and eager.compile_s is None
+    assert row.warmup == 1 and len(row.step_times_ms) == 3  # --warmup 0: the compiling step still untimed
+    assert row.compile_s > 0
+    assert row.final_loss == pytest.approx(eager.final_loss, rel=1e-5)  # aot_eager: torch's own kernels
+    text = _table([eager, row])
+    assert "fp32 (compiled)" in text and "graph breaks" in text and "compile s" in text
+
+
+def test_an_item_in_forward_is_a_graph_break_and_the_table_says_so(cheap_compile):
+    row = _row("compile_models:breaks", mode="bf16", warmup=1)
+    assert row.status == "ok", row.error
+    assert row.graph_breaks >= 1 and "item" in row.graph_break_reasons[0].lower()
+    text = _table([row])
+    assert "graph breaks!" in text and "graph break(s) in the compiled model" in text
+
+
+def test_without_a_cpp_compiler_the_row_says_compile_unavailable(monkeypatch):
+    import shutil
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    row = _row("compile_models:tiny")
+    assert row.status == "unsupported" and row.compiled is True
+    assert row.error.startswith("compile unavailable: inductor builds C++ kernels on a CPU and no C++ compiler")
+
+
+def test_a_compile_failure_is_the_rows_error_and_the_next_mode_runs(monkeypatch):
+    import ampkit.backends.torch.compiled as compiled
+
+    def broken(gm, example_inputs):
+        raise RuntimeError("planted backend failure")
+
+    monkeypatch.setattr(compiled, "compile_model", lambda m: torch.compile(m, backend=broken))
+    bad = _row("compile_models:tiny")
+    assert bad.status == "error" and bad.compiled
+    assert bad.error == "CompileFailed: torch.compile failed (broken): RuntimeError: planted backend failure"
+    good = _row("compile_models:tiny", mode="bf16", compile="off")
+    assert good.status == "ok"
+    derive_relative([bad, good])
