@@ -107,7 +107,20 @@ def _profiler(cfg: BenchConfig, device: torch.device):
     from ...bench.breakdown import explain_steps
     from .profile_breakdown import profile_steps
 
-    return lambda step: profile_steps(step, explain_steps(cfg.steps), device)
+    def run(step):
+        load, cpus = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0), os.cpu_count() or 1
+        if device.type != "cpu" or load <= cpus:
+            return profile_steps(step, explain_steps(cfg.steps), device)
+        # an oversubscribed CPU: a multi-threaded op waits for descheduled threads at every barrier, which
+        # blurs which category grew; profile on one thread, as the doctor times, and say so
+        from .doctor_ops import measuring_threads
+
+        with measuring_threads(device):
+            got = profile_steps(step, explain_steps(cfg.steps), device)
+        got.approximate = (f"this CPU was oversubscribed (load {load:.1f} on {cpus} logical CPUs): the steps were "
+                           "profiled on one thread, as the doctor times, so the shares are of a one-thread step")
+        return got
+    return run
 
 
 def _explain_row(row: BenchRow, breakdown, mode: str, device: torch.device) -> None:
