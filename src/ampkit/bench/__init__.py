@@ -19,7 +19,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
           modes="all", batch_size: int | str | None = None, memory_budget: int | str | None = None, steps: int = 20,
           warmup: int = 5, repeats: int = 1, seq_len: int | None = None, image_size: int | None = None,
           framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None,
-          explain: bool = False) -> BenchReport:
+          explain: bool = False, compile: str = "off") -> BenchReport:
     """Train the same model on the same batch in each mode, each mode in a fresh process.
 
     The processes are *spawned* (Python's ``multiprocessing`` "spawn"): call this from a script under
@@ -43,6 +43,9 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         progress: ``progress(message: dict)``, called with ``{"mode", "kind", ...}`` as modes run.
         explain: profile a few more steps per mode: each row gains ``breakdown`` (its step's share
             per category), ``breakdown_ms`` and ``explanation`` (why it is faster or slower than fp32).
+        compile: ``"off"``, ``"on"`` (torch.compile / Keras ``jit_compile=True`` in every mode) or
+            ``"both"`` (eager rows, then compiled ones): rows gain ``compiled``, ``compile_s``,
+            ``graph_breaks``, ``recompiles`` (and ``speedup_vs_eager`` with both).
 
     Returns:
         BenchReport: one row per mode (``.results``: samples/s, step times, peak memory, speedup
@@ -54,7 +57,8 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
 
     cfg = BenchConfig(workload=workload, model=model, input_shape=input_shape, num_classes=num_classes, modes=modes,
                       batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
-                      seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain)
+                      seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain,
+                      compile=compile)
     return driver.run(cfg, framework, progress=progress)
 
 
