@@ -147,3 +147,14 @@ def test_a_compile_failure_is_the_rows_error_and_the_next_mode_runs(monkeypatch)
     good = _row("compile_models:tiny", mode="bf16", compile="off")
     assert good.status == "ok"
     derive_relative([bad, good])
+
+
+def test_an_unsupported_mode_asked_compiled_is_marked_compiled():
+    from ampkit.bench.compiled import run_variants
+
+    def group(cfg):
+        return [BenchRow("tf32", status="unsupported", error="no GPU")], False
+
+    rows, interrupted = run_variants(BenchConfig(compile="both"), group)
+    assert [r.compiled for r in rows] == [False, True] and not interrupted
+    assert [r.compiled for r in run_variants(BenchConfig(compile="on"), group)[0]] == [True]

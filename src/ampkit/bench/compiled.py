@@ -38,17 +38,24 @@ def run_variants(cfg, run_group: Callable[[object], tuple[list[BenchRow], bool]]
     """``run_group(cfg)`` once (off/on) or twice (both: eager, then compiled); rows concatenated,
     the compiled ones with ``speedup_vs_eager``. Ctrl-C during the eager group skips the compiled one."""
     if cfg.compile != "both":
-        return run_group(cfg)
+        return _marked(cfg, *run_group(cfg))
     eager, interrupted = run_group(replace(cfg, compile="off"))
     if interrupted:
         return eager, True
-    compiled, interrupted = run_group(replace(cfg, compile="on"))
+    compiled, interrupted = _marked(replace(cfg, compile="on"), *run_group(replace(cfg, compile="on")))
     for row in compiled:
         base = next((r for r in eager if r.mode == row.mode and r.status == "ok"), None)
         if base is not None and row.status == "ok" and row.samples_per_s and base.samples_per_s \
                 and row.batch_size == base.batch_size:
             row.speedup_vs_eager = row.samples_per_s / base.samples_per_s
     return eager + compiled, interrupted
+
+
+def _marked(cfg, rows: list[BenchRow], interrupted: bool) -> tuple[list[BenchRow], bool]:
+    """Every row of a compiled group says so, an unsupported mode's too (it was asked compiled)."""
+    for row in rows:
+        row.compiled = row.compiled or cfg.compile == "on"
+    return rows, interrupted
 
 
 def compiled_steps(row: BenchRow, cfg, say):
