@@ -158,3 +158,10 @@ def test_an_unsupported_mode_asked_compiled_is_marked_compiled():
     rows, interrupted = run_variants(BenchConfig(compile="both"), group)
     assert [r.compiled for r in rows] == [False, True] and not interrupted
     assert [r.compiled for r in run_variants(BenchConfig(compile="on"), group)[0]] == [True]
+
+
+def test_the_report_page_names_compiled_rows_apart():
+    from ampkit.render.bench import _page_row
+
+    eager, compiled = BenchRow("bf16"), BenchRow("bf16", compiled=True)
+    assert _page_row(eager)["mode"] == "bf16" and _page_row(compiled)["mode"] == "bf16 (compiled)"

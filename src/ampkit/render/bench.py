@@ -189,7 +189,7 @@ def _page_row(r) -> dict:
     ci = [finite(x) for x in r.speedup_ci] if isinstance(r.speedup_ci, list) and len(r.speedup_ci) == 2 else None
     step = r.step_ms if isinstance(r.step_ms, dict) else {}
     flags = [f for f in r.flags if isinstance(f, str)] if isinstance(r.flags, list) else []
-    row = {"mode": r.mode, "status": r.status, "error": r.error, "resolved_from": r.resolved_from,
+    row = {"mode": bench_compile.label(r), "status": r.status, "error": r.error, "resolved_from": r.resolved_from,
            "batch_size": r.batch_size, "samples_per_s": finite(r.samples_per_s), "p50": finite(step.get("p50")),
            "p90": finite(step.get("p90")), "peak_memory_bytes": finite(r.peak_memory_bytes),
            "max_batch_size": r.max_batch_size, "speedup": finite(r.speedup_vs_fp32),
@@ -227,7 +227,7 @@ def verdicts(view: BenchView) -> list[dict]:
     """The page's verdict rows: a mode's speedup is green or red only when its interval clears the threshold."""
     out = []
     for r in view.rows:
-        if r["mode"] == "fp32" and r["status"] == "ok":
+        if (r["mode"] == "fp32" or r["speedup_verdict"] == "baseline") and r["status"] == "ok":  # compiled fp32 too
             continue
         if r["status"] != "ok":
             text, t = r["status"], tone(r["status"])
