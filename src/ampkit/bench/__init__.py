@@ -19,7 +19,8 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
           modes="all", batch_size: int | str | None = None, memory_budget: int | str | None = None, steps: int = 20,
           warmup: int = 5, repeats: int = 1, seq_len: int | None = None, image_size: int | None = None,
           framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None,
-          explain: bool = False, compile: str = "off") -> BenchReport:
+          explain: bool = False, compile: str = "off", strategy: str | None = None,
+          replicas: int | None = None) -> BenchReport:
     """Train the same model on the same batch in each mode, each mode in a fresh process.
 
     The processes are *spawned* (Python's ``multiprocessing`` "spawn"): call this from a script under
@@ -46,6 +47,9 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         compile: ``"off"``, ``"on"`` (torch.compile / Keras ``jit_compile=True`` in every mode) or
             ``"both"`` (eager rows, then compiled ones): rows gain ``compiled``, ``compile_s``,
             ``graph_breaks``, ``recompiles`` (and ``speedup_vs_eager`` with both).
+        strategy: ``"mirrored"`` (Keras only): every mode under ``tf.distribute.MirroredStrategy`` over
+            the local GPUs; rows and the document gain ``replicas`` and ``batch_size`` is the global batch.
+        replicas: with ``strategy`` on a CPU, this many logical CPU devices (for testing a strategy).
 
     Returns:
         BenchReport: one row per mode (``.results``: samples/s, step times, peak memory, speedup
@@ -58,7 +62,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
     cfg = BenchConfig(workload=workload, model=model, input_shape=input_shape, num_classes=num_classes, modes=modes,
                       batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
                       seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain,
-                      compile=compile)
+                      compile=compile, strategy=strategy, replicas=replicas)
     return driver.run(cfg, framework, progress=progress)
 
 
