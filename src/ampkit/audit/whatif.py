@@ -45,7 +45,7 @@ SAMPLE = 16384
 #: this many elements (its counts scaled to the whole tensor; amax is always the whole tensor's)
 HIST_SAMPLE = 2**18
 #: rows of a matmul operand whose fp8 quantization is measured (a strided sample)
-FP8_ROWS = 1024
+FP8_ROWS = 128
 #: fp8 scalings predicted: tensorwise and rowwise are torchao's float8 recipes; per-channel and
 #: 32-element blocks (the MX formats' block size) are finer scalings
 SCALINGS = ("tensorwise", "rowwise", "channelwise", "block32")
@@ -173,7 +173,7 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
                     scale_limit: float | None = None) -> dict:
     """fp16: forward overflow/flush, gradient flush at ``scale``, the loss-scale range, the first overflow.
     ``scale_limit``: the largest scale the framework can hold when it computes the loss itself in fp16
-    (tf_keras's losses on a float16 output: the scale and the scaled loss must stay below 65520)."""
+    (tf_keras's losses on a float16 output: the scale, cast to float16, must stay below 65520)."""
     fmt, inf_at = FP16, overflow_at(FP16)
     leaves = [m for m in mods if m.leaf]
     rows, flagged = [], []

@@ -41,7 +41,8 @@ def fp16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
     if rng is None and limit is not None:
         out = p["modules"][-1]["name"] if p["modules"] else ""
         return (f"fp16 is predicted unsafe: the loss is computed in float16 (the output layer's policy), so "
-                f"loss scales above {limit:g} overflow it, and below that gradients underflow; compute the output "
+                f"the loss scale is cast to float16 and must stay below {limit:g}, and below that gradients "
+                f"underflow; compute the output "
                 f"layer ({out}) and the loss in float32, or train in bf16"), advice.fp32_hint(out)
     return f"fp16 is predicted unsafe: {why}; train in bf16 instead", advice.bf16_code
 

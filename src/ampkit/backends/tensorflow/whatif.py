@@ -135,7 +135,7 @@ class KerasWhatIfSession:
                     loss = self.loss_fn(self.y, flat[-1])
                 grads = tape.gradient(loss, [*flat, *variables])
         if self.scale_limit is None and step == 0:
-            self._loss_in_fp16(tf, flat[-1], float(loss))
+            self._loss_in_fp16(tf, flat[-1])
         outs = [_np(t) for t in flat]
         gouts = [None if g is None else _np(g) for g in grads[:len(flat)]]
         x_in = [np.asarray(v, dtype=np.float32) for v in (self.x if isinstance(self.x, (list, tuple)) else [self.x])]
@@ -157,16 +157,17 @@ class KerasWhatIfSession:
                     self.opt = self.flavor.module.optimizers.SGD(self.lr)
             self.opt.apply_gradients([(g, v) for g, v in zip(grads[len(flat):], variables) if g is not None])
 
-    def _loss_in_fp16(self, tf, output, loss: float) -> None:
+    def _loss_in_fp16(self, tf, output) -> None:
         """Whether the loss function computes in float16 on a float16 output (tf_keras's losses do;
-        Keras 3's compute in float32): then LossScaleOptimizer's scaled loss is a float16 value, and
-        neither the scale nor ``loss * scale`` may reach 65520."""
+        Keras 3's compute in float32): then LossScaleOptimizer casts the scale to float16, and a scale
+        of 65520 or more is inf (the gradients with it). The scaled loss's own value may overflow:
+        the gradients do not depend on it (seen on MobileNetV2: loss 2.17 x 32768, finite gradients)."""
         try:
             kind = self.loss_fn(self.y, tf.cast(output, tf.float16)).dtype
         except Exception:  # a loss that refuses float16: it computes in float32
             return
         if kind == tf.float16:
-            self.scale_limit = min(65504.0, 65504.0 / loss) if loss > 0 else 65504.0
+            self.scale_limit = 65504.0
 
     def summaries(self) -> list[ModuleSummary]:
         return list(self.mods)
