@@ -188,3 +188,20 @@ def test_a_backend_that_cannot_profile_says_so(monkeypatch):
     for row in report.results:
         assert row.status == "ok" and row.breakdown is None
         assert row.explanation == ["not profiled: the plain backend gave no breakdown for --explain"]
+
+
+def test_compile_both_explains_each_group_against_its_own_fp32():
+    """--compile both --explain: a compiled row is explained against the compiled fp32 row (the one its
+    speedup_vs_fp32 is against), not eager fp32's breakdown and step time; compiled fp32 is its group's baseline."""
+    fp32 = _row("fp32", 80.0, {"matmul_conv": 8.0, "optimizer": 40.0, "other": 32.0})
+    bf16 = _row("bf16", 60.0, {"matmul_conv": 6.0, "optimizer": 30.0, "other": 24.0})
+    cfp32 = _row("fp32", 40.0, {"matmul_conv": 4.0, "optimizer": 20.0, "other": 16.0})
+    cbf16 = _row("bf16", 20.0, {"matmul_conv": 2.0, "optimizer": 10.0, "other": 8.0})
+    cfp32.compiled = cbf16.compiled = True
+    derive_relative([fp32, bf16])
+    derive_relative([cfp32, cbf16])
+    explain_rows([fp32, bf16, cfp32, cbf16], CPU_NO_FP16)
+    assert cfp32.explanation == ["fp32 (compiled) is the baseline: optimizer 50%, other 40%, matmul_conv 10% of its step"]
+    assert cbf16.explanation[0] == "bf16 (compiled) is 2.00x fp32 (compiled) here (20.00 ms vs 40.00 ms per step)"
+    assert any(s.startswith("matmul_conv: matmuls/convolutions run 2.00x faster (4.00 -> 2.00 ms)") for s in cbf16.explanation)
+    assert bf16.explanation[0] == "bf16 is 1.33x fp32 here (60.00 ms vs 80.00 ms per step)"

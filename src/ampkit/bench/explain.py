@@ -143,17 +143,21 @@ def gpu_rules(row, base, rows, env: dict) -> list[str]:
     return out
 
 
+def _label(row) -> str:
+    return row.mode + (" (compiled)" if getattr(row, "compiled", False) else "")
+
+
 def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
     if row is base:
         shares = row.breakdown or {}
         top = sorted((c for c in shares if shares[c] > 0), key=lambda c: -shares[c])[:3]
-        return ["fp32 is the baseline: " + ", ".join(f"{c} {shares[c]:.0%}" for c in top) + " of its step"]
+        return [f"{_label(row)} is the baseline: " + ", ".join(f"{c} {shares[c]:.0%}" for c in top) + " of its step"]
     ratio = row.speedup_vs_fp32 or (base.step_ms["p50"] / row.step_ms["p50"]
                                     if base.step_ms.get("p50") and row.step_ms.get("p50") else None)
     out = []
     if ratio:
-        out.append(f"{row.mode} is {_x(ratio)} fp32 here ({row.step_ms['p50']:.2f} ms vs {base.step_ms['p50']:.2f} ms "
-                   "per step)")
+        out.append(f"{_label(row)} is {_x(ratio)} {_label(base)} here ({row.step_ms['p50']:.2f} ms vs "
+                   f"{base.step_ms['p50']:.2f} ms per step)")
     cats = [*CATEGORIES, HOST_IDLE]
     deltas = {c: _ms(row, c) - _ms(base, c) for c in cats}
     if ratio and ratio < 1:
@@ -193,8 +197,10 @@ def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
 def explain_rows(rows, env: dict) -> None:
     """Set ``explanation`` on every ok row with a breakdown, against fp32's (none without fp32)."""
     gpu = bool(env.get("compute_capability")) or str(env.get("device", "")).startswith(("cuda", "gpu", "/gpu"))
-    base = next((r for r in rows if r.mode == "fp32" and r.status == "ok" and r.breakdown), None)
+    bases = {c: next((r for r in rows if r.mode == "fp32" and r.status == "ok" and r.breakdown
+                      and bool(getattr(r, "compiled", False)) == c), None) for c in (False, True)}
     for row in rows:
+        base = bases[bool(getattr(row, "compiled", False))]  # --compile both: each group against its own fp32
         if row.status != "ok":
             continue
         if row.breakdown and (row.step_ms or {}).get("p50"):  # the row's median (after --repeats: over the repeats)

@@ -135,7 +135,7 @@ def render(report, con) -> None:
                       style="yellow")
     for r in res:
         if r.explanation:  # --explain's sentences, computed from the breakdowns against fp32's
-            con.print(f"why {r.mode}:", markup=False, highlight=False, style="bold")
+            con.print(f"why {bench_compile.label(r)}:", markup=False, highlight=False, style="bold")
             for sentence in r.explanation:
                 con.print(f"  - {sentence}", markup=False, highlight=False)
     for err in errors:
