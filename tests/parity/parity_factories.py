@@ -136,6 +136,13 @@ def uneven():
     return (torch.zeros(10, 8), torch.zeros(7).long()), blobs()[1]
 
 
+def flat_curve():
+    """curve()'s targets flattened to (N,): against the regressor's (N, 1) output the default mean
+    squared error would broadcast to (N, N) and train on a wrong loss."""
+    (x, y), (vx, vy) = curve()
+    return (x, y[:, 0]), (vx, vy[:, 0])
+
+
 # ---------------------------------------------------------------- an ampkit.Workload with its own metric
 def mean_abs_error(logits, targets):
     return -(logits.float() - targets.float()).abs().mean()  # higher is better: the negated error

@@ -124,6 +124,8 @@ def test_a_run_that_raises_fails_its_mode_and_the_run_goes_on(monkeypatch):
     ("normalized_head", "empty", "parity_factories:empty: the train data set is empty"),
     ("normalized_head", "wrong_features", "a train batch of parity_factories:wrong_features does not fit"),
     ("normalized_head", "uneven", "the train inputs and targets have different lengths (10 and 7)"),
+    ("regressor", "flat_curve", "the train targets of parity_factories:flat_curve are (64,) and "
+                                "parity_factories:regressor's output (64, 1): the default loss (mean squared error"),
     ("normalized_head", "nosuchmodule:f", "cannot import module 'nosuchmodule' for --data"),
     ("normalized_head", "parity_factories:nothing", "has no attribute 'nothing' (from --data parity_factories:nothing)"),
 ])

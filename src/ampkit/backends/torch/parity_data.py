@@ -187,7 +187,11 @@ def prepare(data: ParityData, device: torch.device) -> ParityData:
             with torch.no_grad():
                 out = call_model(model, xb)
                 classes = is_class_target(out, yb)
+                if loss_fn is None and not classes:
+                    _same_shape(out, yb, part, mspec, dspec)
                 loss = (loss_fn or _default_loss(classes))(out, yb)
+        except UsageError:
+            raise
         except Exception as exc:
             raise UsageError(f"a {part} batch of {dspec} does not fit {mspec} (checked before any training): "
                              f"{one_line(exc)}") from None
@@ -200,6 +204,17 @@ def prepare(data: ParityData, device: torch.device) -> ParityData:
     return dataclasses.replace(data, train=train, test=test, loss_fn=loss_fn or _default_loss(found_class),
                                metric_fn=metric_fn or (accuracy if found_class else None), metric=metric,
                                higher_is_better=metric != "loss")
+
+
+def _same_shape(out, yb, part: str, mspec: str, dspec: str) -> None:
+    """The default mean squared error needs the output's shape: (64, 1) against (64,) would broadcast
+    to (64, 64) and train on a wrong loss without an error."""
+    shape = tuple(logits_of(out).shape)
+    if not isinstance(yb, torch.Tensor) or tuple(yb.shape) != shape:
+        got = tuple(yb.shape) if isinstance(yb, torch.Tensor) else type(yb).__name__
+        raise UsageError(f"the {part} targets of {dspec} are {got} and {mspec}'s output {shape}: the default loss "
+                         "(mean squared error, for targets that are not integer class indices) needs the same shape; "
+                         "reshape the targets or return an ampkit.Workload with its own loss_fn")
 
 
 def _default_loss(classes: bool):
