@@ -66,17 +66,20 @@ class MixedPrecision:
     """
 
     def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
-                 keras=None, min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10):
+                 keras=None, min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10,
+                 fp8_skip_first_last: bool = True, fp8_filter=None):
         from . import keras_policy
+        from .keras_fp8 import fp8_engine
 
         self.flavor, self.backend = _flavor_and_backend(keras)
         found = keras_policy.found_policy(self.flavor)
         wanted, self.policy_note = keras_policy.adopt(mode, found)
         self.global_policy_found: str | None = found[1] if found else None
-        resolved, self.reason = engine_mode(wanted, self.backend)
+        self._fp8 = fp8_engine(wanted, self.flavor, self.backend, fp8_skip_first_last, fp8_filter)  # None unless fp8
+        resolved, self.reason = ("fp8", self._fp8.reason) if self._fp8 else engine_mode(wanted, self.backend)
         if self.policy_note and self.global_policy_found and wanted != mode:
             self.reason = f"{self.reason} (adopted from the global policy {self.global_policy_found!r})"
-        self.precision: Precision = get_precision(resolved)
+        self.precision: Precision = self._fp8.precision if self._fp8 else get_precision(resolved)
         self.initial_scale = float(initial_scale)
         self.dynamic_growth_steps = int(dynamic_growth_steps)
         self._health = keras_health(min_scale_warning, consecutive_skip_warning)
@@ -92,6 +95,21 @@ class MixedPrecision:
     @property
     def policy(self) -> str:
         return self.precision.keras_policy
+
+    @property
+    def emulated(self) -> bool:
+        """True when fp8 runs as Keras's quantize-dequantize without fp8 hardware: numerics, not speed."""
+        return bool(self._fp8 and self._fp8.emulated)
+
+    @property
+    def fp8_layers(self) -> list[dict]:
+        """fp8: each Dense/EinsumDense of the prepared model, ``{"name", "type", "shape", "converted", "reason"}``."""
+        return list(self._fp8.layers) if self._fp8 else []
+
+    def prepare(self, model):
+        """The model to train: fp8 quantizes its eligible layers to Keras float8 (:mod:`.keras_fp8`; a
+        built model, before ``compile``); other modes return it as it is."""
+        return self._fp8.convert(model) if self._fp8 else model
 
     @contextlib.contextmanager
     def scope(self):
