@@ -164,7 +164,7 @@ def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None
         if r.peak_memory_bytes and base.peak_memory_bytes:
             r.memory_saving_vs_fp32 = base.peak_memory_bytes / r.peak_memory_bytes
         if r.emulated:  # fp8 numerics on hardware without fp8: its time says nothing about fp8's speed
-            r.speedup_note = "no speedup claimed: fp8 ran in torchao's emulation (this hardware has no fp8)"
+            r.speedup_note = "no speedup claimed: fp8 ran in emulation (torchao, or Keras's float8 layers; this hardware has no fp8)"
             continue
         if r.flags or not (r.samples_per_s and base.samples_per_s):
             continue

@@ -130,7 +130,7 @@ def render(report, con) -> None:
                       f"{r.speedup_ci[0]:.2f}-{r.speedup_ci[1]:.2f}x holds 1)", markup=False, highlight=False)
     for r in res:
         if r.emulated and r.status == "ok":  # fp8 without fp8 hardware: numerics and memory, not speed
-            con.print(f"  {r.mode}: emulated (torchao; this hardware has no fp8): its loss and memory are real, "
+            con.print(f"  {r.mode}: emulated (torchao or Keras float8; this hardware has no fp8): its loss and memory are real, "
                       "its time is the emulation's, so no speedup is claimed", markup=False, highlight=False,
                       style="yellow")
     for r in res:

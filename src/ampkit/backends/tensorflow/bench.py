@@ -90,7 +90,12 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
     row = BenchRow(mode, steps=cfg.steps)
     gpu = bool(tf.config.list_physical_devices("GPU"))
     row.device_name = tf_environment()["device_name"]
-    ok, why = mode_support_tf(mode)
+    if mode == "fp8":  # Keras 3's float8 layers: fp8 hardware, or their emulation (row.emulated)
+        from .keras_fp8 import fp8_support
+
+        ok, row.emulated, why = fp8_support()
+    else:
+        ok, why = mode_support_tf(mode)
     if not ok:
         row.status, row.error = "unsupported", why
         return row
@@ -109,6 +114,7 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
             keras.utils.set_random_seed(cfg.seed)
             workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
             k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
+            workload.model = mp.prepare(workload.model)  # fp8: Keras float8 layers (before compile)
             jit = {"jit_compile": True} if cfg.compile == "on" else {}  # --compile on: XLA (graph_breaks null)
             workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss(),
                                    **jit)

@@ -97,8 +97,12 @@ class TensorFlowEnvironment:
         return mode_support_tf(mode)
 
     def training_support(self, mode: str, target) -> tuple[bool, bool, str]:
+        if mode == "fp8":  # Keras 3's float8 layers; emulated without fp8 hardware (keras_fp8.py)
+            from .keras_fp8 import fp8_support
+
+            return fp8_support()
         ok, why = self.mode_support(mode, target)
-        return ok, False, why  # no emulated modes in the Keras engine
+        return ok, False, why
 
     def resolve_auto(self, target) -> tuple[str, str]:
         from .keras_modes import resolve_auto_tf

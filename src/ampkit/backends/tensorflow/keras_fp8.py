@@ -76,6 +76,7 @@ class KerasFp8:
         if not ok:
             raise ModeUnavailableError(f"mode 'fp8' cannot run here: {self.reason}")
         self.precision = FP8_KERAS
+        self.flavor = flavor
         self.skip_first_last = bool(skip_first_last)
         self.layer_filter = layer_filter
         self.layers: list[dict] = []
@@ -86,6 +87,10 @@ class KerasFp8:
 
     def convert(self, model):
         """Quantize ``model``'s eligible layers in place to Keras float8 (call before ``compile``)."""
+        from .flavor import flavor_of
+
+        if (flavor_of(model) or self.flavor).legacy:
+            raise ModeUnavailableError("fp8 needs Keras 3's model.quantize('float8'); this is a tf_keras (Keras 2) model")
         if not getattr(model, "built", False) or not model.weights:
             raise UsageError("mp.prepare(model) needs a built model (give it a keras.Input, or call it once) "
                              "before fp8 quantizes its layers")
