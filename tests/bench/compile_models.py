@@ -4,6 +4,8 @@ tests/bench, the working folder of the CLI tests).
 - ``tiny``: Linear-ReLU-Linear, nothing dynamo cannot trace: no graph break.
 - ``breaks``: the same with a ``.item()`` in forward (a Python float from a tensor): dynamo breaks the
   graph there (``capture_scalar_outputs`` is off by default).
+- ``refuses``: a forward that raises while dynamo traces it (eagerly it runs): dynamo gives up on the
+  whole frame and runs it eagerly, counting no ``graph_break``.
 """
 
 from __future__ import annotations
@@ -32,3 +34,15 @@ def tiny() -> nn.Module:
 def breaks() -> nn.Module:
     torch.manual_seed(0)
     return _Tiny(item=True)
+
+
+class _Refuses(_Tiny):
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            raise RuntimeError("not while compiling")
+        return super().forward(x)
+
+
+def refuses() -> nn.Module:
+    torch.manual_seed(0)
+    return _Refuses()

@@ -124,6 +124,16 @@ def test_an_item_in_forward_is_a_graph_break_and_the_table_says_so(cheap_compile
     assert "graph breaks!" in text and "graph break(s) in the compiled model" in text
 
 
+def test_a_model_dynamo_gives_up_on_is_no_silent_clean_compile(cheap_compile):
+    """Dynamo skips a frame it cannot trace (no graph_break counter): the model ran eagerly, the row
+    must not read 'compiled, 0 graph breaks'."""
+    row = _row("compile_models:refuses", warmup=1)
+    assert row.status == "ok", row.error
+    assert row.graph_breaks >= 1
+    assert "ran eagerly" in row.graph_break_reasons[-1] and "not while compiling" in row.graph_break_reasons[-1]
+    assert "graph breaks!" in _table([row])
+
+
 def test_without_a_cpp_compiler_the_row_says_compile_unavailable(monkeypatch):
     import shutil
 

@@ -60,12 +60,25 @@ class DynamoCounters:
         self.graph_breaks = int(sum(breaks.values()))
         self.reasons = [str(r).splitlines()[0][:300] for r in list(breaks)[: self.keep]]
         frames = int(counters.get("frames", {}).get("total", 0))
+        failed = frames - int(counters.get("frames", {}).get("ok", 0))
+        if failed > 0:  # a frame dynamo gave up on runs eagerly, uncounted in graph_break: a silent fallback
+            self.graph_breaks += failed
+            gave_up = [_why(str(r)) for r in counters.get("unimplemented", {})]
+            self.reasons += [f"dynamo compiled no graph for {failed} frame(s), which ran eagerly"
+                             + (f": {gave_up[0][:250]}" if gave_up else "")]
         resumes = int(sum(counters.get("resumes", {}).values()))
         self.recompiles = max(0, frames - 1 - resumes) if frames else 0
 
     def __exit__(self, *exc) -> bool:
         self.read()
         return False
+
+
+def _why(reason: str) -> str:
+    """Dynamo's first line ("Observed exception") and, where it gives one, its debug context (what was raised)."""
+    lines = [ln.strip() for ln in reason.strip().splitlines() if ln.strip()]
+    context = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Developer debug context:")), "")
+    return (lines[0] if lines else "") + (f" ({context})" if context else "")
 
 
 class CompiledRun:
