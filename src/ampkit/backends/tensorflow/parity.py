@@ -77,6 +77,7 @@ def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=
                 x, xte = x.transpose(0, 2, 3, 1), xte.transpose(0, 2, 3, 1)
             train, test = (x, y), (xte, yte)
         model = ds.model() if callable(ds.model) else dataset_model(ds.model)
+        model = mp.prepare(model)  # fp8: Keras float8 layers (before compile); other modes: as it is
         with_metric = ds.metric != "loss"
         model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(ds.lr)),
                       loss=ds.loss_fn or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
