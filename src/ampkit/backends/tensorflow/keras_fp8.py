@@ -24,7 +24,7 @@ from __future__ import annotations
 from ...errors import ModeUnavailableError, UsageError
 from ...precision import Precision
 
-__all__ = ["FP8_KERAS", "FP8_LAYER_TYPES", "KerasFp8", "fp8_engine", "fp8_support", "selftest"]
+__all__ = ["FP8_KERAS", "FP8_LAYER_TYPES", "KerasFp8", "fp8_engine", "fp8_hardware", "fp8_support", "selftest"]
 
 #: the policy fp8 runs under: quantized layers become ``float8_from_mixed_bfloat16``, the rest bfloat16
 FP8_KERAS = Precision("fp8", "bfloat16", autocast=True, keras_policy="mixed_bfloat16")
@@ -32,7 +32,7 @@ FP8_KERAS = Precision("fp8", "bfloat16", autocast=True, keras_policy="mixed_bflo
 FP8_LAYER_TYPES = ("Dense", "EinsumDense")
 
 
-def _fp8_hardware() -> tuple[bool, str]:
+def fp8_hardware() -> tuple[bool, str]:
     from .keras_modes import gpu_capabilities
 
     caps = gpu_capabilities()
@@ -61,7 +61,7 @@ def fp8_support(flavor=None, backend: str = "tensorflow") -> tuple[bool, bool, s
         modes = ()
     if "float8" not in modes or not hasattr(keras.Model, "quantize"):
         return False, False, f"Keras {keras.__version__} has no float8 quantization (model.quantize('float8'), Keras >= 3.4)"
-    native, hw = _fp8_hardware()
+    native, hw = fp8_hardware()
     if native:
         return True, False, f"{hw}; Keras float8 layers (fp8 GEMMs where XLA rewrites them: jit_compile)"
     return True, True, (f"{hw}; fp8 numerics can be tried here in Keras's float8 layers (quantize-dequantize "

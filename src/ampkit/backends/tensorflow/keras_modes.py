@@ -25,15 +25,17 @@ def gpu_capabilities() -> list[tuple[int, int]]:
 
 def mode_support_tf(mode: str) -> tuple[bool, str]:
     """Whether TensorFlow here can run ``mode`` (first GPU if any, else the CPU)."""
+    if mode == "fp8":  # the hardware's answer; training in fp8 (Keras float8 layers): keras_fp8.fp8_support
+        from .keras_fp8 import fp8_hardware
+
+        return fp8_hardware()
     caps = gpu_capabilities()
     if not caps:
-        if mode == "fp8":
-            return False, "fp8 is not offered through Keras policies; and TensorFlow sees no GPU"
         answer = cpu_mode_support(mode, f"Keras {get_precision(mode).keras_policy} policy on the CPU:")
         return answer if answer is not None else (False, f"unknown mode {mode!r}")
     major, minor = caps[0]
     if mode not in TRAINING_MODES:
-        return False, "fp8 is not offered through Keras policies"
+        return False, f"unknown mode {mode!r}"
     short = gpu_shortfall(mode, (major, minor), "this GPU")
     if short is not None:
         return False, short
