@@ -77,6 +77,7 @@ def tutorial_order():
 def contract():
     """verify(): the unmodified model gives no finding, a float16 output layer exactly one naming it;
     the real keras.applications model too (its softmax output computes in float16 under a mixed policy)."""
+    import numpy as np
     import tensorflow as tf
 
     import ampkit.keras as ak
@@ -93,11 +94,29 @@ def contract():
     assert finding["where"] == "layer 'logits' (output)" and "float16" in finding["actual"], finding
     assert set(finding) == {"where", "expected", "actual", "advice"}
     print("planted ok", finding)
+    # a model built outside mp.scope() computes in float32 throughout: the declared fp16 was never applied,
+    # one finding for the model; one built in another mode's scope: only its layer, not the input layer
+    (outside,) = mp.verify(_model(keras))
+    assert outside["where"].startswith("model ") and "never applied" in outside["actual"], outside
+    with ak.MixedPrecision("bf16").scope():
+        other = _model(keras)
+    assert [f["where"] for f in mp.verify(other)] == ["layer 'hidden'"], mp.verify(other)
+    # train_step's bad arguments: one line, before Keras fails on them
+    from ampkit.errors import UsageError
+
+    x4, y4 = np.zeros((2, 4), "float32"), np.zeros((2,), "int64")
+    sce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for args, word in (((good, "sgd", x4, y4, sce), "optimizer"), ((good, keras.optimizers.SGD(), x4, y4, "mse"),
+                                                                    "loss_fn"), (("m", keras.optimizers.SGD(), x4, y4, sce), "model")):
+        try:
+            mp.train_step(*args)
+        except UsageError as exc:
+            assert word in str(exc) and "\n" not in str(exc), exc
+        else:
+            raise AssertionError(f"train_step took a bad {word}")
+    print("contract extras ok")
     # a layer given mixed_float16 itself in a float32 model: compile adds no loss scaling (the model's
     # policy is float32); verify says so and fit with the callback refuses in one line
-    import numpy as np
-
-    from ampkit.errors import UsageError
 
     inputs = keras.Input((4,))
     odd = keras.Model(inputs, keras.layers.Dense(2, name="logits")(keras.layers.Dense(8, dtype="mixed_float16",

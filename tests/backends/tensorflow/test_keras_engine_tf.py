@@ -51,5 +51,5 @@ def test_tutorial_global_policy_reported_adopted_and_float16_gradients_kept(kera
 
 
 def test_verify_finds_the_planted_and_the_applications_float16_output_only(keras3_child):
-    assert "planted ok" in keras3_child and "fit refusal ok" in keras3_child
+    assert "planted ok" in keras3_child and "fit refusal ok" in keras3_child and "contract extras ok" in keras3_child
     assert "applications ok layer 'predictions' (output)" in keras3_child

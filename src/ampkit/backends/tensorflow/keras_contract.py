@@ -11,7 +11,8 @@ at most once per layer, where it breaks the contract of the mode:
 * **the output layer**: computes in float32 (logits and softmax in float16 lose precision and can
   overflow);
 
-and, once for the model, whether a float16-computing layer trains through an optimizer without
+and, once for the model, whether no layer computes in the mode's low precision at all (the model was
+built outside ``mp.scope()``), and whether a float16-computing layer trains through an optimizer without
 dynamic loss scaling (``optimizer=`` or the compiled ``model.optimizer``).
 
 Each finding is ``{"where", "expected", "actual", "advice"}`` (:data:`ampkit.health` style plain values).
@@ -71,7 +72,7 @@ def verify(model, compute_dtype: str, mode: str, optimizer=None) -> list[dict]:
             actual.append(f"{_dtype(low_vars[0])} variables ({names}{', ...' if len(low_vars) > 3 else ''})")
             advice.append("keep variables float32: give the layer a mixed policy (mixed_float16/mixed_bfloat16) "
                           "or float32, not a bare float16/bfloat16 dtype")
-        compute = getattr(layer, "compute_dtype", None)
+        compute = None if _is_input(layer) else getattr(layer, "compute_dtype", None)  # an input computes nothing
         if id(layer) in outputs and compute in LOW:
             expected.append("float32 compute (the output layer)")
             actual.append(f"{compute} compute")
@@ -84,10 +85,33 @@ def verify(model, compute_dtype: str, mode: str, optimizer=None) -> list[dict]:
         if expected:
             findings.append({"where": f"layer {layer.name!r}" + (" (output)" if id(layer) in outputs else ""),
                              "expected": "; ".join(expected), "actual": "; ".join(actual), "advice": "; ".join(advice)})
+    unapplied = policy_unapplied_finding(model, compute_dtype, mode)
+    if unapplied:
+        findings.append(unapplied)
     scaling = loss_scaling_finding(model, optimizer)
     if scaling:
         findings.append(scaling)
     return findings
+
+
+def _is_input(layer) -> bool:
+    return type(layer).__name__ == "InputLayer"
+
+
+def policy_unapplied_finding(model, compute_dtype: str, mode: str) -> dict | None:
+    """A mode that computes in float16/bfloat16 while no layer of the model does (built outside mp.scope():
+    the policy was declared, never applied), said once for the model."""
+    if compute_dtype not in LOW:
+        return None
+    working = [lay for lay in layers_of(model) if not _is_input(lay) and _own_variables(lay)]
+    if not working or any(getattr(lay, "compute_dtype", None) in LOW for lay in working):
+        return None
+    return {"where": f"model {getattr(model, 'name', type(model).__name__)!r}",
+            "expected": f"{compute_dtype} compute (mode {mode}) in its layers",
+            "actual": f"every layer computes in {getattr(working[0], 'compute_dtype', 'float32')} "
+                      f"({len(working)} layers with weights): the mode's policy was never applied",
+            "advice": "build the model inside mp.scope() (a model built before or outside it keeps the policy "
+                      "of its build)"}
 
 
 def loss_scaling_finding(model, optimizer=None) -> dict | None:

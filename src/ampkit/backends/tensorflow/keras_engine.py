@@ -247,6 +247,7 @@ class MixedPrecision:
         ``jax.grad`` (:mod:`.keras_backends`). A model that computes in float16 is never trained
         without loss scaling, whichever policy made it so.
         """
+        _check_step_args(model, optimizer, loss_fn)
         flavor = flavor_of(optimizer) or flavor_of(model) or self.flavor
         opt = self._scaling_for(model, optimizer, flavor)
         if not flavor.legacy:
@@ -286,6 +287,20 @@ class MixedPrecision:
         skipped = flavor.skipped(opt, before, scale)
         self._health.observe(self._health.steps, scale, skipped, scale_used=before)
         self._last_scale[id(opt)] = scale
+
+
+def _check_step_args(model, optimizer, loss_fn) -> None:
+    """train_step's arguments, refused in one line before any Keras call fails on them."""
+    from ...errors import UsageError
+
+    if not callable(model) or not hasattr(model, "trainable_variables"):
+        raise UsageError(f"train_step(model, ...): expected a Keras model, got {type(model).__name__}")
+    if not (hasattr(optimizer, "apply_gradients") or hasattr(optimizer, "apply")):
+        raise UsageError(f"train_step(model, optimizer, ...): expected a Keras optimizer instance, got "
+                         f"{type(optimizer).__name__} {optimizer!r:.40} (e.g. mp.optimizer(keras.optimizers.Adam()))")
+    if not callable(loss_fn):
+        raise UsageError(f"train_step(..., loss_fn): expected a callable loss_fn(y_true, y_pred), got "
+                         f"{type(loss_fn).__name__} {loss_fn!r:.40} (e.g. keras.losses.get({loss_fn!r:.40}))")
 
 
 def float32_output(x, name: str | None = None):
