@@ -10,6 +10,8 @@ exercised by tests/backends/torch/test_engine_compile.py and the acceptance comm
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -175,3 +177,37 @@ def test_the_report_page_names_compiled_rows_apart():
 
     eager, compiled = BenchRow("bf16"), BenchRow("bf16", compiled=True)
     assert _page_row(eager)["mode"] == "bf16" and _page_row(compiled)["mode"] == "bf16 (compiled)"
+
+
+def test_compiled_bar_labels_do_not_overlap_in_the_chart():
+    """--compile both --plot (and the report's charts): 'fp32 (compiled)' and 'bf16 (compiled)' side
+    by side were drawn over each other; the labels' drawn boxes must stay apart."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from ampkit.bench.report import BenchReport
+    from ampkit.render import bench as render_bench
+    from ampkit.render import charts
+
+    rows = []
+    for compiled in (False, True):
+        for mode, p50 in (("fp32", 80.0), ("bf16", 60.0)):
+            r = BenchRow(mode, batch_size=8, samples_per_s=8e3 / p50, step_ms={"p50": p50, "p90": p50}, compiled=compiled,
+                         peak_memory_bytes=2**20, final_loss=1.0, first_loss=2.0, steps=3)
+            r.breakdown = {"matmul_conv": 0.5, "other": 0.5}
+            rows.append(r)
+    derive_relative(rows[:2])
+    derive_relative(rows[2:])
+    fig = charts.draw(render_bench.figure, render_bench.page_view(BenchReport("m", "cpu", rows, {})))
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert [t.get_text() for t in labels] == ["fp32", "bf16", "fp32 (compiled)", "bf16 (compiled)"]
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        theta = math.radians(labels[0].get_rotation())
+        for a, b, t in zip(boxes, boxes[1:], labels):
+            if theta == 0:  # level labels: their boxes apart
+                assert a.x1 <= b.x0, [x.get_text() for x in labels]
+            else:  # slanted: parallel lines at least one text height apart
+                height = t.get_fontsize() * fig.dpi / 72
+                assert (b.x1 - a.x1) * math.sin(theta) >= height

@@ -304,6 +304,7 @@ def _breakdown_panel(ax, rows: list[dict]) -> None:
         if any(heights):
             ax.bar(names, heights, bottom=bottom, color=colour, label=cat)
             bottom = [b + h for b, h in zip(bottom, heights)]
+    charts.slant(ax, names)
     ax.set_title("step by category (ms)")
     ax.legend(fontsize=6, loc="upper left", frameon=False)
     ax.set_ylim(0, max(bottom or [1.0]) * 1.6 or 1.0)

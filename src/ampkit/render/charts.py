@@ -13,7 +13,7 @@ import re
 
 from .output import MODE_COLORS, mode_color
 
-__all__ = ["BAD", "MODE_COLORS", "color", "draw", "figure", "plot", "save", "svg"]
+__all__ = ["BAD", "MODE_COLORS", "color", "draw", "figure", "plot", "save", "slant", "svg"]
 BAD = "#d62728"
 STYLE = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "ampkit-report", "font.size": 9,
          "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
@@ -36,12 +36,22 @@ def figure(width: float, height: float, ncols: int):
     return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
 
 
+def slant(ax, names: list[str]) -> None:
+    """Labels longer than a bar is wide ("bf16 (compiled)") slanted, so that neighbours do not overlap."""
+    if any(len(n) > 6 for n in names):
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+            label.set_rotation_mode("anchor")
+
+
 def bars(ax, rows: list[dict], key: str, title: str, fmt, label_y: dict | None = None) -> None:
     """One bar per mode (``rows``: dicts with mode, status, ``key``); a mode without a value gets its
     status written where the bar would be. ``label_y``: row index -> height for the value label."""
     names = [r["mode"] for r in rows]
     values = [r[key] if r["status"] == "ok" and r[key] is not None else 0.0 for r in rows]
     drawn = ax.bar(names, values, color=[color(n) for n in names])
+    slant(ax, names)
     top = max(values) if any(values) else 1.0
     for i, (bar, r, v) in enumerate(zip(drawn, rows, values)):
         ok = r["status"] == "ok" and r[key] is not None
