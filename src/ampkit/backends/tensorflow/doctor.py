@@ -26,7 +26,7 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
     keras = flavor.module
     if mode == "fp8":  # a real fp8 step through the engine's Keras float8 layers (keras_fp8.py)
         from .keras_fp8 import fp8_support
-        from .keras_fp8 import selftest as fp8_selftest
+        from .keras_fp8_selftest import selftest as fp8_selftest
 
         ok, _, why = fp8_support(flavor)
         return fp8_selftest() if ok else ("fail", why)

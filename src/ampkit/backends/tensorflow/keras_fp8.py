@@ -16,7 +16,7 @@ NVIDIA GPU with compute capability >= 8.9). Elsewhere (a CPU, an older GPU) fp8 
 
 Keras 2 (``tf_keras``) and a Keras 3 without float8 quantization have no fp8 training: the mode is
 refused in one line. Keras's torch and JAX backends are not offered (ampkit checks fp8 on the
-TensorFlow backend only).
+TensorFlow backend only). The doctor's fp8 self-test: :mod:`.keras_fp8_selftest`.
 """
 
 from __future__ import annotations
@@ -24,24 +24,12 @@ from __future__ import annotations
 from ...errors import ModeUnavailableError, UsageError
 from ...precision import Precision
 
-__all__ = ["FP8_KERAS", "FP8_LAYER_TYPES", "KerasFp8", "fp8_engine", "fp8_hardware", "fp8_support", "selftest"]
+__all__ = ["FP8_KERAS", "FP8_LAYER_TYPES", "KerasFp8", "fp8_engine", "fp8_support"]
 
 #: the policy fp8 runs under: quantized layers become ``float8_from_mixed_bfloat16``, the rest bfloat16
 FP8_KERAS = Precision("fp8", "bfloat16", autocast=True, keras_policy="mixed_bfloat16")
 #: the layer types Keras quantizes to float8
 FP8_LAYER_TYPES = ("Dense", "EinsumDense")
-
-
-def fp8_hardware() -> tuple[bool, str]:
-    from .keras_modes import gpu_capabilities
-
-    caps = gpu_capabilities()
-    if not caps:
-        return False, "TensorFlow sees no GPU"
-    major, minor = caps[0]
-    if (major, minor) >= (8, 9):
-        return True, f"GPU with compute capability {major}.{minor} has fp8 matmuls"
-    return False, f"GPU with compute capability {major}.{minor} has no fp8 matmuls (needs >= 8.9)"
 
 
 def fp8_support(flavor=None, backend: str = "tensorflow") -> tuple[bool, bool, str]:
@@ -61,6 +49,8 @@ def fp8_support(flavor=None, backend: str = "tensorflow") -> tuple[bool, bool, s
         modes = ()
     if "float8" not in modes or not hasattr(keras.Model, "quantize"):
         return False, False, f"Keras {keras.__version__} has no float8 quantization (model.quantize('float8'), Keras >= 3.4)"
+    from .keras_modes import fp8_hardware
+
     native, hw = fp8_hardware()
     if native:
         return True, False, f"{hw}; Keras float8 layers (fp8 GEMMs where XLA rewrites them: jit_compile)"
@@ -127,63 +117,6 @@ class KerasFp8:
             self.layers.append({"name": lay.name, "type": type(lay).__name__, "shape": shape, "converted": done,
                                 "reason": None if done else why})
         return model
-
-
-def selftest() -> tuple[str, str]:
-    """One fp8 step of a small Keras model through ``MixedPrecision("fp8")``, checked against the same
-    step in bf16: the middle Dense quantized, its weights updated, its scales moved, losses close."""
-    import math
-
-    import numpy as np
-
-    from ...errors import one_line
-    from .keras_engine import MixedPrecision
-
-    try:
-        import keras
-
-        from .tfimport import import_tf
-
-        tf = import_tf()
-        x = np.random.default_rng(0).normal(size=(32, 32)).astype("float32")
-        y = np.arange(32) % 16
-        losses, detail = {}, ""
-        for mode in ("bf16", "fp8"):
-            mp = MixedPrecision(mode, keras="keras")
-            keras.utils.set_random_seed(0)
-            with mp.scope():
-                inp = keras.Input((32,))
-                h = keras.layers.Dense(64, activation="gelu", name="first")(inp)
-                h = keras.layers.Dense(64, activation="gelu", name="middle")(h)
-                model = keras.Model(inp, keras.layers.Dense(16, dtype="float32", name="logits")(h))
-                if mode == "fp8":
-                    model = mp.prepare(model)
-                w0 = model.get_layer("middle").kernel.numpy().copy()
-                opt = keras.optimizers.SGD(0.1)
-                loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-                # traced: Keras's float8 custom gradient fails under an eager GradientTape in TF (fit traces too)
-                loss = tf.function(lambda: mp.train_step(model, opt, x, y, loss_fn))()  # noqa: B023 (called at once)
-            losses[mode] = float(loss)
-            if mode == "fp8":
-                mid = model.get_layer("middle")
-                converted = [d["name"] for d in mp.fp8_layers if d["converted"]]
-                if converted != ["middle"] or mid.quantization_mode != "float8":
-                    return "fail", f"the engine converted {converted or 'no layer'}, expected the middle Dense"
-                if np.array_equal(w0, mid.kernel.numpy()):
-                    return "fail", "the fp8 step did not change the quantized layer's weights"
-                if float(mid.inputs_amax_history.numpy().max()) <= 0:
-                    return "fail", "the float8 layer's amax history did not record the step's inputs"
-                detail = "emulated: quantize-dequantize, no fp8 speed here" if mp.emulated else "fp8 hardware"
-        l8, l16 = losses["fp8"], losses["bf16"]
-        if not math.isfinite(l8):
-            return "fail", f"fp8 loss is {l8} on a clean batch"
-        gap = abs(l8 - l16) / max(abs(l16), 1e-6)
-        if gap > 0.05:
-            return "fail", f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < 5%)"
-        return "pass", (f"one fp8 step through ampkit.keras ({detail}): middle Dense as Keras float8, loss {l8:.4g} "
-                        f"within {gap:.2%} of bf16's, weights updated, amax history recorded")
-    except Exception as exc:  # a self-test reports, it never crashes the doctor
-        return "fail", f"fp8 step through ampkit.keras failed: {one_line(exc, 300)}"
 
 
 def fp8_engine(mode, flavor, backend: str, skip_first_last: bool, layer_filter) -> KerasFp8 | None:

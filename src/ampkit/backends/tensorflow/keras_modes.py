@@ -23,11 +23,20 @@ def gpu_capabilities() -> list[tuple[int, int]]:
     return caps
 
 
+def fp8_hardware() -> tuple[bool, str]:
+    """Whether the first GPU TensorFlow sees has fp8 matmuls (compute capability >= 8.9): the hardware answer."""
+    caps = gpu_capabilities()
+    if not caps:
+        return False, "TensorFlow sees no GPU"
+    major, minor = caps[0]
+    if (major, minor) >= (8, 9):
+        return True, f"GPU with compute capability {major}.{minor} has fp8 matmuls"
+    return False, f"GPU with compute capability {major}.{minor} has no fp8 matmuls (needs >= 8.9)"
+
+
 def mode_support_tf(mode: str) -> tuple[bool, str]:
     """Whether TensorFlow here can run ``mode`` (first GPU if any, else the CPU)."""
     if mode == "fp8":  # the hardware's answer; training in fp8 (Keras float8 layers): keras_fp8.fp8_support
-        from .keras_fp8 import fp8_hardware
-
         return fp8_hardware()
     caps = gpu_capabilities()
     if not caps:
