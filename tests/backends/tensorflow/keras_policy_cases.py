@@ -114,6 +114,19 @@ def contract():
             assert word in str(exc) and "\n" not in str(exc), exc
         else:
             raise AssertionError(f"train_step took a bad {word}")
+    for call, word in ((lambda: mp.verify("not a model"), "verify(model)"), (lambda: mp.verify(None), "verify(model)"),
+                       (lambda: mp.verify(good, optimizer="adam"), "optimizer"),
+                       (lambda: mp.optimizer("adam"), "optimizer(inner)"), (lambda: mp.optimizer(None), "optimizer(inner)"),
+                       (lambda: mp.callback("x"), "callback(model)"),
+                       (lambda: ak.MixedPrecision("fp16", initial_scale=-1.0), "initial_scale"),
+                       (lambda: ak.MixedPrecision("fp16", initial_scale="a"), "initial_scale"),
+                       (lambda: ak.MixedPrecision("fp16", dynamic_growth_steps=0), "dynamic_growth_steps")):
+        try:
+            call()
+        except UsageError as exc:
+            assert word in str(exc) and "\n" not in str(exc), exc
+        else:
+            raise AssertionError(f"{word} took a bad value")
     print("contract extras ok")
     # a layer given mixed_float16 itself in a float32 model: compile adds no loss scaling (the model's
     # policy is float32); verify says so and fit with the callback refuses in one line

@@ -80,8 +80,7 @@ class MixedPrecision:
         if self.policy_note and self.global_policy_found and wanted != mode:
             self.reason = f"{self.reason} (adopted from the global policy {self.global_policy_found!r})"
         self.precision: Precision = self._fp8.precision if self._fp8 else get_precision(resolved)
-        self.initial_scale = float(initial_scale)
-        self.dynamic_growth_steps = int(dynamic_growth_steps)
+        self.initial_scale, self.dynamic_growth_steps = _scale_args(initial_scale, dynamic_growth_steps)
         self._health = keras_health(min_scale_warning, consecutive_skip_warning)
         self._added_scaling: dict[int, tuple] = {}  # id(user optimizer) -> (it, the loss-scale optimizer around it)
         self._checked: dict[tuple[int, int], bool] = {}
@@ -145,6 +144,7 @@ class MixedPrecision:
         here gains ampkit's cross-replica skip."""
         from .keras_policy import POLICY_MODE, float16_layers
 
+        _need_optimizer(inner, "optimizer(inner)")
         flavor = flavor_of(inner) or self.flavor
         if flavor.is_loss_scale_optimizer(inner):
             return self._upgraded(inner, flavor)
@@ -168,6 +168,8 @@ class MixedPrecision:
         and phase (written to ``json_path``; without it kept in ``history.watch.record``); :mod:`.keras_watch`."""
         from .keras_watch import watch_fit
 
+        if model is not None:
+            _need_model(model, "callback(model)")
         flavor = (flavor_of(model) if model is not None else None) or self.flavor
         return watch_fit(history_class(flavor)(health=self._health), json_path=json_path, k=k, mode=self.mode,
                          flavor=flavor)
@@ -199,6 +201,9 @@ class MixedPrecision:
         scales the loss. A list of ``{"where", "expected", "actual", "advice"}`` ([] when it holds)."""
         from .keras_contract import verify
 
+        _need_model(model, "verify(model)")
+        if optimizer is not None:
+            _need_optimizer(optimizer, "verify(model, optimizer)")
         return verify(model, self.precision.compute_dtype if self.precision.autocast else "float32", self.mode,
                       optimizer)
 
@@ -289,15 +294,40 @@ class MixedPrecision:
         self._last_scale[id(opt)] = scale
 
 
+def _scale_args(initial_scale, growth_steps) -> tuple[float, int]:
+    from ...errors import UsageError
+
+    try:
+        scale, steps = float(initial_scale), int(growth_steps)
+    except (TypeError, ValueError):
+        scale = steps = None
+    if scale is None or not 0 < scale < float("inf") or steps != growth_steps or steps < 1:
+        raise UsageError(f"MixedPrecision: initial_scale must be a finite number > 0 and dynamic_growth_steps an "
+                         f"int >= 1; received {initial_scale!r:.30}, {growth_steps!r:.30}")
+    return scale, steps
+
+
+def _need_model(model, call: str) -> None:
+    from ...errors import UsageError
+
+    if not callable(model) or not hasattr(model, "trainable_variables") or not hasattr(model, "layers"):
+        raise UsageError(f"{call}: expected a Keras model, got {type(model).__name__} {model!r:.40}")
+
+
+def _need_optimizer(optimizer, call: str) -> None:
+    from ...errors import UsageError
+
+    if not (hasattr(optimizer, "apply_gradients") or hasattr(optimizer, "apply")) or isinstance(optimizer, type):
+        raise UsageError(f"{call}: expected a Keras optimizer instance, got {type(optimizer).__name__} "
+                         f"{optimizer!r:.40} (e.g. keras.optimizers.Adam())")
+
+
 def _check_step_args(model, optimizer, loss_fn) -> None:
     """train_step's arguments, refused in one line before any Keras call fails on them."""
     from ...errors import UsageError
 
-    if not callable(model) or not hasattr(model, "trainable_variables"):
-        raise UsageError(f"train_step(model, ...): expected a Keras model, got {type(model).__name__}")
-    if not (hasattr(optimizer, "apply_gradients") or hasattr(optimizer, "apply")):
-        raise UsageError(f"train_step(model, optimizer, ...): expected a Keras optimizer instance, got "
-                         f"{type(optimizer).__name__} {optimizer!r:.40} (e.g. mp.optimizer(keras.optimizers.Adam()))")
+    _need_model(model, "train_step(model, ...)")
+    _need_optimizer(optimizer, "train_step(model, optimizer, ...)")
     if not callable(loss_fn):
         raise UsageError(f"train_step(..., loss_fn): expected a callable loss_fn(y_true, y_pred), got "
                          f"{type(loss_fn).__name__} {loss_fn!r:.40} (e.g. keras.losses.get({loss_fn!r:.40}))")
