@@ -115,6 +115,9 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
             workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
             k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
             workload.model = mp.prepare(workload.model)  # fp8: Keras float8 layers (before compile)
+            if mode == "fp8" and not any(d["converted"] for d in mp.fp8_layers):  # bf16 under fp8's name: refused
+                why = "; ".join(f"{d['name']}: {d['reason']}" for d in mp.fp8_layers[:3]) or "it has no Dense/EinsumDense"
+                raise RuntimeError(f"no layer of the model became Keras float8 ({why})")
             jit = {"jit_compile": True} if cfg.compile == "on" else {}  # --compile on: XLA (graph_breaks null)
             workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss(),
                                    **jit)

@@ -97,7 +97,7 @@ class KerasFp8:
             elif getattr(lay, "quantization_mode", None):
                 plan.append((lay, shape, False, f"already quantized to {lay.quantization_mode}"))
             elif id(lay) in ends:
-                which = "first" if i == 0 else "last"
+                which = "only" if len(eligible) == 1 else "first" if i == 0 else "last"
                 plan.append((lay, shape, False, f"{which} {type(lay).__name__} of the model: kept in "
                                                 f"{lay.compute_dtype} (fp8_skip_first_last=False converts it)"))
             elif self.layer_filter is not None and not self.layer_filter(lay):
@@ -116,6 +116,11 @@ class KerasFp8:
                 why = "Keras did not quantize it"
             self.layers.append({"name": lay.name, "type": type(lay).__name__, "shape": shape, "converted": done,
                                 "reason": None if done else why})
+        if not any(d["converted"] for d in self.layers):
+            import warnings
+
+            warnings.warn("ampkit.keras fp8: no layer became Keras float8; the model trains in bfloat16 "
+                          "(see mp.fp8_layers)", stacklevel=3)
         return model
 
 
