@@ -85,11 +85,11 @@ def cheap_compile(monkeypatch):
     return compiled
 
 
-def _row(model: str, mode: str = "fp32", compile: str = "on", warmup: int = 0) -> BenchRow:
+def _row(model: str, mode: str = "fp32", compile: str = "on", warmup: int = 0, explain: bool = False) -> BenchRow:
     from ampkit.backends.torch.bench import run_mode
 
     cfg = BenchConfig(model=model, input_shape=(8,), num_classes=4, modes=mode, steps=3, warmup=warmup, device="cpu",
-                      batch_size=4, compile=compile)
+                      batch_size=4, compile=compile, explain=explain)
     return run_mode(cfg, mode, CPU, flops=None)
 
 
@@ -134,6 +134,21 @@ def test_a_model_dynamo_gives_up_on_is_no_silent_clean_compile(cheap_compile):
     assert row.graph_breaks >= 1
     assert "ran eagerly" in row.graph_break_reasons[-1] and "not while compiling" in row.graph_break_reasons[-1]
     assert "graph breaks!" in _table([row])
+
+
+def test_explain_on_an_oversubscribed_cpu_does_not_recompile_the_compiled_model(cheap_compile, monkeypatch):
+    """--compile on --explain with the load above the CPUs: eager rows are profiled on one thread, but the
+    thread count is a dynamo guard -- switching it recompiled inside the profiled step (its time all
+    'other', the row's recompiles 1 for a clean model)."""
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (1000.0, 1000.0, 1000.0))
+    threads = torch.get_num_threads()
+    row = _row("compile_models:tiny", warmup=1, explain=True)
+    assert row.status == "ok", row.error
+    assert row.recompiles == 0 and row.graph_breaks == 0
+    assert "oversubscribed" in row.explain_detail["approximate"] and "every thread" in row.explain_detail["approximate"]
+    assert torch.get_num_threads() == threads
 
 
 def test_without_a_cpp_compiler_the_row_says_compile_unavailable(monkeypatch):

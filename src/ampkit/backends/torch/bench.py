@@ -111,6 +111,12 @@ def _profiler(cfg: BenchConfig, device: torch.device):
         load, cpus = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0), os.cpu_count() or 1
         if device.type != "cpu" or load <= cpus:
             return profile_steps(step, explain_steps(cfg.steps), device)
+        if cfg.compile == "on":  # the thread count is a dynamo guard: one thread would recompile in the profile
+            got = profile_steps(step, explain_steps(cfg.steps), device)
+            got.approximate = (f"this CPU was oversubscribed (load {load:.1f} on {cpus} logical CPUs): the compiled "
+                               "steps were profiled on every thread (one thread would recompile the model), so "
+                               "waits for descheduled threads blur the shares")
+            return got
         # an oversubscribed CPU: a multi-threaded op waits for descheduled threads at every barrier, which
         # blurs which category grew; profile on one thread, as the doctor times, and say so
         from .doctor_ops import measuring_threads
