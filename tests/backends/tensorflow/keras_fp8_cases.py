@@ -81,6 +81,14 @@ def main() -> None:
             errors[name] = None
         except (UsageError, ModeUnavailableError) as exc:
             errors[name] = [type(exc).__name__, str(exc)]
+    import warnings
+
+    one = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="only")])
+    mp_one = ak.MixedPrecision("fp8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mp_one.prepare(one)
+    out("none_converted", fp8_layers=mp_one.fp8_layers, warnings=[str(w.message) for w in caught])
     mp16 = ak.MixedPrecision("bf16")
     plain = build(keras)
     out("errors", errors=errors, bf16_same=mp16.prepare(plain) is plain, bf16_layers=mp16.fp8_layers,

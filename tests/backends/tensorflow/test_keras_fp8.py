@@ -83,3 +83,11 @@ def test_doctor_fp8_selftest_runs_a_real_float8_step(cases):
     status, detail = cases["selftest"]["result"]
     assert status == "pass", detail
     assert "middle Dense as Keras float8" in detail and "emulated" in detail
+
+
+def test_a_model_with_nothing_to_convert_says_so(cases):
+    c = cases["none_converted"]
+    assert c["fp8_layers"] == [{"name": "only", "type": "Dense", "shape": [8, 4], "converted": False,
+                                "reason": "only Dense of the model: kept in float32 (fp8_skip_first_last=False "
+                                          "converts it)"}]
+    assert any("no layer became Keras float8" in w for w in c["warnings"]), c["warnings"]
