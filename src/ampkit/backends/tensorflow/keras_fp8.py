@@ -53,7 +53,8 @@ def fp8_support(flavor=None, backend: str = "tensorflow") -> tuple[bool, bool, s
 
     native, hw = fp8_hardware()
     if native:
-        return True, False, f"{hw}; Keras float8 layers (fp8 GEMMs where XLA rewrites them: jit_compile)"
+        return True, False, (f"{hw}; Keras float8 layers: fp8 GEMMs only where XLA rewrites their "
+                             "quantize-dequantize-matmul (jit_compile), which ampkit does not check")
     return True, True, (f"{hw}; fp8 numerics can be tried here in Keras's float8 layers (quantize-dequantize "
                         "around a bfloat16 matmul), without fp8 speed")
 
