@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..backends import FRAMEWORKS, parse_framework, resolve_framework
+    from ..backends import FRAMEWORKS, get_backend, parse_framework, resolve_framework
     from ..doctor import run_doctor
     from ..doctor.report import DoctorSet
     from ..environment import base_environment
@@ -25,6 +25,8 @@ def run(args) -> int:
     v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     frameworks = list(FRAMEWORKS) if framework == "all" else [resolve_framework(framework)]
+    for fw in frameworks:  # a framework that cannot run (not installed, Keras on torch/JAX) refuses before any measures
+        get_backend(fw)
     reports, cause = {}, None
     try:
         for fw in frameworks:

@@ -31,10 +31,12 @@ def test_fit_and_custom_loop_skip_overflow_and_halve_scale_without_tensorflow(ba
         assert line in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("backend,command", [("torch", ["bench", "--workload", "mlp"]), ("jax", ["doctor", "--quick"])])
+@pytest.mark.parametrize("backend,command", [("torch", ["bench", "--workload", "mlp"]), ("jax", ["doctor", "--quick"]),
+                                             ("jax", ["doctor", "--quick", "--framework", "all"])])
 def test_cli_refuses_another_keras_backend_in_one_line(backend, command):
     r = subprocess.run([sys.executable, "-m", "ampkit", command[0], "--framework", "tensorflow", *command[1:]],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "KERAS_BACKEND": backend})
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stderr[-2000:])
     assert f"Keras is set to the {backend!r} backend" in lines[0] and "KERAS_BACKEND=tensorflow" in lines[0]
+    assert "self-test" not in r.stdout and "measure" not in r.stdout, r.stdout  # refused before any framework ran
