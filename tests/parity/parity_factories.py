@@ -136,6 +136,12 @@ def uneven():
     return (torch.zeros(10, 8), torch.zeros(7).long()), blobs()[1]
 
 
+def short_drop_last():
+    """10 samples in a DataLoader of 16 that drops the last, incomplete batch: no batch at all."""
+    (x, y), test = blobs()
+    return DataLoader(TensorDataset(x[:10], y[:10]), batch_size=16, drop_last=True), test
+
+
 def flat_curve():
     """curve()'s targets flattened to (N,): against the regressor's (N, 1) output the default mean
     squared error would broadcast to (N, N) and train on a wrong loss."""

@@ -126,6 +126,8 @@ def test_a_run_that_raises_fails_its_mode_and_the_run_goes_on(monkeypatch):
     ("normalized_head", "uneven", "the train inputs and targets have different lengths (10 and 7)"),
     ("regressor", "flat_curve", "the train targets of parity_factories:flat_curve are (64,) and "
                                 "parity_factories:regressor's output (64, 1): the default loss (mean squared error"),
+    ("normalized_head", "short_drop_last", "parity_factories:short_drop_last: the train DataLoader yields no batch: "
+                                           "10 samples, batch size 16 and drop_last=True"),
     ("normalized_head", "nosuchmodule:f", "cannot import module 'nosuchmodule' for --data"),
     ("normalized_head", "parity_factories:nothing", "has no attribute 'nothing' (from --data parity_factories:nothing)"),
 ])
@@ -167,3 +169,18 @@ def test_a_workload_brings_its_loss_and_metric():
     assert rep.metric == "mean_abs_error" and rep.results[1].metric["higher_is_better"] is True
     fp32 = rep.results[0].runs[0]
     assert -1.5 < fp32.test_accuracy[-1] < 0 and fp32.test_loss[-1] > 0  # the negated error; the MSE
+
+
+def test_a_dataloader_keeps_its_drop_last():
+    """A user's DataLoader(drop_last=True) (e.g. for BatchNorm, which refuses a batch of one) trains on
+    full batches only: the paired order keeps the loader's drop_last."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ampkit.backends.torch.parity_data import make_feed
+
+    ds = TensorDataset(torch.zeros(33, 8), torch.zeros(33).long())
+    feed = make_feed(DataLoader(ds, batch_size=16, shuffle=True, drop_last=True), "train", "f", 64)
+    assert [len(x) for x, _ in feed.batches(0, 0, "cpu")] == [16, 16]
+    feed = make_feed(DataLoader(ds, batch_size=16), "train", "f", 64)
+    assert [len(x) for x, _ in feed.batches(0, 0, "cpu")] == [16, 16, 1]

@@ -75,11 +75,12 @@ class DatasetFeed:
     workers), batched in the paired order; an ``IterableDataset`` in its own order, seeded."""
 
     def __init__(self, obj, batch_size: int):
-        loader = obj if isinstance(obj, DataLoader) else None
-        self.dataset = loader.dataset if loader else obj
-        self.batch_size = (loader.batch_size if loader and loader.batch_size else batch_size)
-        self.collate = loader.collate_fn if loader else None
-        self.workers = loader.num_workers if loader else 0
+        loader = obj if isinstance(obj, DataLoader) else None  # never `if loader`: a DataLoader's truth is its length
+        self.dataset = loader.dataset if loader is not None else obj
+        self.batch_size = (loader.batch_size if loader is not None and loader.batch_size else batch_size)
+        self.collate = loader.collate_fn if loader is not None else None
+        self.workers = loader.num_workers if loader is not None else 0
+        self.drop_last = bool(loader is not None and loader.drop_last)  # e.g. BatchNorm refusing a batch of 1
         self.loader = loader
         self.iterable = isinstance(self.dataset, IterableDataset)
 
@@ -97,7 +98,8 @@ class DatasetFeed:
         else:
             order = loader_order(len(self.dataset), seed, epoch).tolist() if shuffle else range(len(self.dataset))
             kw = {"collate_fn": self.collate} if self.collate is not None else {}
-            source = DataLoader(self.dataset, batch_size=bs, sampler=order, num_workers=self.workers, **kw)
+            source = DataLoader(self.dataset, batch_size=bs, sampler=order, num_workers=self.workers,
+                                drop_last=self.drop_last, **kw)
         for batch in source:
             yield to_device(_pair(batch), device)
 
@@ -131,6 +133,10 @@ def _first(feed, part: str, spec: str, device):
     try:
         return next(iter(feed.batches(0, 0, device, shuffle=False)))
     except StopIteration:
+        n, loader = len(feed), getattr(feed, "loader", None)
+        if n > 0 and loader is not None and loader.drop_last:
+            raise UsageError(f"{spec}: the {part} DataLoader yields no batch: {n} samples, batch size "
+                             f"{feed.batch_size} and drop_last=True") from None
         raise UsageError(f"{spec}: the {part} data set is empty") from None
     except UsageError as exc:
         raise UsageError(f"{spec}: {exc}") from None
