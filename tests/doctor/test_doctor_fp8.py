@@ -38,8 +38,9 @@ def test_fp8_on_this_cpu_is_unsupported_but_works_emulated():
 
 
 def test_an_emulated_selftest_that_fails_fails_the_doctor_and_the_table_says_working():
+    from rich.console import Console
+
     from ampkit.render.doctor import render
-    from ampkit.render.output import console
 
     reports, rec, _ = evaluate(["fp32", "fp8"], lambda m: (m == "fp32", "hardware"), lambda m: ("fail", "broke")
                                if m == "fp8" else ("pass", ""), lambda m: None, quick=True,
@@ -48,7 +49,7 @@ def test_an_emulated_selftest_that_fails_fails_the_doctor_and_the_table_says_wor
     assert DoctorReport("torch", "cpu", reports, rec, "", {}).failed
     ok = {"fp32": ModeReport(True, selftest="pass", verdict="recommended"),
           "fp8": ModeReport(False, selftest="pass", verdict="unsupported", emulated=True, reason="emulated here")}
-    con = console(False)
+    con = Console(width=250, highlight=False)  # not the environment's COLUMNS: the test reads whole lines
     with con.capture() as cap:
         render(DoctorReport("torch", "cpu", ok, "fp32", "", {}), con)
     assert "working (emulated)" in cap.get() and not DoctorReport("torch", "cpu", ok, "fp32", "", {}).failed
