@@ -170,3 +170,27 @@ def test_a_kernel_only_mode_is_measured_but_never_recommended():
     fp8 = reports["fp8"]
     assert fp8.accelerated and fp8.speedup_ci[0] > 3 and fp8.training_speedup is None
     assert recommended == "fp32"
+
+
+def _fp8_doctor(speed, *, emulated=False, seed=0):
+    """fp8 with a real training step (torchao on fp8 hardware): planted like the other modes."""
+    reports, recommended, reason = evaluate(["fp32", "bf16", "fp8"], lambda m: (True, "planted"),
+                                            lambda m: ("pass", "planted"), make_work_for(speed, seed=seed),
+                                            quick=False, plan=Plan(max_rounds=7))
+    if emulated:  # the same measurement, but the fp8 ran in emulation: recommend() must not pick it
+        reports["fp8"].emulated = True
+        return reports, recommend(reports, False)[0]
+    return reports, recommended
+
+
+def test_fp8_recommended_only_when_its_training_step_beats_bf16_by_the_interval_rule():
+    # fp8 clearly faster than bf16 in training (2.4 vs 1.5): fp8
+    _, rec = _fp8_doctor({"bf16": (2.0, 1.5), "fp8": (4.0, 2.4)})
+    assert rec == "fp8"
+    # fp8 ahead by a hair the rounds cannot confirm: bf16 (fp8 must buy more than bf16 does)
+    for seed in range(4):
+        reports, rec = _fp8_doctor({"bf16": (2.0, 1.5), "fp8": (4.0, 1.55)}, seed=seed)
+        assert reports["fp8"].accelerated and rec == "bf16"
+    # the same clear gain measured in emulation: never recommended
+    _, rec = _fp8_doctor({"bf16": (2.0, 1.5), "fp8": (4.0, 2.4)}, emulated=True)
+    assert rec == "bf16"

@@ -183,12 +183,16 @@ def _training_faster(rep: ModeReport) -> bool:
 
 def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Series] | None = None) -> tuple[str, str]:
     """The fastest mode (by training step) that passed its self-test, is accelerated and trains
-    faster, else fp32 (fp8 is not a training mode). Unless that mode's training step is at least
-    the threshold faster than a preferred one's (bf16: no loss scaling), paired by round and read
-    at the interval's low end, the preferred one wins."""
+    faster, else fp32. Unless that mode's training step is at least the threshold faster than a
+    preferred one's (bf16: no loss scaling), paired by round and read at the interval's low end,
+    the preferred one wins. fp8 is a candidate only where it ran on fp8 hardware (never emulated)
+    with a measured training step, and only when it beats bf16's training step by that same rule:
+    fp8 changes the model's layers, so it must buy more than bf16 does."""
     series = series or {}
     candidates = [(m, r) for m, r in reports.items()
-                  if m not in ("fp32", "fp8") and r.selftest == "pass" and r.accelerated and _training_faster(r)]
+                  if m != "fp32" and r.selftest == "pass" and r.accelerated and _training_faster(r)
+                  and not (m == "fp8" and (getattr(r, "emulated", False)
+                                           or not _tell_apart(series, faster="fp8", slower="bf16")))]
     if candidates:
         mode, rep = max(candidates, key=lambda mr: mr[1].training_speedup)
         why = (f"{mode} passed its self-test; matmul/conv {rep.speedup:.2f}x {_ci(rep.speedup_ci)} and training step "
