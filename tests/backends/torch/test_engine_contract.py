@@ -219,3 +219,15 @@ def test_ampkit_audit_reports_the_contract_as_findings_of_kind_contract():
     assert all(f["severity"] == "warning" for f in contract)
     assert contract[0]["advice"].startswith("expected float32 master weights, found float64: ")
     assert contract[1]["advice"].startswith("expected float32 loss, found float16: ")
+
+
+def test_an_example_input_the_model_cannot_take_is_one_line_naming_verify():
+    """verify(example_input='abc') raised linear()'s TypeError from inside the model's forward."""
+    from ampkit.errors import UsageError
+
+    mp = MixedPrecision("bf16", device="cpu")
+    model = nn.Sequential(nn.Linear(8, 4))
+    with pytest.raises(UsageError, match=r"verify\(example_input=...\): the model's forward failed on it: TypeError"):
+        mp.verify(model, example_input="abc")
+    with pytest.raises(UsageError, match="RuntimeError: mat1 and mat2"):
+        mp.verify(model, example_input=torch.randn(3, 5))

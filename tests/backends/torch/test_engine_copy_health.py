@@ -205,3 +205,21 @@ def test_the_alarm_travels_in_state_dict_and_old_checkpoints_still_load(tmp_path
     older = MixedPrecision("fp16", "cpu")
     older.load_state_dict(torch.load(buf, weights_only=True))
     assert older.stats == mp.stats and older.health()["status"] == "ok"
+
+
+def test_load_state_dict_takes_a_gradscaler_state_and_refuses_a_non_state_in_one_line():
+    """A user moving from torch.amp.GradScaler loads its state_dict; None or a foreign dict is a
+    one-line UsageError (it was AttributeError on None, and 'saved in mode None' for GradScaler's state)."""
+    from ampkit.errors import UsageError
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=4096.0, growth_interval=7)
+    mp = MixedPrecision("fp16", device="cpu")
+    mp.load_state_dict(scaler.state_dict())
+    assert mp.get_scale() == 4096.0 and mp.stats["scale"] == 4096.0
+    assert mp.state_dict()["scaler"]["growth_interval"] == 7
+    with pytest.raises(UsageError, match="received NoneType"):
+        mp.load_state_dict(None)
+    with pytest.raises(UsageError, match="not a MixedPrecision state_dict"):
+        mp.load_state_dict({"foo": 1})
+    with pytest.raises(UsageError, match="GradScaler state_dict"):
+        MixedPrecision("bf16", device="cpu").load_state_dict(scaler.state_dict())

@@ -213,6 +213,10 @@ def probe(model, example_input, compute: torch.dtype, autocast: Callable | None)
                 model(**example_input)
             else:
                 model(*inputs)
+    except Exception as exc:  # the model's own error on this input, in one line (the cause stays chained)
+        from ....errors import UsageError
+        raise UsageError(f"verify(example_input=...): the model's forward failed on it: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     finally:
         for h in handles:
             h.remove()
