@@ -231,3 +231,7 @@ def test_an_example_input_the_model_cannot_take_is_one_line_naming_verify():
         mp.verify(model, example_input="abc")
     with pytest.raises(UsageError, match="RuntimeError: mat1 and mat2"):
         mp.verify(model, example_input=torch.randn(3, 5))
+    with pytest.raises(UsageError, match="needs a torch.nn.Module, received str"):
+        mp.verify("x")
+    with pytest.raises(UsageError, match="takes torch optimizers, received generator"):
+        mp.verify(model, (o for o in ()))

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ....errors import UsageError
 from .watch import LOW, LayerSeen, fsdp_units, intended_policy, kind_of, reduce_dtype_of, watch_layers
 
 __all__ = ["verify_torch", "verify_engine", "audit_findings", "CHECKS"]
@@ -76,12 +77,12 @@ def verify_torch(model: torch.nn.Module, optimizer=None, *, compute_dtype, loss_
             model's device when that is float16/bfloat16, else nothing).
     """
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"verify() needs a torch.nn.Module, received {type(model).__name__}")
+        raise UsageError(f"verify() needs a torch.nn.Module, received {type(model).__name__}")
     compute = _as_dtype(compute_dtype)
     opts = [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
     for opt in opts:
         if not isinstance(opt, torch.optim.Optimizer):
-            raise ValueError(f"verify() takes torch optimizers, received {type(opt).__name__}")
+            raise UsageError(f"verify() takes torch optimizers, received {type(opt).__name__}")
     names = {}
     for n, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), n)
@@ -104,7 +105,7 @@ def verify_engine(mp, model, optimizer, example_input) -> list[dict]:
     next forward and step are recorded afresh."""
     model = model if model is not None else mp.model
     if model is None:
-        raise ValueError("verify() needs the model: mp.verify(model) (or mp.prepare(model) before)")
+        raise UsageError("verify() needs the model: mp.verify(model) (or mp.prepare(model) before)")
     watch = mp._watch
     mine = watch.watches(model)
     findings = verify_torch(
@@ -214,7 +215,6 @@ def probe(model, example_input, compute: torch.dtype, autocast: Callable | None)
             else:
                 model(*inputs)
     except Exception as exc:  # the model's own error on this input, in one line (the cause stays chained)
-        from ....errors import UsageError
         raise UsageError(f"verify(example_input=...): the model's forward failed on it: "
                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     finally:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import threading
 
+from ....errors import UsageError
 from .following import Followers
 from .regions import region_maker
 from .watch import ContractWatch
 
-__all__ = ["engine_state", "restore_engine"]
+__all__ = ["checked_state", "engine_state", "restore_engine"]
 
 #: rebuilt on the copy, never copied
 _LOCAL = ("model", "_followers", "_local", "_locator", "_new_region", "_watch")
@@ -41,3 +42,23 @@ def restore_engine(mp, state: dict) -> None:
     mp._local = threading.local()
     mp._new_region = region_maker(mp.precision, mp.device.type, mp._math.region)
     mp._watch = ContractWatch()
+
+
+def checked_state(state, mode: str) -> dict:
+    """The state ``load_state_dict`` resumes from: an engine ``state_dict`` of this mode, or a
+    ``torch.amp.GradScaler`` state_dict (fp16); anything else is one UsageError."""
+    if not isinstance(state, dict):
+        raise UsageError(f"load_state_dict() takes the dict of mp.state_dict(), received {type(state).__name__}")
+    if "mode" not in state and "_growth_tracker" in state and "scale" in state:
+        if mode != "fp16":  # a torch.amp.GradScaler's own state_dict: its scale, as GradScaler loads it
+            raise UsageError(f"this is a torch.amp.GradScaler state_dict (fp16 loss scaling); the engine runs "
+                             f"{mode!r}, which has no loss scale to resume")
+        state = {"mode": mode, "scaler": state}
+    if "mode" not in state:
+        raise UsageError(f"load_state_dict(): not a MixedPrecision state_dict (no 'mode'; keys {sorted(state)[:6]})")
+    if state.get("mode") != mode:
+        raise UsageError(
+            f"this state was saved in mode {state.get('mode')!r} but the engine runs {mode!r}; "
+            "create MixedPrecision with the same mode to resume"
+        )
+    return state

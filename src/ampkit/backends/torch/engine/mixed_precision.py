@@ -25,13 +25,12 @@ from typing import Any
 import torch
 
 from ....capability import resolve_mode
-from ....errors import UsageError
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
 from ..tf32 import tf32_math
 from .alarm import engine_health, health_report, model_path
 from .contract import verify_engine
-from .copying import engine_state, restore_engine
+from .copying import checked_state, engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .fp8 import FP8_REGION, fp8_engine
@@ -359,20 +358,7 @@ class MixedPrecision:
                 **({"fp8": self._fp8.state_dict()} if self._fp8 else {})}
 
     def load_state_dict(self, state: dict) -> None:
-        if not isinstance(state, dict):
-            raise UsageError(f"load_state_dict() takes the dict of mp.state_dict(), received {type(state).__name__}")
-        if "mode" not in state and "_growth_tracker" in state and "scale" in state:
-            if self.mode != "fp16":  # a torch.amp.GradScaler's own state_dict: its scale, as GradScaler loads it
-                raise UsageError(f"this is a torch.amp.GradScaler state_dict (fp16 loss scaling); the engine runs "
-                                 f"{self.mode!r}, which has no loss scale to resume")
-            state = {"mode": self.mode, "scaler": state}
-        if "mode" not in state:
-            raise UsageError(f"load_state_dict(): not a MixedPrecision state_dict (no 'mode'; keys {sorted(state)[:6]})")
-        if state.get("mode") != self.mode:
-            raise ValueError(
-                f"this state was saved in mode {state.get('mode')!r} but the engine runs {self.mode!r}; "
-                "create MixedPrecision with the same mode to resume"
-            )
+        state = checked_state(state, self.mode)
         if self._fp8:
             self._fp8.load_state_dict(state.get("fp8"))
         self._steps = int(state.get("steps", 0))
