@@ -69,3 +69,24 @@ def test_precision_line_only_where_the_declared_mode_does_not_run(tmp_path, decl
     rec = _record(tmp_path, scaler)
     line = rec.precision(declared=declared, setting=f"X({declared})", mode=mode, scaler=scaler)
     assert (line is not None) == said and len(rec.warnings) == int(said)
+
+
+def test_an_unwritable_json_path_is_one_logged_line_and_the_run_goes_on(tmp_path, caplog, monkeypatch):
+    """A json_path under a file (or in /proc) raised NotADirectoryError/FileNotFoundError from
+    on_train_end after the whole run, and at the first failure in the middle of it; '~' made a
+    directory named '~' in the working directory."""
+    (tmp_path / "afile").write_text("x")
+    rec = TrainRecord(source="test", trainer="trainer 1.0", k=3, json_path=str(tmp_path / "afile" / "sub" / "r.json"))
+    rec.set_modules([("a", "Linear"), ("b", "ReLU"), ("c", "Linear")], ["a", "c"])
+    rec.scaler, rec.mode = False, "bf16"
+    with caplog.at_level("WARNING"):
+        assert rec.add(StepRow(1, NAN, [1.0, NAN, NAN], [NAN, NAN]))
+        assert rec.write(rec.json_path) is None
+    assert rec.first == {"name": "b", "phase": "forward", "step": 1} and rec.failure_path is None
+    said = [r.getMessage() for r in caplog.records if "could not write" in r.getMessage()]
+    assert len(said) == 2 and "NotADirectoryError" in said[0] and "the run goes on" in said[0]
+    assert not any("steps before it are in" in r.getMessage() for r in caplog.records)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert rec.write("~/home.json") == str(tmp_path / "home.json") and (tmp_path / "home.json").exists()
+    assert not (tmp_path / "~").exists()

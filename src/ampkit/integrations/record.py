@@ -16,6 +16,7 @@ gradient is applied to the weights, so it is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -224,10 +225,10 @@ class TrainRecord:
             log.warning("%s: the last %d steps before it are kept in memory (record.document()); pass "
                         "json_path= to write them for `ampkit report`", self.source, len(self.failure_rows))
             return
-        self.failure_path = self.json_path or os.path.join(self.fallback_dir, "ampkit_first_failure.json")
-        self.write(self.failure_path)
-        log.warning("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
-                    len(self.failure_rows), self.failure_path, self.failure_path)
+        self.failure_path = self.write(self.json_path or os.path.join(self.fallback_dir, "ampkit_first_failure.json"))
+        if self.failure_path:
+                log.warning("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
+                        len(self.failure_rows), self.failure_path, self.failure_path)
 
     @staticmethod
     def _index(mods, name):
@@ -293,11 +294,20 @@ class TrainRecord:
                         ring_buffer=ring, ledger=self.ledger(), summary=self.summary(),
                         initial_loss_scale=self.initial_scale or float(scale), skipped_steps=len(self.skipped))
 
-    def write(self, path: str) -> str:
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
+    def write(self, path: str) -> str | None:
+        """Write the document to ``path`` (``~`` expanded); a path that cannot be written is one
+        logged line and None, never an error that ends (or follows) the user's training run."""
+        path = os.path.expanduser(path)
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.document(), fh, indent=1, default=str)
-        os.replace(tmp, path)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.document(), fh, indent=1, default=str)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("%s: could not write %s (%s: %s); the run goes on without it", self.source, path,
+                        type(exc).__name__, exc.strerror or exc)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            return None
         return path

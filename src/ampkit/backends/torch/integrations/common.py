@@ -19,6 +19,8 @@ class CallbackCore:
                  min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10) -> None:
         if json_path is not None and not isinstance(json_path, (str, os.PathLike)):
             raise UsageError(f"AmpkitCallback: json_path must be a file path (str), received {json_path!r}")
+        if json_path is not None:
+            json_path = os.path.expanduser(os.fspath(json_path))
         if json_path is not None and os.path.isdir(json_path):
             raise UsageError(f"AmpkitCallback: json_path {os.fspath(json_path)!r} is a directory; name a .json file in it")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
