@@ -46,6 +46,34 @@ def test_the_cli_refuses_a_bad_compile_value(capsys):
     assert code == 2 and "--compile" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("compile_", ["on", "both"])
+def test_compile_with_logical_cpu_replicas_is_one_usage_line(compile_):
+    # XLA under MirroredStrategy on logical CPU devices fails every mode ("Trying to access resource
+    # dense/kernel/replica_1"): refused up front; a strategy over real devices may still compile.
+    with pytest.raises(UsageError, match=r"^--compile on\|both cannot run with --replicas"):
+        BenchConfig(strategy="mirrored", replicas=2, compile=compile_)
+    assert BenchConfig(strategy="mirrored", compile=compile_).compile == compile_
+    assert BenchConfig(strategy="mirrored", replicas=2).compile == "off"
+
+
+def test_a_global_batch_smaller_than_the_replicas_is_refused():
+    with pytest.raises(UsageError, match=r"--batch-size 1 is smaller than --replicas 2"):
+        BenchConfig(strategy="mirrored", replicas=2, batch_size=1)
+    assert BenchConfig(strategy="mirrored", replicas=2, batch_size=2).batch_size == 2
+
+
+def test_the_cli_refuses_compile_with_replicas(capsys):
+    from ampkit.cli.main import main
+
+    try:
+        code = main(["bench", "--framework", "tensorflow", "--strategy", "mirrored", "--replicas", "2",
+                     "--compile", "on"])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "--replicas" in err and "Traceback" not in err
+
+
 def test_a_compiled_run_never_times_its_compiling_step():
     assert compiled_warmup(0, True) == 1 and compiled_warmup(5, True) == 5 and compiled_warmup(0, False) == 0
 

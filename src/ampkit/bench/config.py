@@ -93,6 +93,7 @@ class BenchConfig:
         self._set("modes", _modes(self.modes))
         self._set("input_shape", _input_shape(self.input_shape))
         self._set("batch_size", _batch_size(self.batch_size))
+        _replica_limits(self)
         if self.memory_budget is not None:
             if self.batch_size not in (None, AUTO_BATCH):
                 raise UsageError("--memory-budget sets the limit for --batch-size auto; drop the explicit --batch-size")
@@ -132,6 +133,18 @@ def _strategy(cfg: BenchConfig) -> None:
         raise UsageError("--replicas N sets the devices of --strategy mirrored; add --strategy mirrored")
     if cfg.strategy is not None and isinstance(cfg.batch_size, str):
         raise UsageError("--strategy mirrored runs a fixed global batch; give --batch-size N (or none), not auto")
+
+
+def _replica_limits(cfg: BenchConfig) -> None:
+    """--replicas N (logical CPU devices): no XLA compile there, and a global batch of at least N."""
+    if cfg.replicas is None:
+        return
+    if cfg.compile != "off":
+        raise UsageError("--compile on|both cannot run with --replicas (XLA cannot place a mirrored variable "
+                         "on logical CPU devices); drop --compile or --replicas")
+    if isinstance(cfg.batch_size, int) and cfg.batch_size < cfg.replicas:
+        raise UsageError(f"--batch-size {cfg.batch_size} is smaller than --replicas {cfg.replicas}: a replica "
+                         "would get an empty batch; give a global batch of at least the replica count")
 
 
 def _modes(modes) -> tuple[str, ...]:
