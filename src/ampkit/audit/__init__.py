@@ -20,7 +20,7 @@ __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
 
 def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scale=None, steps=1, device="auto",
-          lr=None, seed=0, what_if=False, formats=None) -> AuditReport:
+          lr=None, seed=0, what_if=False, formats=None, compile=False) -> AuditReport:
     """Audit the numerics of ``mode`` layer by layer against an fp32 reference (PyTorch).
 
     The model runs twice per step on the same batch and weights -- an fp32 reference and the mode
@@ -45,6 +45,8 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
             and fp8 would work (``report.what_if``; ``mode`` is not used, ``loss_scale`` is the
             fp16 scale the gradient shares are given at). See ``ampkit.audit.whatif``.
         formats: the formats a what-if run predicts (default ``("fp16", "bf16", "fp8")``).
+        compile: also run the forward under ``torch.compile`` in the mode and flag ("compile"
+            findings) the modules whose output compilation changes beyond the mode's eager error.
 
     Returns:
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
@@ -58,7 +60,7 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
     from .config import WHAT_IF_FORMATS
 
     config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=device, seed=seed, what_if=what_if,
-                         formats=WHAT_IF_FORMATS if formats is None else formats)
+                         formats=WHAT_IF_FORMATS if formats is None else formats, compile=compile)
     return audit_here(config, get_backend("torch"), LiveModel(model_or_workload, batch, loss_fn, lr))
 
 

@@ -58,6 +58,7 @@ class AuditConfig:
     timeout: float | None = DEFAULT_TIMEOUT_S  # seconds the isolated audit may take (None: no limit)
     what_if: bool = False            # --what-if: float32 steps only, predictions for ``formats``
     formats: tuple[str, ...] = WHAT_IF_FORMATS  # --formats of a what-if run (canonical names, each once)
+    compile: bool = False            # --compile: also compare torch.compile's forward with eager, per module
 
     def __post_init__(self) -> None:
         mode = parse_mode(self.mode)
@@ -67,6 +68,12 @@ class AuditConfig:
         object.__setattr__(self, "formats", parse_formats(self.formats))
         if not isinstance(self.what_if, bool):
             raise UsageError(f"what_if must be True or False; received {self.what_if!r}")
+        if not isinstance(self.compile, bool):
+            raise UsageError(f"compile must be True or False; received {self.compile!r}")
+        if self.compile and self.what_if:
+            raise UsageError("--compile audits a mode's compiled forward; it does not combine with --what-if")
+        if self.compile and mode == "fp8":
+            raise UsageError("--compile audits fp16 or bf16; fp8's layers are torchao's, not compared under compile")
         int_in(self.steps, "--steps", 1, MAX_AUDIT_STEPS)
         int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)

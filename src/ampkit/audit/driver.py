@@ -120,6 +120,13 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
                          session.environment(), session.workload, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)
     notes = list(session.notes)
+    if config.compile:  # --compile: eager vs torch.compile per module (backends/torch/audit_compile.py)
+        check = getattr(session, "compile_findings", None)
+        if not callable(check):
+            raise UsageError("audit --compile is PyTorch-only")
+        more, note = check()
+        findings += more
+        notes += [note] if note else []
     if backoffs:
         report.initial_loss_scale, report.skipped_steps = initial_scale, backoffs
         notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs))

@@ -10,10 +10,10 @@ from ..formats import FloatFormat
 
 #: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
 DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
-SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4}
+SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4, "compile": 4}
 #: the words of each rank: a precision note never reads like an overflow
 SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
-FINDING_KINDS = ("overflow", "underflow", "nonfinite", "precision", "contract")
+FINDING_KINDS = ("overflow", "underflow", "nonfinite", "precision", "contract", "compile")
 #: the contract's keys (and types) of an audit document, its layers and findings; the rest is optional
 SCHEMA = {"mode": str, "loss_scale": NUM, "layers": list, "first_nonfinite": (dict, type(None)), "findings": list}
 LAYER_SCHEMA = {"name": str, "type": str, "fwd_amax": OPT_NUM, "fwd_headroom_log2": OPT_NUM,

@@ -25,6 +25,9 @@ def add_arguments(p) -> None:
                         "(verdicts, the fp16 loss-scale range, the first module to overflow, fp8 scalings)")
     p.add_argument("--formats", default=None, metavar="fp16,bf16,fp8",
                    help="the formats --what-if predicts (default: all three)")
+    p.add_argument("--compile", action="store_true",
+                   help="PyTorch: also run the forward under torch.compile in the mode and name the modules whose "
+                        "output compilation changes beyond the mode's own eager error")
     p.add_argument("--batch-size", type=int, default=None, metavar="N", help="batch size (default: the workload's)")
     add_run_flags(p)
     add_timeout(p, "the audit")
@@ -48,12 +51,14 @@ def run(args) -> int:
         raise UsageError("--formats applies to --what-if only")
     if args.what_if and args.mode is not None:
         raise UsageError("--what-if runs float32 only and predicts every format; --mode does not apply (use --formats)")
+    if args.compile and framework == "tensorflow":
+        raise UsageError("audit --compile is PyTorch-only")
     steps = args.steps if args.steps is not None else (3 if args.what_if else 1)
     cfg = AuditConfig(workload=args.workload, model=args.model, input_shape=parse_shape(args.input_shape),
                       num_classes=args.num_classes, mode=args.mode or "fp16", steps=steps, loss_scale=args.loss_scale,
                       batch_size=args.batch_size, device=args.device, seq_len=args.seq_len,
                       image_size=args.image_size, timeout=args.timeout, what_if=args.what_if,
-                      formats=args.formats if args.formats is not None else WHAT_IF_FORMATS)
+                      formats=args.formats if args.formats is not None else WHAT_IF_FORMATS, compile=args.compile)
     v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     backend = get_backend(framework)  # a missing framework: one line here, not from the child

@@ -55,7 +55,7 @@ def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe) -> tuple[
 
 def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
           loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None,
-          seed: int = 0, what_if: bool = False, formats=None) -> AuditReport:
+          seed: int = 0, what_if: bool = False, formats=None, compile: bool = False) -> AuditReport:
     """Audit the numerics of ``mode`` layer by layer against an fp32 reference: ``ampkit.audit``
     (the same parameters), run by the neutral driver through :class:`TorchAudit`'s session.
 
@@ -65,7 +65,8 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
     from ...audit import audit as neutral_audit
 
     return neutral_audit(model_or_workload, batch, loss_fn, mode=mode, loss_scale=loss_scale, steps=steps,
-                         device=device, lr=lr, seed=seed, what_if=what_if, formats=formats)
+                         device=device, lr=lr, seed=seed, what_if=what_if, formats=formats,
+                         compile=compile)
 
 
 @contextlib.contextmanager
@@ -231,6 +232,11 @@ class TorchAuditSession:
 
     def layers(self) -> list[LayerStats]:
         return [self._layers[n] for n in self._names if n in self._layers]
+
+    def compile_findings(self) -> tuple[list, str | None]:
+        from .audit_compile import compile_check
+
+        return compile_check(self.model, self.batch[0], self.mode, self.fmt, self.dev, self.seed)
 
     def contract_findings(self) -> list:
         """Findings of kind ``"contract"`` (engine.contract.audit_findings), read by the driver."""
