@@ -61,6 +61,8 @@ def tutorial_order():
             assert compute == ("bfloat16" if inside and want == "bf16" else "float16"), (mode, inside, compute)
             opt = mp.optimizer(keras.optimizers.SGD(1e6))
             assert _keeps_gradients(np, keras, mp, model, opt), (mode, inside, "mp.optimizer")
+            # bf16 under the global mixed_float16: mp.optimizer wraps with loss scaling, health says so
+            assert mp.health()["loss_scaling"] is True, (mode, inside, mp.health())
         # a plain optimizer on the float16 model built outside: train_step adds loss scaling, verify says so
         model = _model(keras)
         plain = keras.optimizers.SGD(1e6)

@@ -83,6 +83,7 @@ class MixedPrecision:
         self.initial_scale, self.dynamic_growth_steps = _scale_args(initial_scale, dynamic_growth_steps)
         self._health = keras_health(min_scale_warning, consecutive_skip_warning)
         self._added_scaling: dict[int, tuple] = {}  # id(user optimizer) -> (it, the loss-scale optimizer around it)
+        self._wrapped_for_half = False  # mp.optimizer wrapped for float16 compute the mode itself does not scale
         self._checked: dict[tuple[int, int], bool] = {}
         self._last_scale: dict[int, float] = {}
         keras_policy.report(self.policy_note)
@@ -151,6 +152,7 @@ class MixedPrecision:
         half = POLICY_MODE.get(self.global_policy_found or "") == "fp16" or (model is not None and float16_layers(model))
         if not (self.precision.loss_scaling or half):
             return inner
+        self._wrapped_for_half = self._wrapped_for_half or bool(half)
         return flavor.wrap(inner, self.initial_scale, self.dynamic_growth_steps)
 
     @staticmethod
@@ -211,7 +213,7 @@ class MixedPrecision:
         """``{"status": "ok"|"warning"|"collapsed", "messages": [...], "steps", "skipped", "scale", ...}``: the
         loss-scale alarm, fed by :meth:`callback` in ``fit`` and by :meth:`train_step` run eagerly."""
         out = self._health.report()
-        out["loss_scaling"] = bool(self.precision.loss_scaling or self._added_scaling)
+        out["loss_scaling"] = bool(self.precision.loss_scaling or self._added_scaling or self._wrapped_for_half)
         return out
 
     @property
