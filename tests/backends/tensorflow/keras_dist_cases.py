@@ -139,6 +139,12 @@ def _custom_loop(tf, strategy, x, y):
         scales.append(float(opt.dynamic_scale.numpy()))
     assert scales == [32.0, 16.0, 16.0], scales
     _check(np, snapshots, "custom loop")
+    # the same step run eagerly (no tf.function): the alarm is fed once a step, from the shared scale
+    assert mp.stats["steps"] == 0, mp.stats  # a traced step cannot feed it (README)
+    for xb, yb in data:
+        strategy.run(mp.train_step, args=(model, opt, xb, yb, loss_fn))
+    want = float(opt.dynamic_scale.numpy())
+    assert mp.stats["steps"] == 3 and mp.stats["scale"] == want, (mp.stats, want)
     print("loop ok", scales)
 
 

@@ -287,8 +287,12 @@ class MixedPrecision:
             from .tfimport import import_tf
 
             tf = import_tf()
-            if not tf.executing_eagerly() or (tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context()):
+            if not tf.executing_eagerly():
                 return
+            if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+                # eager strategy.run: the replicas share the (mirrored) scale; the first one feeds the alarm once a step
+                if int(tf.distribute.get_replica_context().replica_id_in_sync_group) != 0:
+                    return
         before = self._last_scale.get(id(opt), float(getattr(opt, "initial_scale", 0.0)) or None)
         scale = flavor.loss_scale(opt)
         skipped = flavor.skipped(opt, before, scale)
