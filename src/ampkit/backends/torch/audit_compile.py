@@ -1,6 +1,7 @@
 """``ampkit audit --compile``: does ``torch.compile`` change a module's forward under the mode?
 
-The model's forward runs three times on the same batch and weights, no gradients, same randomness:
+The model's forward runs three times on the same batch and weights, no gradients, in eval mode
+(inductor draws dropout masks from a generator of its own, so train-mode outputs could not agree):
 eager in float32 (the reference), eager in the mode, and ``torch.compile(model)`` (the default
 inductor backend) in the mode. Forward hooks on every leaf module capture its input and output;
 dynamo traces registered hooks into the compiled graph, so they fire under compile too (checked in
@@ -68,6 +69,15 @@ def _capture(model: nn.Module, forward, inputs, mp: MixedPrecision, seed: int, d
 def compile_check(model: nn.Module, inputs, mode: str, fmt, device, seed: int = 0) -> tuple[list, str | None]:
     """The compile findings and a note (why there are none to give, or what was compared)."""
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    was_training = model.training
+    model.eval()  # inductor draws dropout masks from its own generator: eager's masks cannot be matched
+    try:
+        return _compare(model, inputs, mode, fmt, device, seed, buffers)
+    finally:
+        model.train(was_training)
+
+
+def _compare(model, inputs, mode, fmt, device, seed, buffers) -> tuple[list, str | None]:
 
     def restore():
         with torch.no_grad():
@@ -107,4 +117,5 @@ def compile_check(model: nn.Module, inputs, mode: str, fmt, device, seed: int = 
                 f"{comp_err:.3g} compiled; keep it out of compile (torch.compiler.disable on its forward) "
                 "or run it in float32 so eager and compiled training agree", 4,
                 f"m = model.get_submodule({n!r}); m.forward = torch.compiler.disable(m.forward)"))
-    return findings, f"audit --compile: {len(names)} leaf modules compared, eager vs compiled in {mode}"
+    return findings, (f"audit --compile: {len(names)} leaf modules compared, eager vs compiled in {mode} (eval mode: "
+                      "dropout off, as compiled dropout draws other masks)")
