@@ -20,7 +20,6 @@ steps see later weights; :meth:`Fp8AuditSession.close` gives the model back as i
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
@@ -31,6 +30,7 @@ import torch.nn as nn
 from ...audit.core import Advice
 from ...audit.ops import StepOutcome
 from ...audit.report import LayerStats
+from .audit import _restore, _same_randomness
 from .engine import MixedPrecision
 from .environment import torch_environment
 
@@ -41,20 +41,6 @@ OUTPUT_ERROR_LIMIT = 0.10
 RATIO_LIMIT = 32.0
 #: a cast that flushes more than this share of its nonzero values to zero gets advice
 FLUSH_LIMIT = 0.01
-
-
-@contextlib.contextmanager
-def _same_randomness(device, seed: int):
-    """Every pass of a step draws the same random numbers (dropout), the user's stream untouched."""
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        yield
-
-
-def _restore(saved) -> None:
-    with torch.no_grad():
-        for t, value in saved:
-            t.copy_(value)
 
 
 def _fp32_hint(device_type: str):
