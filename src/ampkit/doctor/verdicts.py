@@ -16,6 +16,7 @@ threshold and flip between runs, which is the failure this module exists to prev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
@@ -29,6 +30,19 @@ ACCEL_THRESHOLD = 1.10
 TRAINING_GAIN = 1.05
 #: between two accelerated modes the measurement cannot tell apart, the first of these wins
 PREFERENCE = ("bf16",)
+#: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
+FP8_LOSS_GAP = 0.05
+
+
+def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:
+    """The fp8 self-test's rule, the same in every framework: one step's fp8 loss against bf16's on a
+    clean batch. (relative gap, why it fails — None when it passes)."""
+    if not math.isfinite(l8):
+        return math.nan, f"fp8 loss is {l8} on a clean batch"
+    gap = abs(l8 - l16) / max(abs(l16), 1e-6)
+    if gap > FP8_LOSS_GAP:
+        return gap, f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < {FP8_LOSS_GAP:.0%})"
+    return gap, None
 
 
 def ratio_words(s: float) -> str:

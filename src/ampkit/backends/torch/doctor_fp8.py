@@ -5,12 +5,12 @@ Without torchao (``ampkit[fp8]``) the doctor keeps its scaled-matmul check of th
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...doctor.verdicts import fp8_loss_gap
 from ...errors import one_line
 from .engine import MixedPrecision
 from .engine.fp8 import fp8_support, torchao_installed
@@ -56,12 +56,10 @@ def _step(device: torch.device, emulated: bool) -> tuple[str, str]:
             bad = [str(p.dtype) for p in model.parameters() if p.dtype != torch.float32]
             if bad:
                 return "fail", f"master weights are not float32 after an fp8 step: {bad}"
-    l8, l16 = losses["fp8"], losses["bf16"]
-    if not math.isfinite(l8):
-        return "fail", f"fp8 loss is {l8} on a clean batch"
-    gap = abs(l8 - l16) / max(abs(l16), 1e-6)
-    if gap > 0.05:
-        return "fail", f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < 5%)"
+    l8 = losses["fp8"]
+    gap, why = fp8_loss_gap(l8, losses["bf16"])
+    if why:
+        return "fail", why
     how = "emulated by torchao, no fp8 speed here" if emulated else "torchao fp8 kernels"
     return "pass", (f"one fp8 step through the engine ({how}): middle Linear as Float8Linear, loss {l8:.4g} within "
                     f"{gap:.2%} of bf16's, weights updated, master weights float32")
