@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from .breakdown import CATEGORIES, HOST_IDLE, WORDS
+from .compiled import row_label
 
 #: a size-table speedup at least this large counts as "gains" (the doctor's threshold)
 GAIN = 1.10
@@ -143,20 +144,16 @@ def gpu_rules(row, base, rows, env: dict) -> list[str]:
     return out
 
 
-def _label(row) -> str:
-    return row.mode + (" (compiled)" if getattr(row, "compiled", False) else "")
-
-
 def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
     if row is base:
         shares = row.breakdown or {}
         top = sorted((c for c in shares if shares[c] > 0), key=lambda c: -shares[c])[:3]
-        return [f"{_label(row)} is the baseline: " + ", ".join(f"{c} {shares[c]:.0%}" for c in top) + " of its step"]
+        return [f"{row_label(row)} is the baseline: " + ", ".join(f"{c} {shares[c]:.0%}" for c in top) + " of its step"]
     ratio = row.speedup_vs_fp32 or (base.step_ms["p50"] / row.step_ms["p50"]
                                     if base.step_ms.get("p50") and row.step_ms.get("p50") else None)
     out = []
     if ratio:
-        out.append(f"{_label(row)} is {_x(ratio)} {_label(base)} here ({row.step_ms['p50']:.2f} ms vs "
+        out.append(f"{row_label(row)} is {_x(ratio)} {row_label(base)} here ({row.step_ms['p50']:.2f} ms vs "
                    f"{base.step_ms['p50']:.2f} ms per step)")
     cats = [*CATEGORIES, HOST_IDLE]
     deltas = {c: _ms(row, c) - _ms(base, c) for c in cats}

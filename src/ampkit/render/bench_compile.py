@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
+from ..bench.compiled import row_label as label  # a row's column header, the same name explain's sentences use
 from .output import fmt
-
-
-def label(r) -> str:
-    """A row's column header: its mode, marked when compiled (``--compile on|both``)."""
-    return r.mode + (" (compiled)" if getattr(r, "compiled", False) else "")
 
 
 def _breaks(n) -> str:
