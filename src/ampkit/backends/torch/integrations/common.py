@@ -74,6 +74,20 @@ class CallbackCore:
         return self.record.summary_line()
 
 
+class CoreViews:
+    """What both callbacks show of their :class:`CallbackCore` (``self.core``) after training."""
+
+    core: CallbackCore
+
+    @property
+    def record(self) -> TrainRecord | None:
+        return self.core.record
+
+    @property
+    def ledger(self) -> dict | None:
+        return self.core.record.ledger() if self.core.record else None
+
+
 def param_findings(model: torch.nn.Module, mode: str, optimizer=None) -> list[dict]:
     """Mixed precision keeps float32 master weights, gradients and optimizer state: the engine's
     contract check (``verify_torch``, issue #22) on the model as the trainer holds it (autocast is

@@ -16,14 +16,14 @@ import transformers
 from transformers import TrainerCallback
 
 from ....integrations.record import DEFAULT_K
-from .common import CallbackCore, grad_scale_pending
+from .common import CallbackCore, CoreViews, grad_scale_pending
 
 __all__ = ["AmpkitCallback"]
 
 log = logging.getLogger("ampkit.integrations.transformers")
 
 
-class AmpkitCallback(TrainerCallback):
+class AmpkitCallback(CoreViews, TrainerCallback):
     """Watches a HuggingFace ``Trainer`` run: skip ledger, loss-scale health, LR scheduler on skipped
     steps, a pre-failure ring buffer written as an ``audit`` document on the first inf/NaN, and the
     declared precision against what runs.
@@ -47,14 +47,6 @@ class AmpkitCallback(TrainerCallback):
         self.core = CallbackCore(json_path, k=k, read_every=read_every, min_scale_warning=min_scale_warning,
                                  consecutive_skip_warning=consecutive_skip_warning)
         self.summary: dict | None = None
-
-    @property
-    def record(self):
-        return self.core.record
-
-    @property
-    def ledger(self) -> dict | None:
-        return self.core.record.ledger() if self.core.record else None
 
     # ------------------------------------------------------------------ the Trainer's events
     def on_train_begin(self, args, state, control, model=None, **kwargs):

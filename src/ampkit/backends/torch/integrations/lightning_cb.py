@@ -23,7 +23,7 @@ import lightning
 from lightning.pytorch.callbacks import Callback
 
 from ....integrations.record import DEFAULT_K
-from .common import CallbackCore, grad_scale_pending
+from .common import CallbackCore, CoreViews, grad_scale_pending
 
 __all__ = ["AmpkitCallback"]
 
@@ -56,7 +56,7 @@ except ImportError:  # another Lightning layout: the check falls back to the pre
     pass
 
 
-class AmpkitCallback(Callback):
+class AmpkitCallback(CoreViews, Callback):
     """Watches a Lightning run: skip ledger, loss-scale health, LR scheduler on skipped steps, a
     pre-failure ring buffer written as an ``audit`` document on the first inf/NaN, and the declared
     precision against what runs. Arguments as in ``ampkit.integrations.transformers.AmpkitCallback``
@@ -71,14 +71,6 @@ class AmpkitCallback(Callback):
         self._scaler = None
         self._schedulers: list = []
         self._declared = ("32-true", "")
-
-    @property
-    def record(self):
-        return self.core.record
-
-    @property
-    def ledger(self) -> dict | None:
-        return self.core.record.ledger() if self.core.record else None
 
     # ------------------------------------------------------------------ Trainer
     def on_fit_start(self, trainer, pl_module):
