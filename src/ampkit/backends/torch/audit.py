@@ -13,7 +13,6 @@ needs about twice the activation memory of a plain one.
 
 from __future__ import annotations
 
-import contextlib
 import keyword
 import math
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
 from .numerics.probes import InputProbe, StepProbe
+from .numerics.replay import restore as _restore
+from .numerics.replay import same_randomness as _same_randomness
 from .workloads import Workload, build_workload, cross_entropy
 
 #: GradScaler's default init_scale: an fp16 audit looks at what a default run sees
@@ -67,21 +68,6 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
     return neutral_audit(model_or_workload, batch, loss_fn, mode=mode, loss_scale=loss_scale, steps=steps,
                          device=device, lr=lr, seed=seed, what_if=what_if, formats=formats,
                          compile=compile)
-
-
-@contextlib.contextmanager
-def _same_randomness(device, seed: int):
-    """Both passes of a step draw the same random numbers (dropout masks, anything a model draws):
-    the global generators are seeded alike inside a fork, so the user's random stream is untouched."""
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        yield
-
-
-def _restore(buffers) -> None:
-    with torch.no_grad():
-        for b, saved in buffers:
-            b.copy_(saved)
 
 
 def _fails_in_fp32_too(model, workload, batch, device, seed, buffers, exc: Exception) -> None:

@@ -30,9 +30,10 @@ import torch.nn as nn
 from ...audit.core import Advice
 from ...audit.ops import StepOutcome
 from ...audit.report import LayerStats
-from .audit import _restore, _same_randomness
 from .engine import MixedPrecision
 from .environment import torch_environment
+from .numerics.replay import restore as _restore
+from .numerics.replay import same_randomness as _same_randomness
 
 #: an fp8 layer's output error above this (relative, vs fp32) gets advice...
 OUTPUT_ERROR_LIMIT = 0.10
