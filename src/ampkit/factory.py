@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 
-from .errors import UsageError
+from .errors import UsageError, one_line
 
 
 def parse_shape(text: str | None) -> tuple[int, ...] | None:
@@ -44,6 +44,17 @@ def load_factory(spec: str, flag: str = "--model"):
     if not callable(factory):
         raise UsageError(f"{spec} is a {type(factory).__name__}, not a callable factory")
     return factory
+
+
+def call_user(factory, spec: str):
+    """Call a user's (already loaded) factory: a usage error it raises passes through, any other
+    failure is one usage line naming ``spec``."""
+    try:
+        return factory()
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"calling {spec}() failed: {one_line(exc)}") from None
 
 
 def call_factory(spec: str):

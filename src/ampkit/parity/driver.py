@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError, one_line
-from ..factory import load_factory
+from ..factory import call_user, load_factory
 from .config import ParityConfig
 from .core import summarize
 from .datasets import load
@@ -167,12 +167,7 @@ def user_data(config: ParityConfig) -> ParityData:
 
 def split_data(make_data, spec: str) -> dict:
     """``{"train": ..., "test": ...}`` from a data factory's ``(train, validation)``."""
-    try:
-        parts = make_data()
-    except UsageError:
-        raise
-    except Exception as exc:
-        raise UsageError(f"calling {spec}() failed: {one_line(exc)}") from None
+    parts = call_user(make_data, spec)
     if not (isinstance(parts, (tuple, list)) and len(parts) == 2):
         what = f"a {type(parts).__name__}" + (f" of {len(parts)}" if isinstance(parts, (tuple, list)) else "")
         raise UsageError(f"{spec}() returned {what}; expected (train, validation): two data sets")

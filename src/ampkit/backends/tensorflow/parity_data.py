@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from ...errors import UsageError, one_line
+from ...factory import call_user
 from ...parity.ops import ParityData
 
 
@@ -74,12 +75,7 @@ def build(data: ParityData, spec: str):
     """Call the model factory; a usage error unless it returns a Keras 3 model."""
     import keras
 
-    try:
-        model = data.model()
-    except UsageError:
-        raise
-    except Exception as exc:
-        raise UsageError(f"calling {spec}() failed: {one_line(exc)}") from None
+    model = call_user(data.model, spec)
     if not isinstance(model, keras.Model):
         raise UsageError(f"{spec}() returned a {type(model).__name__}; expected a keras.Model (Keras 3)")
     return model

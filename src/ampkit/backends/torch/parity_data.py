@@ -19,6 +19,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from ...errors import UsageError, one_line
+from ...factory import call_user
 from ...parity.core import loader_order
 from ...parity.ops import ParityData
 from .workloads.base import Workload, call_model, logits_of
@@ -160,12 +161,7 @@ def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def make_model(data: ParityData, spec: str):
     """Call the model factory: (module, workload or None); a usage error for anything else."""
-    try:
-        obj = data.model()
-    except UsageError:
-        raise
-    except Exception as exc:
-        raise UsageError(f"calling {spec}() failed: {one_line(exc)}") from None
+    obj = call_user(data.model, spec)
     if isinstance(obj, Workload):
         return obj.model, obj
     if isinstance(obj, nn.Module):
