@@ -20,6 +20,7 @@ import torch.nn as nn
 from ...audit.report import Finding
 from ...errors import one_line
 from .engine import MixedPrecision
+from .numerics.replay import same_randomness
 from .workloads.base import call_model
 
 __all__ = ["compile_check"]
@@ -56,8 +57,7 @@ def _capture(model: nn.Module, forward, inputs, mp: MixedPrecision, seed: int, d
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
                if n and not any(True for _ in m.children())]
     try:
-        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
+        with same_randomness(device, seed):
             with torch.no_grad(), mp.autocast():
                 call_model(forward, inputs)
     finally:
