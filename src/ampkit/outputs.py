@@ -120,6 +120,8 @@ def check_distinct(*pairs: tuple[str | None, str]) -> None:
 def atomic_path(path: str):
     """Yield a unique temporary path beside ``path``; on success it replaces ``path``, on failure
     it is removed. For writers that want a file name (matplotlib's savefig)."""
+    if os.path.islink(path):  # write through a link to its target (os.replace would swap the link itself)
+        path = os.path.realpath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     os.close(fd)
@@ -167,6 +169,47 @@ def write_stdout(text: str) -> None:
     data = text.encode("utf-8")
     while data:
         data = data[os.write(_reserved_fd, data):]
+
+
+def fallback_path(path: str, default_name: str) -> list[str]:
+    """Where an output that could not be written at ``path`` goes instead, in order of preference:
+    the same file name in the working folder (unless that is where it failed), then in the
+    temporary folder. A name already taken there gets the process id added."""
+    name = default_name if path in ("-", "") else os.path.basename(path) or default_name
+    failed_dir = None if path == "-" else os.path.dirname(os.path.abspath(path))
+    out = []
+    for folder in (os.getcwd(), tempfile.gettempdir()):
+        if os.path.abspath(folder) == failed_dir:
+            continue
+        candidate = os.path.join(folder, name)
+        if os.path.exists(candidate):
+            stem, ext = os.path.splitext(name)
+            candidate = os.path.join(folder, f"{stem}.{os.getpid()}{ext}")
+        out.append(candidate)
+    return out
+
+
+def salvage(write, path: str, flag: str, default_name: str) -> str | None:
+    """Call ``write(path)``; when the OS refuses (full disk, a folder removed or replaced mid-run,
+    a closed stdout), write the same output to a :func:`fallback_path` instead and say both in one
+    line on stderr. Returns None when ``path`` was written, else the line said (a failure to report)."""
+    try:
+        write(path)
+        return None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    where = "stdout" if path == "-" else repr(path)
+    for alt in fallback_path(path, default_name):
+        try:
+            write(alt)
+        except OSError:
+            continue
+        line = f"ampkit: error: could not write {flag} to {where} ({reason}); wrote it to {alt} instead"
+        break
+    else:
+        line = f"ampkit: error: could not write {flag} to {where} ({reason}), nor to the working or temporary folder"
+    print(line, file=sys.stderr)
+    return line
 
 
 def plot_format(path: str) -> str:

@@ -2,7 +2,7 @@
 
 Show the report, write ``--json`` (and ``--csv``/``--plot`` where the command has them), say what an
 interrupted run kept, and return the exit code: the signal's (130/143) when interrupted, 1 when the
-report says it failed, else 0.
+report says it failed or an output could not be written (its fallback is named), else 0.
 """
 
 from __future__ import annotations
@@ -18,19 +18,26 @@ def finish(report, args, con, render: Callable, *, writers: dict[str, Callable] 
     interrupted report holds, in words ("the 2 mode(s) that finished"). ``failed`` overrides
     ``report.failed``."""
     from .. import signals
+    from ..outputs import salvage
     from ..render.output import write_json
 
     interrupted = bool(getattr(report, "interrupted", False))
     if interrupted:
         signals.ignore_further()  # a second Ctrl-C must not cut the writing of what finished short
     render(report, con)
+    # each output on its own: one that the OS refuses (a full disk, a folder gone mid-run) is one
+    # line and a fallback file, never the loss of the others or of the results (outputs.salvage)
+    lost = []
+    command = getattr(args, "command", None) or "result"
     if getattr(args, "json", None):
-        write_json(report.to_dict(), args.json)
+        doc = report.to_dict()
+        lost.append(salvage(lambda p: write_json(doc, p), args.json, "--json", f"ampkit-{command}.json"))
     for flag, write in (writers or {}).items():
         path = getattr(args, flag, None)
         if path:
-            write(report, path)
+            name = f"ampkit-{command}.{ {'plot': 'png'}.get(flag, flag) }"
+            lost.append(salvage(lambda p, w=write: w(report, p), path, f"--{flag}", name))
     if interrupted:
         print(f"ampkit: {signals.describe()}" + (f": kept {kept}" if kept else ""), file=sys.stderr)
         return signals.exit_code(cause)
-    return 1 if (report.failed if failed is None else failed) else 0
+    return 1 if any(lost) or (report.failed if failed is None else failed) else 0

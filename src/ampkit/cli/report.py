@@ -38,7 +38,7 @@ def run(args) -> int:
     import os
     import sys
 
-    from ..outputs import check_distinct, check_output, check_output_dir, write_text
+    from ..outputs import check_distinct, check_output, check_output_dir, salvage, write_text
     from ..report import build, load_all
     from ..report import render as render_report
 
@@ -49,23 +49,43 @@ def run(args) -> int:
     check_distinct((args.html, "--html"), (args.markdown, "--markdown"))
     report = build(load_all(args.files))
 
+    # each output on its own: one the OS refuses (full disk, folder gone) is one line and a
+    # fallback file (outputs.salvage), never the loss of the others
+    lost = []
     pngs = {}
     if args.plots:
-        os.makedirs(args.plots, exist_ok=True)
-        pngs = render_report.attach_charts(report, svg=False, png_dir=args.plots)
+        try:
+            os.makedirs(args.plots, exist_ok=True)
+            pngs = render_report.attach_charts(report, svg=False, png_dir=args.plots)
+        except OSError as exc:
+            lost.append(f"--plots {args.plots!r}")
+            print(f"ampkit: error: could not write the PNG charts into --plots {args.plots!r} "
+                  f"({exc.strerror or type(exc).__name__}); the page and the Markdown are written without them",
+                  file=sys.stderr)
     if args.html:
-        write_text(args.html, render_report.html(report))
-        print(f"wrote {args.html} ({report.counts})", file=sys.stderr)
+        page = render_report.html(report)
+        if salvage(lambda p: write_text(p, page), args.html, "--html", "ampkit-report.html") is None:
+            print(f"wrote {args.html} ({report.counts})", file=sys.stderr)
+        else:
+            lost.append(args.html)
     if args.markdown:
         text = render_report.markdown(report, pngs, args.markdown)
-        if args.markdown == "-":
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        else:
-            write_text(args.markdown, text)
+
+        def write_md(path: str) -> None:
+            if path == "-":
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            else:
+                write_text(path, text)
+
+        if salvage(write_md, args.markdown, "--markdown", "ampkit-report.md") is not None:
+            lost.append(args.markdown)
+        elif args.markdown != "-":
             print(f"wrote {args.markdown}", file=sys.stderr)
     if pngs:
         print(f"wrote {len(pngs)} PNG charts into {args.plots}", file=sys.stderr)
+    if lost:
+        return 1
     if not args.html and not args.markdown:
         _summary(report)
         print("ampkit report: for the full page with tables and charts add --html report.html "
