@@ -68,6 +68,9 @@ class AuditConfig:
         object.__setattr__(self, "formats", parse_formats(self.formats))
         if not isinstance(self.what_if, bool):
             raise UsageError(f"what_if must be True or False; received {self.what_if!r}")
+        if self.what_if and mode != "fp16":  # the CLI refuses --what-if with --mode; the library the same
+            raise UsageError(f"what_if runs float32 only and predicts every format; mode={self.mode!r} does not apply "
+                             "(use formats=...)")
         if not isinstance(self.compile, bool):
             raise UsageError(f"compile must be True or False; received {self.compile!r}")
         if self.compile and self.what_if:

@@ -41,6 +41,7 @@ def run(args) -> int:
     from ..errors import UsageError
     from ..factory import parse_shape
     from ..isolation import PartialResult
+    from ..precision import parse_mode
     from ..render import audit as render_audit
     from ..render.output import console
     from . import validate as v
@@ -51,6 +52,9 @@ def run(args) -> int:
         raise UsageError("--formats applies to --what-if only")
     if args.what_if and args.mode is not None:
         raise UsageError("--what-if runs float32 only and predicts every format; --mode does not apply (use --formats)")
+    if framework == "tensorflow" and args.mode and parse_mode(args.mode) == "fp8":
+        raise UsageError("audit --mode fp8 is PyTorch-only (torchao's float8 layers); for Keras use --mode fp16 or bf16, "
+                         "or --what-if --formats fp8 for a prediction")
     if args.compile and framework == "tensorflow":
         raise UsageError("audit --compile is PyTorch-only")
     steps = args.steps if args.steps is not None else (3 if args.what_if else 1)

@@ -43,7 +43,12 @@ class ParityConfig:
         if isinstance(self.seeds, int):
             int_in(self.seeds, "--seeds", 1, MAX_SEEDS)
         else:
-            seeds = tuple(int(s) for s in self.seeds)
+            seeds = tuple(self.seeds) if isinstance(self.seeds, (list, tuple, range)) else None
+            bad = [s for s in seeds or () if not _whole(s)]
+            if seeds is None or bad:
+                raise UsageError(f"seeds must be a number of seeds or a list of distinct whole numbers >= 0; received "
+                                 f"{self.seeds!r}" + (f" ({bad[0]!r} is not one)" if bad else ""))
+            seeds = tuple(int(s) for s in seeds)
             if not seeds:
                 raise UsageError("--seeds must be >= 1; received an empty list of seeds")
             if len(set(seeds)) != len(seeds):  # a seed run twice is the same run: no extra evidence
@@ -84,3 +89,10 @@ class ParityConfig:
     def seed_list(self) -> list[int]:
         """The seeds to run, in order."""
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+def _whole(seed) -> bool:
+    """A seed is a whole number >= 0 (an int, or a numpy integer); 1.5 must not quietly become 1."""
+    import numbers
+
+    return isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and int(seed) >= 0

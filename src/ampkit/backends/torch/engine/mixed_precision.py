@@ -25,12 +25,14 @@ from typing import Any
 import torch
 
 from ....capability import resolve_mode
+from ....checks import positive_finite
+from ....errors import UsageError
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
 from ..tf32 import tf32_math
 from .alarm import engine_health, health_report, model_path
 from .contract import verify_engine
-from .copying import checked_state, engine_state, restore_engine
+from .copying import engine_state, load_engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .fp8 import FP8_REGION, fp8_engine
@@ -156,8 +158,8 @@ class MixedPrecision:
             mode, lambda m: mode_support(m, device), lambda: resolve_auto(device), f"on {device}",
             "fp8 is not chosen by auto; ask for MixedPrecision('fp8') by name",
         )
-        if accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps must be >= 1, received {accumulation_steps}")
+        if not isinstance(accumulation_steps, int) or isinstance(accumulation_steps, bool) or accumulation_steps < 1:
+            raise UsageError(f"accumulation_steps must be an int >= 1, received {accumulation_steps!r}")
         self.precision: Precision = get_precision(resolved)
         self.accumulation_steps = int(accumulation_steps)
         self._health = engine_health(device, min_scale_warning, consecutive_skip_warning)
@@ -321,6 +323,7 @@ class MixedPrecision:
         scaling = self._scaling
         grad_norm = None
         if max_grad_norm is not None:
+            positive_finite(max_grad_norm, "max_grad_norm")  # NaN made every weight NaN; <= 0 stops training
             scaling.unscale_all(opts)
             grad_norm = clip_grad_norm(self.model, opts, max_grad_norm)
         if self._watch.armed:  # the first step after prepare()/verify(): the gradients, for verify()
@@ -358,14 +361,8 @@ class MixedPrecision:
                 **({"fp8": self._fp8.state_dict()} if self._fp8 else {})}
 
     def load_state_dict(self, state: dict) -> None:
-        state = checked_state(state, self.mode)
-        if self._fp8:
-            self._fp8.load_state_dict(state.get("fp8"))
-        self._steps = int(state.get("steps", 0))
-        self._skipped = int(state.get("skipped", 0))
-        self._scaling.load_state_dict(state)
-        if "health" in state:  # checkpoints from before the alarm load without it
-            self._health.load_state_dict(state["health"])
+        """Resume from :meth:`state_dict` (or a GradScaler's); bad or corrupt state is one UsageError."""
+        load_engine_state(self, state)
 
     def health(self) -> dict:
         """The loss-scale alarm (:mod:`.alarm`): ``{"status": "ok"|"warning"|"collapsed", "messages", ...}``."""
