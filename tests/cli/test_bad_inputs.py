@@ -92,6 +92,8 @@ CASES = [
     ("audit-loss-scale-inf", ["audit", "--loss-scale", "inf"], {}, "--loss-scale must be a positive number"),
     ("audit-steps-huge", ["audit", "--steps", HUGE], {}, "--steps must be >= 1 and at most"),
     ("audit-batch-zero", ["audit", "--batch-size", "0"], {}, "--batch-size must be >= 1"),
+    # issue #40: it ran and called fp8 "numerically healthy" with every column empty
+    ("audit-tensorflow-fp8", ["audit", "--framework", "tensorflow", "--mode", "fp8"], {}, "--mode fp8 is PyTorch-only"),
     ("audit-json-missing-folder", ["audit", "--json", "out/a.json"], {}, "does not exist"),
     ("audit-both-sources", ["audit", "--workload", "mlp", "--model", "tmodels:bare"], {}, "not both"),
     ("audit-timeout-negative", ["audit", "--timeout", "-5"], {}, "--timeout must be a positive number"),

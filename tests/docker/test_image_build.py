@@ -125,9 +125,22 @@ RUNUSER = shutil.which("runuser", path=os.environ.get("PATH", "") + ":/usr/sbin:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or RUNUSER is None, reason="needs root (and runuser) to run it as another user")
-def test_the_script_skips_without_root_or_a_usable_daemon():
-    """The real script, as a user who is not root and may not use a daemon: exit 77 and why."""
-    r = subprocess.run([RUNUSER, "-u", "nobody", "--", "bash", str(SCRIPT)], capture_output=True, text=True,
-                       timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin", "AMPKIT_IMAGE_TEST_DIR": "/nonexistent"})
+def test_the_script_skips_without_root_or_a_usable_daemon(tmp_path):
+    """The real script, as a user who is not root and may not use a daemon: exit 77 and why. It runs
+    from a copy in a folder 'nobody' may read: a clone inside a private folder (mode 700, like /root
+    or mktemp -d) is unreadable to 'nobody' (issue #40: 'Permission denied', exit 126)."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="ampkit-nobody-"))
+    try:
+        (where / "docker").mkdir()
+        copy = where / "docker" / SCRIPT.name
+        shutil.copy(SCRIPT, copy)
+        for p, mode in ((where, 0o755), (where / "docker", 0o755), (copy, 0o644)):
+            p.chmod(mode)
+        r = subprocess.run([RUNUSER, "-u", "nobody", "--", "bash", str(copy)], capture_output=True, text=True,
+                           timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin", "AMPKIT_IMAGE_TEST_DIR": "/nonexistent"})
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
     assert r.returncode == 77, r.stdout + r.stderr
     assert r.stdout.startswith("SKIP: needs root"), r.stdout
