@@ -278,9 +278,10 @@ def fp8_prediction(mods: list[ModuleSummary]) -> dict:
             failing.append(row)
         rows.append(row)
     names = [r["name"] for r in failing]
-    if not rows:
-        verdict = "safe"
-    elif not failing:
+    if not rows:  # nothing an fp8 recipe converts ran: no verdict about fp8 from nothing
+        return {**not_measured("no matmul layer an fp8 recipe converts (Linear / Dense) ran: fp8 would change "
+                               "nothing here, so there is nothing to judge"), "scaling": None, "eligible": 0}
+    if not failing:
         verdict = "safe"
     elif all("rowwise" in r["fixed_by"] for r in failing):
         verdict = "safe_with_scale"  # torchao's rowwise recipe fixes every one
@@ -294,9 +295,18 @@ def fp8_prediction(mods: list[ModuleSummary]) -> dict:
             "eligible": len(rows), "modules": rows}
 
 
+def not_measured(reason: str) -> dict:
+    """The prediction of a format with no observation behind it: ``"verdict": "not_measured"`` and why."""
+    return {"verdict": "not_measured", "reason": reason, "first_overflow": None, "loss_scale_range": None,
+            "keep_in_fp32": [], "modules": []}
+
+
 def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: float,
             scale_limit: float | None = None) -> dict:
     """``{format: prediction}`` for the formats asked (fp16 at loss scale ``scale``)."""
+    if not mods:  # stopped before a step finished: nothing observed, no verdict
+        return {f: not_measured("no float32 step finished (the run was stopped first): nothing was observed")
+                for f in formats}
     out = {}
     for f in formats:
         out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else

@@ -93,4 +93,7 @@ ADVISE = {"fp16": fp16_advice, "bf16": bf16_advice, "fp8": fp8_advice}
 def add_advice(predictions: dict, advice: Advice) -> None:
     """Each format's prediction gains ``"advice"`` (words) and ``"code"`` (the fix as code, or None)."""
     for fmt, p in predictions.items():
+        if p["verdict"] == "not_measured":
+            p["advice"], p["code"] = f"not measured: {p['reason']}", None
+            continue
         p["advice"], p["code"] = ADVISE[fmt](p, advice)

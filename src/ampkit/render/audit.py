@@ -31,7 +31,8 @@ def _steps(report) -> str:
     return f"{report.steps} step(s)"
 
 
-_VERDICT_STYLE = {"safe": "green", "safe_with_scale": "cyan", "keep_in_fp32": "yellow", "unsafe": "bold red"}
+_VERDICT_STYLE = {"safe": "green", "safe_with_scale": "cyan", "keep_in_fp32": "yellow", "unsafe": "bold red",
+                  "not_measured": "dim"}
 
 
 def render_whatif(report, con) -> None:
@@ -231,7 +232,7 @@ def verdicts(view: AuditView) -> list[dict]:
     return [{"key": f"audit {view.workload}: {view.mode}", "text": text, "tone": tone}]
 
 
-WHAT_IF_RANK = {"safe": 0, "safe_with_scale": 1, "keep_in_fp32": 2, "unsafe": 3}
+WHAT_IF_RANK = {"safe": 0, "not_measured": 1, "safe_with_scale": 1, "keep_in_fp32": 2, "unsafe": 3}
 
 
 def figure(view: AuditView):
