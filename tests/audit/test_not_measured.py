@@ -49,3 +49,23 @@ def test_a_what_if_stopped_before_its_first_step_judges_nothing(monkeypatch):
     assert "safe" not in text and "not_measured" in text
     [line] = verdicts(page_view(report, doc))
     assert line["text"] == "fp16 not_measured · bf16 not_measured · fp8 not_measured" and line["tone"] == "neutral"
+
+
+def test_fp8_audit_with_no_layer_converted_is_not_called_healthy():
+    """0 of 0 (no Linear) and 0 of N (none of a convertible size): "not measured", never "healthy"."""
+    import pytest
+    from rich.console import Console
+
+    from ampkit.render.audit import page_view, render, verdicts
+
+    pytest.importorskip("torchao")
+    for model in (NoLinear(), nn.Sequential(nn.Flatten(), nn.Linear(192, 3), nn.ReLU(), nn.Linear(3, 2))):
+        report = ampkit.audit(model, (X, Y), mode="fp8", device="cpu")
+        doc = report.to_dict()
+        assert doc["verdict"] == "not_measured" and "nothing" in doc["not_measured"], doc.get("not_measured")
+        con = Console(record=True, width=250)
+        render(report, con)
+        text = con.export_text()
+        assert "healthy" not in text and "not measured:" in text
+        [line] = verdicts(page_view(report, None))
+        assert line["text"] == "not measured" and line["tone"] == "muted"

@@ -136,7 +136,22 @@ class AuditReport(Enveloped):
                         note=self.note, interrupted=self.interrupted, steps_completed=self.completed,
                         initial_loss_scale=self.initial_loss_scale or self.loss_scale,
                         skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error,
-                        **({"what_if": self.what_if} if self.what_if is not None else {}))
+                        **({"what_if": self.what_if} if self.what_if is not None else {}),
+                        **({"verdict": "not_measured", "not_measured": self.not_measured} if self.not_measured else {}))
+
+    @property
+    def not_measured(self) -> str | None:
+        """Why the audit observed nothing it could judge (then no "healthy" is said), else None: no
+        step finished, or fp8 with no layer converted (nothing ran in fp8)."""
+        if self.what_if is not None:
+            return None  # the what-if says it per format
+        if self.completed == 0:
+            return "no audited step finished (the run was stopped first): nothing was observed"
+        if self.mode == "fp8" and not any((lay.fp8 or {}).get("converted") for lay in self.layers):
+            n = sum(1 for lay in self.layers if lay.fp8 is not None) or len(self.layers)
+            return (f"none of the {n} Linear layer(s) was converted to fp8: nothing ran in fp8, so there is nothing to "
+                    "judge (layers[i].fp8.reason says why each stayed in bf16)" if n else
+                    "the model has no Linear layer for fp8 to convert: fp8 would change nothing here")
 
     @property
     def output_rel_error(self) -> float | None:

@@ -157,14 +157,20 @@ class AuditView:
     chart_id: str = ""
     what_if: list = None  # --what-if: one row per format (format, verdict, first_overflow, range, keep, advice)
     what_if_doc: dict = None  # the document's what_if section (the chart reads its modules)
+    not_measured: str | None = None  # why nothing could be judged (AuditReport.not_measured): never "clean" then
 
     @property
     def summary(self) -> str:
-        """"clean", or the findings counted by severity (never "clean" with one)."""
+        """"clean", or the findings counted by severity (never "clean" with one); "not measured"
+        when nothing was observed."""
+        if self.not_measured and not self.findings:
+            return "not measured"
         return findings_summary(self.findings)[0]
 
     @property
     def summary_tone(self) -> str:
+        if self.not_measured and not self.findings:
+            return "muted"
         return findings_summary(self.findings)[1]
 
 
@@ -190,6 +196,7 @@ def page_view(report, doc=None) -> AuditView:
     steps = report.steps if isinstance(report.steps, int) and not isinstance(report.steps, bool) else None
     view = AuditView(doc, str(report.workload or "model"), report.mode, str(report.device or "—"),
                      float(report.loss_scale), steps, first, findings, layers, finite(report.suggested_loss_scale))
+    view.not_measured = report.not_measured
     if getattr(report, "what_if", None):
         view.what_if_doc = report.what_if
         view.what_if = [{"format": name, "verdict": str(p.get("verdict")), "first_overflow": p.get("first_overflow"),
@@ -225,7 +232,7 @@ def verdicts(view: AuditView) -> list[dict]:
         text = " · ".join(f"{r['format']} {r['verdict']}" for r in view.what_if)
         return [{"key": f"audit --what-if {view.workload}", "text": text,
                  "tone": ("good", "neutral", "neutral", "bad")[worst]}]
-    text, tone = findings_summary(view.findings)
+    text, tone = view.summary, view.summary_tone
     if view.first:
         first = f"inf/NaN first in {view.first['name'] or '(model)'} ({view.first['phase']})"
         text, tone = (f"{first}; {text}" if view.findings else first), "bad"

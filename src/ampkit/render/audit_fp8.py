@@ -51,7 +51,9 @@ def render_fp8(report, con) -> None:
               "flushed: nonzero values its fp8 casts (input / weight / output gradient) round to zero; "
               "saturated: " + ("; ".join(saturated) if saturated else "none (dynamic scaling)"),
               markup=False, highlight=False)
-    if not report.findings:
+    if report.not_measured:
+        con.print(f"[yellow]not measured:[/] {report.not_measured}", highlight=False)
+    elif not report.findings:
         con.print(f"[green]no findings: fp8 is numerically healthy for this model in the {report.completed} step(s) "
                   "audited[/]")
     for f in report.findings:
