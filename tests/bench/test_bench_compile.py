@@ -179,14 +179,26 @@ def test_explain_on_an_oversubscribed_cpu_does_not_recompile_the_compiled_model(
     assert torch.get_num_threads() == threads
 
 
-def test_without_a_cpp_compiler_the_row_says_compile_unavailable(monkeypatch):
-    import shutil
+@pytest.fixture
+def no_working_compiler(monkeypatch):
+    """What inductor itself searches ($CXX, else g++) made to fail: a $CXX that does not exist. The
+    search's cache is cleared around the test (it is per process)."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.cpp_builder import cpp_compiler_search
 
-    monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    cpp_compiler_search.cache_clear()
+    with inductor_config.patch({"cpp.cxx": (None, "/nonexistent/g++")}):  # torch's own patch (monkeypatch's undo breaks it)
+        yield
+    cpp_compiler_search.cache_clear()
+
+
+def test_without_a_cpp_compiler_the_row_says_compile_unavailable(no_working_compiler):
+    """issue #40: with c++ on the PATH but no compiler inductor uses, the rows were 'error CompileFailed'."""
     row = _row("compile_models:tiny")
     assert row.status == "unsupported" and row.compiled is True
-    assert row.error.startswith("compile unavailable: inductor builds C++ kernels on a CPU and no C++ compiler")
+    assert row.error.startswith("compile unavailable: inductor builds C++ kernels on a CPU and found no working C++ "
+                                "compiler ($CXX='/nonexistent/g++' does not run)"), row.error
 
 
 def test_a_compile_failure_is_the_rows_error_and_the_next_mode_runs(monkeypatch):

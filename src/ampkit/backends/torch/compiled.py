@@ -26,11 +26,22 @@ def compile_unavailable(device: torch.device) -> str | None:
         except ImportError:
             return "compile unavailable: inductor builds Triton kernels on CUDA and the triton package is not installed"
         return None
+    try:  # inductor's own search ($CXX, else g++ only; each must answer --version): c++ or clang++ alone fail it
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # another torch: the same idea by hand
+        cxx = os.environ.get("CXX")
+        if (cxx and shutil.which(cxx)) or any(shutil.which(c) for c in _COMPILERS):
+            return None
+    else:
+        try:
+            get_cpp_compiler()
+            return None
+        except Exception:  # InvalidCxxCompiler and what a broken $CXX raises
+            pass
     cxx = os.environ.get("CXX")
-    if (cxx and shutil.which(cxx)) or any(shutil.which(c) for c in _COMPILERS):
-        return None
-    return ("compile unavailable: inductor builds C++ kernels on a CPU and no C++ compiler was found "
-            "($CXX, g++, c++, clang++); install one (e.g. apt-get install g++)")
+    return ("compile unavailable: inductor builds C++ kernels on a CPU and found no working C++ compiler ("
+            + (f"$CXX={cxx!r} does not run" if cxx else "it looks for $CXX, else g++") + "); install one (e.g. "
+            "apt-get install g++) or set CXX")
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
