@@ -205,3 +205,18 @@ def test_compile_both_explains_each_group_against_its_own_fp32():
     assert cbf16.explanation[0] == "bf16 (compiled) is 2.00x fp32 (compiled) here (20.00 ms vs 40.00 ms per step)"
     assert any(s.startswith("matmul_conv: matmuls/convolutions run 2.00x faster (4.00 -> 2.00 ms)") for s in cbf16.explanation)
     assert bf16.explanation[0] == "bf16 is 1.33x fp32 here (60.00 ms vs 80.00 ms per step)"
+
+
+def test_emulated_fp8_states_no_speed_in_its_explanation():
+    """issue #40: the row's speedup was withheld but the explanation said 'fp8 is 1.04x fp32 here'."""
+    base = _row("fp32", 10.0, {"matmul_conv": 6.0, "elementwise_norm": 2.0, "optimizer": 2.0})
+    fp8 = _row("fp8", 9.6, {"matmul_conv": 5.0, "elementwise_norm": 2.6, "optimizer": 2.0})
+    fp8.emulated = True
+    rows = [base, fp8]
+    derive_relative(rows)
+    explain_rows(rows, CPU_NO_FP16)
+    assert fp8.speedup_vs_fp32 is None
+    text = " ".join(fp8.explanation)
+    assert fp8.explanation[0].startswith("fp8 is emulated here (no fp8 hardware): its step (9.60 ms vs 10.00 ms")
+    assert "no speedup is stated" in text
+    assert "x fp32 here" not in text and "faster" not in text and "grew most" not in text

@@ -152,7 +152,12 @@ def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
     ratio = row.speedup_vs_fp32 or (base.step_ms["p50"] / row.step_ms["p50"]
                                     if base.step_ms.get("p50") and row.step_ms.get("p50") else None)
     out = []
-    if ratio:
+    if getattr(row, "emulated", False):  # torchao's emulation: its time is not fp8's, so no ratio is said
+        out.append(f"{row_label(row)} is emulated here (no fp8 hardware): its step ({row.step_ms['p50']:.2f} ms vs "
+                   f"{base.step_ms['p50']:.2f} ms for {row_label(base)}) times torchao's emulation, not fp8 kernels, "
+                   "so no speedup is stated")
+        ratio = None
+    elif ratio:
         out.append(f"{row_label(row)} is {_x(ratio)} {row_label(base)} here ({row.step_ms['p50']:.2f} ms vs "
                    f"{base.step_ms['p50']:.2f} ms per step)")
     cats = [*CATEGORIES, HOST_IDLE]
@@ -163,7 +168,7 @@ def explain_row(row, base, rows, env: dict, *, gpu: bool) -> list[str]:
                    f"(+{deltas[grew]:.2f} ms; {row.breakdown.get(grew, 0):.0%} of the {row.mode} step, "
                    f"{base.breakdown.get(grew, 0):.0%} of fp32's) — {WORDS[grew]}")
     mm_base, mm = _ms(base, "matmul_conv"), _ms(row, "matmul_conv")
-    if mm_base > 0 and mm > 0:
+    if mm_base > 0 and mm > 0 and not getattr(row, "emulated", False):
         r = mm_base / mm
         how = f"run {_x(r)} faster" if r >= 1 else f"run {_x(1 / r)} slower"
         out.append(f"matmul_conv: matmuls/convolutions {how} ({mm_base:.2f} -> {mm:.2f} ms) and were "
