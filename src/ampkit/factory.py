@@ -64,3 +64,21 @@ def call_factory(spec: str):
         return factory()
     except Exception as exc:
         raise UsageError(f"calling {spec}() failed: {type(exc).__name__}: {exc}")
+
+
+def class_count_hint(text: str, num_classes: int | None, outputs: int | None = None) -> str:
+    """What to change when a user's model failed on targets beyond its outputs (torch's "Target 7 is
+    out of bounds", Keras's "label value of 9 which is outside the valid range of [0, 4)"): the
+    ``--num-classes`` to pass ("" when ``text`` is another failure). ``outputs``: the model's
+    outputs per sample, where the caller could see them."""
+    import re
+
+    m = re.search(r"valid range of \[0, ?(\d+)\)", text)
+    if m:
+        outputs = int(m.group(1))
+    elif not re.search(r"Target -?\d+ is out of bounds", text):
+        return ""
+    asked = f"--num-classes {num_classes}" if num_classes else "--num-classes 10 (the default)"
+    if outputs:
+        return f"; the model has {outputs} outputs per sample but the targets use {asked}: pass --num-classes {outputs}"
+    return f"; the targets use {asked}, more classes than the model outputs: pass --num-classes with its number of outputs"

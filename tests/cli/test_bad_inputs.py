@@ -92,6 +92,14 @@ CASES = [
     ("audit-loss-scale-inf", ["audit", "--loss-scale", "inf"], {}, "--loss-scale must be a positive number"),
     ("audit-steps-huge", ["audit", "--steps", HUGE], {}, "--steps must be >= 1 and at most"),
     ("audit-batch-zero", ["audit", "--batch-size", "0"], {}, "--batch-size must be >= 1"),
+    # issue #40: the line says what to change
+    ("torch-bench-classes-beyond-outputs", ["bench", "--device", "cpu", "--model", "tmodels:bare", "--input-shape", "8",
+                                            "--modes", "fp32", "--steps", "2"], {},
+     "the model has 4 outputs per sample but the targets use --num-classes 10 (the default): pass --num-classes 4"),
+    ("torch-audit-classes-beyond-outputs", ["audit", "--device", "cpu", "--model", "tmodels:bare", "--input-shape", "8"],
+     {}, "more classes than the model outputs: pass --num-classes"),
+    ("keras-backend-bogus", ["doctor", "--framework", "tensorflow"], {"KERAS_BACKEND": "bogus"},
+     "which Keras does not have; valid backends: tensorflow, jax, torch"),
     # issue #40: it ran and called fp8 "numerically healthy" with every column empty
     ("audit-tensorflow-fp8", ["audit", "--framework", "tensorflow", "--mode", "fp8"], {}, "--mode fp8 is PyTorch-only"),
     ("audit-json-missing-folder", ["audit", "--json", "out/a.json"], {}, "does not exist"),

@@ -19,6 +19,7 @@ from dataclasses import replace
 from ..backends import backend_spec, load_backend
 from ..bench.sizes import size_kwargs
 from ..errors import UsageError
+from ..factory import class_count_hint
 from ..isolation import PartialResult, run_isolated, stop_requested
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
@@ -74,7 +75,8 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     except Exception as exc:  # a user's model that fails under the audit: one line, as bench's probe says it
         if config.model:
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise UsageError(f"{config.model} failed under audit: {type(exc).__name__}: {first}") from exc
+            hint = class_count_hint(str(exc), config.num_classes)
+            raise UsageError(f"{config.model} failed under audit: {type(exc).__name__}: {first}{hint}") from exc
         raise
     if auto_note and not config.what_if:
         report.resolved_from = "auto"

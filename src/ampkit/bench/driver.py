@@ -26,6 +26,7 @@ from ..errors import UsageError
 from ..target import Target
 from .compiled import run_variants
 from .config import AUTO_BATCH, BenchConfig
+from ..factory import class_count_hint
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from .repeats import AutoChoice, apply_auto, mark_auto
 from .report import BenchReport, BenchRow
@@ -113,8 +114,9 @@ def _probe(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
         return backend.bench_probe(cfg, target)
     except ProbeStepFailed as failed:
         shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
+        hint = class_count_hint(failed.detail, cfg.num_classes, getattr(failed, "outputs", None))
         raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
-                         f"--num-classes {failed.num_classes}: {failed.detail}") from None
+                         f"--num-classes {failed.num_classes}: {failed.detail}{hint}") from None
 
 
 def document_config(cfg: BenchConfig, auto: AutoChoice, probe: ModelProbe) -> dict:

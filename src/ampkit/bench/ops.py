@@ -49,10 +49,11 @@ class ProbeStepFailed(Exception):
     ``num_classes``: the classes the probe's targets used. The driver turns it into the one
     usage-error line every framework shares."""
 
-    def __init__(self, detail: str, num_classes: int | None):
+    def __init__(self, detail: str, num_classes: int | None, outputs: int | None = None):
         super().__init__(detail)
         self.detail = detail
         self.num_classes = num_classes
+        self.outputs = outputs  # the model's outputs per sample, where the probe saw them (the --num-classes hint)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ def configured_backend() -> str:
     return TENSORFLOW
 
 
+#: the backends Keras 3 itself accepts for KERAS_BACKEND
+KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
+
+
 def keras_backend() -> str:
     """The backend of the imported Keras 3 (imports Keras: on the TensorFlow backend, TensorFlow too)."""
     import keras
@@ -66,6 +70,10 @@ def refuse_cli_backend() -> None:
     backend = configured_backend()
     if backend == TENSORFLOW:
         return
+    if backend not in KERAS_BACKENDS:  # a typo is not a backend ampkit.keras "works on"
+        raise UsageError(f"Keras is set to the backend {backend!r} (KERAS_BACKEND or keras.json), which Keras does not "
+                         f"have; valid backends: {', '.join(KERAS_BACKENDS)} (--framework tensorflow needs "
+                         "KERAS_BACKEND=tensorflow)")
     raise UsageError(f"--framework tensorflow runs Keras 3 on TensorFlow, but Keras is set to the {backend!r} "
                      f"backend (KERAS_BACKEND or keras.json); run it with KERAS_BACKEND=tensorflow. "
                      f"ampkit.keras (scope, optimizer, fit, train_step) works on the {backend} backend in your own code"

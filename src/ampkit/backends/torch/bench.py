@@ -178,7 +178,7 @@ def probe(cfg: BenchConfig) -> ModelProbe:
                 workload.loss(batch)
         except Exception as exc:
             raise ProbeStepFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                                  cfg.num_classes or 10) from None
+                                  cfg.num_classes or 10, _outputs_per_sample(workload, cfg, gen)) from None
         flops = workload.flops_per_sample or counted
     else:
         flops = workload.flops_per_sample or count_training_flops(workload)
@@ -188,6 +188,16 @@ def probe(cfg: BenchConfig) -> ModelProbe:
     except Exception:  # a user's batch of another shape: the shapes are information, not a check
         shapes = None
     return ModelProbe(workload.name, flops, shapes, workload.batch_size)
+
+
+def _outputs_per_sample(workload, cfg: BenchConfig, gen) -> int | None:
+    """The last dimension of the model's output on a probe batch (for the --num-classes hint), or None."""
+    try:
+        with torch.no_grad():
+            out = workload.model(workload.make_batch(2, torch.device("cpu"), gen)[0])
+        return int(out.shape[-1]) if isinstance(out, torch.Tensor) and out.dim() >= 2 else None
+    except Exception:
+        return None
 
 
 def join_group(cfg: BenchConfig, target_of) -> BenchGroup | None:
