@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import UsageError
+from ..factory import class_count_hint
 from ..target import Target
 from .compiled import run_variants
 from .config import AUTO_BATCH, BenchConfig
-from ..factory import class_count_hint
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from .repeats import AutoChoice, apply_auto, mark_auto
 from .report import BenchReport, BenchRow
