@@ -159,3 +159,72 @@ def workload():
 
     return ampkit.Workload(regressor(), make_batch=None, loss_fn=lambda out, y: F.mse_loss(out.float(), y),
                            metric_fn=mean_abs_error)
+
+
+# ---------------------------------------------------------------- factories that fail the hard way (issue #40)
+def exits_zero():
+    import sys
+
+    sys.exit(0)
+
+
+def exits_three():
+    import sys
+
+    sys.exit(3)
+
+
+def aborts():
+    import os
+
+    os.abort()
+
+
+def hangs():
+    import time
+
+    time.sleep(3600)
+
+
+def interrupts():
+    raise KeyboardInterrupt
+
+
+class _Counting(torch.utils.data.IterableDataset):
+    """An iterable data set without __len__: ``n`` samples (None: endless)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        i = 0
+        while self.n is None or i < self.n:
+            x = torch.randn(8, generator=g)
+            yield x, int(x[0] > 0)
+            i += 1
+
+
+def finite_iterable():
+    """A finite IterableDataset (no __len__) to train on, and one inside a DataLoader to validate."""
+    return _Counting(48), DataLoader(_Counting(32), batch_size=16)
+
+
+def endless_iterable():
+    return _Counting(None), _Counting(32)
+
+
+class Sleepy(nn.Module):
+    """Sleeps in every training forward (the checks before training run without gradients): every
+    run outlasts a short --timeout."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        if self.training and torch.is_grad_enabled():
+            import time
+
+            time.sleep(30)
+        return self.lin(x)

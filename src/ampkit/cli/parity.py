@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from .common import add_run_flags
+from .common import add_run_flags, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -29,6 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--margin", type=float, default=None, metavar="X",
                    help="equivalence margin (+-X in the metric's units) of the TOST verdict (default: --tolerance)")
     add_run_flags(p)
+    add_timeout(p, "the check of the --model/--data factories (in a child process), and each run,")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the loss curves")
 
 
@@ -47,7 +48,8 @@ def run(args) -> int:
         raise UsageError("--dataset names a built-in dataset; --model/--data train your own: give one or the other")
     cfg = ParityConfig(dataset=args.dataset or "digits", modes=args.modes, seeds=args.seeds, epochs=args.epochs,
                        tolerance=args.tolerance, device=args.device, margin=args.margin, steps=args.steps,
-                       model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size)
+                       model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size,
+                       timeout=args.timeout)
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     con = console(json_to_stdout=args.json == "-")
     with _progress(steps=bool(args.steps)) as (progress, on_run):

@@ -23,7 +23,7 @@ __all__ = ["ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRec
 
 def parity(make_model=None, train=None, test=None, *, model=None, data=None, modes=None, seeds=3, epochs=None,
            steps=None, batch_size=64, lr=1e-3, tolerance=0.01, margin=None, device="auto", loss_fn=None,
-           metric_fn=None, dataset="custom", framework="torch", progress=None) -> ParityReport:
+           metric_fn=None, dataset="custom", framework="torch", progress=None, timeout=1800.0) -> ParityReport:
     """Parity on your own model and data: does each mode train as well as fp32?
 
     Every seed trains a fresh model in every mode from the same initial weights and data order;
@@ -56,6 +56,7 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
         dataset: the name the report shows.
         framework: ``torch`` (default) or ``tensorflow`` (with ``model``/``data``).
         progress: optional callback ``progress(mode, seed, done, total)``.
+        timeout: seconds each run may take (None: no limit); a run past it fails its mode, the rest go on.
 
     Returns:
         ParityReport: per mode the seeds, final loss and metric (mean, std), the difference from
@@ -83,13 +84,13 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
                              f"received {type(model).__name__} and {type(data).__name__}")
         spec = spec or getattr(data, "__name__", "data")
         config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance,
-                              device=device, margin=margin, steps=steps)
+                              device=device, margin=margin, steps=steps, timeout=timeout)
         pd = ParityData(dataset, None, None, None, None, model=model, epochs=USER_EPOCHS, batch_size=batch_size, lr=lr,
                         loss_fn=loss_fn, metric_fn=metric_fn, **split_data(data, f"{spec}"), data_factory=data,
                         model_spec=getattr(model, "__name__", "model"), data_spec=spec)
         return run(config, framework, data=pd, progress=progress)
     config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance, device=device,
-                          margin=margin, steps=steps)
+                          margin=margin, steps=steps, timeout=timeout)
     data = ParityData(dataset, train[0] if train is not None else None, train[1] if train is not None else None,
                       test[0] if test is not None else None, test[1] if test is not None else None,
                       model=make_model, epochs=10, batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)

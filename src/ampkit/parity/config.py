@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..checks import MAX_BATCH, MAX_EPOCHS, MAX_SEEDS, MAX_STEPS, float_in, int_in
+from ..checks import MAX_BATCH, MAX_EPOCHS, MAX_SEEDS, MAX_STEPS, MAX_TIMEOUT_S, float_in, int_in
 from ..errors import UsageError
+from ..isolation import DEFAULT_TIMEOUT_S
 from ..precision import parse_mode, parse_mode_list
 
 
@@ -34,6 +35,7 @@ class ParityConfig:
     data: str | None = None
     lr: float | None = None          # with --model/--data (None: 1e-3)
     batch_size: int | None = None    # with --model/--data, for Datasets and arrays (None: 64; a DataLoader keeps its own)
+    timeout: float | None = DEFAULT_TIMEOUT_S  # seconds for checking the factories and for each run (None: no limit)
 
     def __post_init__(self):
         if self.modes is not None:
@@ -57,6 +59,7 @@ class ParityConfig:
             int_in(len(seeds), "--seeds", 1, MAX_SEEDS)
             object.__setattr__(self, "seeds", seeds)
         int_in(self.epochs, "--epochs", 1, MAX_EPOCHS)
+        float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
         tol = self.tolerance
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (math.isfinite(tol) and 0 <= tol < 1):
             # one rule for the CLI and the library: 1 would pass a mode that learned nothing

@@ -8,12 +8,16 @@ both run through :func:`run`.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError, one_line
 from ..factory import call_user, load_factory
+from ..isolation import run_isolated
 from .config import ParityConfig
 from .core import summarize
 from .datasets import load
@@ -102,11 +106,46 @@ def _eta(times: dict[str, list[float]], pending: list[str]) -> float | None:
     return sum(sum(times[m]) / len(times[m]) if times.get(m) else mean_all for m in pending)
 
 
-def _guarded(train_one, mode: str, seed: int, cb) -> RunRecord:
-    """One run; a run that raises (not a usage error, not Ctrl-C) is recorded as failed and the loop goes on."""
+class RunTimedOut(Exception):
+    """A run went past ``--timeout``: raised inside the run (SIGALRM), recorded as its failure."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None):
+    """``--timeout`` for one run, in this process: SIGALRM raises :class:`RunTimedOut` where the run
+    is (a Python-level loop or a sleep; a single C call that never returns is not reached). Only
+    in the main thread of a platform with SIGALRM; elsewhere no limit. A timer already armed (a
+    caller's, pytest-timeout's) is kept: the sooner one fires, the other is re-armed afterwards."""
+    if not (seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()):
+        yield
+        return
+    outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if outer_left and outer_left <= seconds:  # the outer timer fires first: it is the limit
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RunTimedOut(f"the run took longer than --timeout {seconds:g} s and was stopped")
+
+    t0 = time.monotonic()
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if outer_left:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - t0), 1e-3), outer_interval)
+
+
+def _guarded(train_one, mode: str, seed: int, cb, timeout: float | None = None) -> RunRecord:
+    """One run; a run that raises (not a usage error, not Ctrl-C) or outlasts ``timeout`` is recorded
+    as failed and the loop goes on."""
     t0 = time.perf_counter()
     try:
-        return train_one(mode, seed, cb)
+        with _deadline(timeout):
+            return train_one(mode, seed, cb)
     except (UsageError, KeyboardInterrupt):
         raise
     except Exception as exc:
@@ -114,7 +153,8 @@ def _guarded(train_one, mode: str, seed: int, cb) -> RunRecord:
 
 
 def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int, Callable | None], RunRecord],
-              progress=None, on_run: Callable[[RunStatus], None] | None = None) -> SeedRecords:
+              progress=None, on_run: Callable[[RunStatus], None] | None = None, *,
+              timeout: float | None = None) -> SeedRecords:
     """Every (seed, mode) run, seeds outermost (a seed's modes run back to back);
     ``train_one(mode, seed, on_epoch)`` is the backend's training of one run. ``on_run(status)``
     as each run starts and ends, with an estimate of the time left.
@@ -143,7 +183,7 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
                     on_run(status(k, False))
                 cb = (lambda d, total, _m=mode, _s=seed: progress(_m, _s, d, total)) if progress else None
                 t0 = time.perf_counter()
-                done.append(_guarded(train_one, mode, seed, cb))
+                done.append(_guarded(train_one, mode, seed, cb, timeout))
                 times.setdefault(mode, []).append(time.perf_counter() - t0)
                 if on_run:
                     on_run(status(k, True))
@@ -157,12 +197,29 @@ def user_data(config: ParityConfig) -> ParityData:
     """``--model MODULE:FACTORY --data MODULE:FACTORY``: the model factory (called per run, after
     seeding) and what the data factory returns, ``(train, validation)``; one usage line for a
     factory that cannot be imported or called or returns something else."""
+    # first in a child: a factory that exits, aborts, hangs or raises KeyboardInterrupt is one line
+    # naming it, never the end of ampkit (bench and audit isolate theirs the same way)
+    run_isolated(check_factories, config.model, config.data, timeout=config.timeout,
+                 what=f"calling --data {config.data}() then --model {config.model}() (in a child process)")
     make_model = load_factory(config.model, flag="--model")
     make_data = load_factory(config.data, flag="--data")
     sizes = {k: v for k, v in (("lr", config.lr), ("batch_size", config.batch_size)) if v is not None}
     return ParityData(config.model.split(":")[0], None, None, None, None, model=make_model, epochs=USER_EPOCHS,
                       **split_data(make_data, config.data), data_factory=make_data, model_spec=config.model,
                       data_spec=config.data, **sizes)
+
+
+def check_factories(model_spec: str, data_spec: str) -> None:
+    """In a child (:func:`~ampkit.isolation.run_isolated`): import and call both factories once; what
+    fails is a usage line naming the factory."""
+    for spec, flag in ((data_spec, "--data"), (model_spec, "--model")):
+        factory = load_factory(spec, flag=flag)
+        try:
+            call_user(factory, spec)
+        except SystemExit as exc:
+            raise UsageError(f"calling {spec}() failed: it called sys.exit({exc.code!r})") from None
+        except KeyboardInterrupt:  # raised by the factory itself: the user's Ctrl-C reaches the parent
+            raise UsageError(f"calling {spec}() failed: it raised KeyboardInterrupt") from None
 
 
 def split_data(make_data, spec: str) -> dict:
@@ -205,7 +262,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     epochs = config.epochs or data.epochs
     t0 = time.perf_counter()
     records = run_seeds(modes, config.seed_list, lambda mode, seed, on_epoch: backend.train_seed(
-        data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run)
+        data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run, timeout=config.timeout)
     results = summarize(records, modes, config.tolerance, margin=config.equivalence_margin, metric=data.metric,
                         higher_is_better=data.higher_is_better)
     return ParityReport(data.name, target.label, results, backend.environment(target), config.tolerance,

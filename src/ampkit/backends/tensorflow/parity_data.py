@@ -23,11 +23,17 @@ def is_dataset(obj) -> bool:
     return isinstance(obj, tf.data.Dataset)
 
 
-def check_part(obj, part: str, spec: str):
+def check_part(obj, part: str, spec: str, steps: int | None = None):
     """``(x, y)`` NumPy arrays, or the dataset as it is; a usage error for anything else or an empty set."""
     if is_dataset(obj):
+        import tensorflow as tf
+
         if int(obj.cardinality()) == 0:
             raise UsageError(f"{spec}: the {part} data set is empty")
+        if int(obj.cardinality()) == int(tf.data.INFINITE_CARDINALITY) and (part != "train" or not steps):
+            raise UsageError(f"{spec}: the {part} tf.data.Dataset repeats forever (.repeat() without a count): "
+                             + ("an endless stream has no epochs; give --steps N" if part == "train" else
+                                "validation reads its data to the end; repeat it a finite number of times"))
         spec_ = obj.element_spec
         if not (isinstance(spec_, tuple) and len(spec_) in (2, 3)):
             raise UsageError(f"{spec}: each element of the {part} tf.data.Dataset must be (inputs, targets); "
@@ -87,7 +93,7 @@ def prepare_tf(data: ParityData) -> ParityData:
     import keras
 
     mspec, dspec = data.model_spec or "the model factory", data.data_spec or "the data factory"
-    train = check_part(data.train, "train", dspec)
+    train = check_part(data.train, "train", dspec, data.steps)
     test = check_part(data.test, "validation", dspec)
     keras.utils.set_random_seed(0)
     model = build(data, mspec)
@@ -103,9 +109,24 @@ def prepare_tf(data: ParityData) -> ParityData:
             value = float(np.asarray(loss))
         except Exception as exc:
             raise UsageError(f"a {part} batch of {dspec} does not fit {mspec} (checked before any training): "
-                             f"{one_line(exc)}") from None
+                             f"{one_line(exc)}{_unbatched_hint(obj, model)}") from None
         if not np.isfinite(value):
             raise UsageError(f"the loss of {mspec} on a {part} batch of {dspec} is {value} before any training")
     metric = ("custom" if data.metric_fn is not None else "accuracy" if classes else "loss")
     return dataclasses.replace(data, train=train, test=test, loss_fn=loss_fn or default_loss(model, classes),
                                metric=metric, higher_is_better=metric != "loss")
+
+
+def _unbatched_hint(obj, model) -> str:
+    """A tf.data.Dataset whose elements have the rank of one sample, not of a batch: say ``.batch(N)``
+    (Keras's own message is "Exception encountered when calling Sequential.call()")."""
+    if not is_dataset(obj):
+        return ""
+    try:
+        x_spec = obj.element_spec[0]
+        want = len(model.inputs[0].shape)  # (None, ...): a batch's rank
+        got = len(x_spec.shape)
+    except Exception:
+        return ""
+    return f"; its elements look unbatched (rank {got}, the model takes rank {want}): call .batch(N) on the dataset" \
+        if got == want - 1 else ""

@@ -96,7 +96,7 @@ def parity(make_model: Callable[[], nn.Module] | None = None, train: tuple | Non
            model=None, data=None, modes=None, seeds: int | list[int] = 3, epochs: int | None = None,
            steps: int | None = None, batch_size: int = 64, lr: float = 1e-3, tolerance: float = 0.01, margin=None,
            device="auto", loss_fn=F.cross_entropy, metric_fn=accuracy, dataset: str = "custom",
-           framework: str = "torch", progress=None):
+           framework: str = "torch", progress=None, timeout: float | None = 1800.0):
     """Parity on your own model and data: ``ampkit.parity`` (the same parameters, with PyTorch's
     defaults spelled out), run by the neutral driver through :class:`TorchParity`."""
     from ...parity import parity as neutral_parity
@@ -106,7 +106,8 @@ def parity(make_model: Callable[[], nn.Module] | None = None, train: tuple | Non
         metric_fn = None if metric_fn is accuracy else metric_fn
     return neutral_parity(make_model, train, test, model=model, data=data, modes=modes, seeds=seeds, epochs=epochs,
                           steps=steps, batch_size=batch_size, lr=lr, tolerance=tolerance, margin=margin, device=device,
-                          loss_fn=loss_fn, metric_fn=metric_fn, dataset=dataset, framework=framework, progress=progress)
+                          loss_fn=loss_fn, metric_fn=metric_fn, dataset=dataset, framework=framework, progress=progress,
+                          timeout=timeout)
 
 
 def dataset_model(arch: str) -> nn.Module:

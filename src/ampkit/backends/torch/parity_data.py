@@ -53,6 +53,9 @@ class TensorFeed:
     def __len__(self) -> int:
         return len(self.x)
 
+    def size(self) -> int:
+        return len(self.x)
+
     def _moved(self, device):
         if self._on is None or self._on[0] != device:
             self._on = (device, self.x.to(device), self.y.to(device))
@@ -85,11 +88,12 @@ class DatasetFeed:
         self.loader = loader
         self.iterable = isinstance(self.dataset, IterableDataset)
 
-    def __len__(self) -> int:
+    def size(self) -> int | None:
+        """Samples in the data set; None for an ``IterableDataset`` without ``__len__`` (known by reading it)."""
         try:
             return len(self.dataset)
-        except TypeError:  # an IterableDataset without __len__
-            return -1
+        except TypeError:  # an IterableDataset without __len__ (len() of a -1 raised "should return >= 0")
+            return None
 
     def batches(self, seed: int, epoch: int, device, *, shuffle: bool = True, batch_size: int | None = None) -> Iterator:
         bs = batch_size or self.batch_size
@@ -125,17 +129,35 @@ def make_feed(obj, part: str, spec: str, batch_size: int):
     else:
         raise UsageError(f"{spec}: the {part} data is a {type(obj).__name__}; expected a torch Dataset, a DataLoader or "
                          "an (inputs, targets) pair of tensors")
-    if len(feed) == 0:
+    if feed.size() == 0:
         raise UsageError(f"{spec}: the {part} data set is empty")
     return feed
+
+
+#: reading an iterable data set of unknown length to its end stops here: beyond it, it counts as endless
+ENDLESS_BATCHES, ENDLESS_SECONDS = 100_000, 120.0
+
+
+def check_ends(feed, part: str, spec: str, device) -> None:
+    """An iterable data set of unknown length trains by epochs only if it ends: read it once (a
+    finite one to its end); one that does not end within the bounds needs ``--steps``."""
+    import time
+
+    if feed.size() is not None:
+        return
+    t0 = time.monotonic()
+    for n, _ in enumerate(feed.batches(0, 0, torch.device("cpu"), shuffle=False), 1):
+        if n >= ENDLESS_BATCHES or time.monotonic() - t0 > ENDLESS_SECONDS:
+            raise UsageError(f"{spec}: the {part} data is an iterable of unknown length that did not end after {n:,} "
+                             f"batches ({time.monotonic() - t0:.0f} s): an endless stream has no epochs; give --steps N")
 
 
 def _first(feed, part: str, spec: str, device):
     try:
         return next(iter(feed.batches(0, 0, device, shuffle=False)))
     except StopIteration:
-        n, loader = len(feed), getattr(feed, "loader", None)
-        if n > 0 and loader is not None and loader.drop_last:
+        n, loader = feed.size(), getattr(feed, "loader", None)
+        if n and loader is not None and loader.drop_last:
             raise UsageError(f"{spec}: the {part} DataLoader yields no batch: {n} samples, batch size "
                              f"{feed.batch_size} and drop_last=True") from None
         raise UsageError(f"{spec}: the {part} data set is empty") from None
@@ -177,6 +199,9 @@ def prepare(data: ParityData, device: torch.device) -> ParityData:
     mspec, dspec = data.model_spec or "the model factory", data.data_spec or "the data factory"
     train = make_feed(data.train, "train", dspec, data.batch_size)
     test = make_feed(data.test, "validation", dspec, data.batch_size)
+    if not data.steps:  # epochs: the training data must end (validation is always read to its end)
+        check_ends(train, "train", dspec, device)
+    check_ends(test, "validation", dspec, device)
     torch.manual_seed(0)
     model, workload = make_model(data, mspec)
     loss_fn = data.loss_fn or (workload.loss_fn if workload is not None else None)

@@ -1,0 +1,74 @@
+"""Issue #40: parity isolates the user's factories like bench and audit, and reads iterable data.
+
+A ``--model``/``--data`` factory that exits (0 or 3), aborts, hangs or raises KeyboardInterrupt is
+one line naming it, exit 2, before any training (it is called first in a child process); a run
+that outlasts ``--timeout`` fails its mode and the others go on; an ``IterableDataset`` without
+``__len__`` trains (finite: read to its end; endless: needs ``--steps``, said in one line).
+"""
+
+from __future__ import annotations
+
+import os
+
+import parity_factories as pf
+import pytest
+
+import ampkit
+from ampkit.backends.torch import parity as torch_parity
+from ampkit.backends.torch import parity_data
+from ampkit.cli.main import main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def in_here(monkeypatch):
+    monkeypatch.chdir(HERE)
+
+
+@pytest.mark.parametrize("model, data, extra, needle", [
+    ("normalized_head", "exits_zero", [], "calling parity_factories:exits_zero() failed: it called sys.exit(0)"),
+    ("exits_three", "blobs", [], "calling parity_factories:exits_three() failed: it called sys.exit(3)"),
+    ("interrupts", "blobs", [], "calling parity_factories:interrupts() failed: it raised KeyboardInterrupt"),
+    ("normalized_head", "aborts", [], "parity_factories:aborts() then --model parity_factories:normalized_head() "
+                                      "(in a child process): the process was killed by SIGABRT"),
+    ("hangs", "blobs", ["--timeout", "3"], "no result after 3 s (--timeout)"),
+])
+def test_a_factory_that_exits_aborts_hangs_or_interrupts_is_one_line_before_training(
+        in_here, capsys, monkeypatch, model, data, extra, needle):
+    monkeypatch.setattr(torch_parity, "train_one", lambda *a, **k: pytest.fail("trained despite a bad factory"))
+    rc = main(["parity", "--device", "cpu", "--modes", "fp32,bf16", "--seeds", "1", "--model",
+               f"parity_factories:{model}", "--data", f"parity_factories:{data}", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_run_past_its_timeout_fails_its_mode_and_the_others_go_on():
+    import time
+
+    t0 = time.monotonic()
+    rep = ampkit.parity(model=pf.Sleepy, data=pf.blobs, modes="fp32,bf16", seeds=1, epochs=1, device="cpu",
+                        timeout=3)
+    assert time.monotonic() - t0 < 50  # two runs of 30 s sleeps each, both stopped at 3 s
+    errors = [r.runs[0].error for r in rep.results]
+    assert [r.mode for r in rep.results] == ["fp32", "bf16"]  # the second run ran after the first timed out
+    assert all(e and "took longer than --timeout 3 s and was stopped" in e for e in errors), errors
+
+
+def test_iterable_data_of_unknown_length_trains(monkeypatch):
+    """A finite IterableDataset without __len__ (and one inside a DataLoader) is read to its end; an
+    endless one trains with --steps and is refused without it (one line naming the fix)."""
+    rep = ampkit.parity(model=pf.normalized_head, data=pf.finite_iterable, modes="fp32", seeds=1, epochs=1,
+                        device="cpu")
+    run = rep.results[0].runs[0]
+    assert not run.error and len(run.train_loss) >= 1
+    rep = ampkit.parity(model=pf.normalized_head, data=pf.endless_iterable, modes="fp32", seeds=1, steps=3,
+                        device="cpu")
+    assert not rep.results[0].runs[0].error
+    monkeypatch.setattr(parity_data, "ENDLESS_BATCHES", 20)
+    with pytest.raises(ampkit.UsageError if hasattr(ampkit, "UsageError") else Exception,
+                       match=r"the train data is an iterable of unknown length that did not end after 20 batches.*"
+                             r"give --steps N"):
+        ampkit.parity(model=pf.normalized_head, data=pf.endless_iterable, modes="fp32", seeds=1, epochs=1,
+                      device="cpu")
