@@ -45,6 +45,22 @@ def empty():
     return (x[:0], y[:0]), val
 
 
+def endless():
+    """A training pipeline that repeats forever: without --steps it has no epochs (issue #40: it hung)."""
+    import tensorflow as tf
+
+    (x, y), (xv, yv) = arrays()
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat(), tf.data.Dataset.from_tensor_slices((xv, yv)).batch(64)
+
+
+def unbatched():
+    """Pipelines of single samples: Keras said only 'Exception encountered when calling ...' (issue #40)."""
+    import tensorflow as tf
+
+    (x, y), (xv, yv) = arrays()
+    return tf.data.Dataset.from_tensor_slices((x, y)), tf.data.Dataset.from_tensor_slices((xv, yv))
+
+
 def softmax_mlp():
     """Ends in a softmax (probabilities, as keras.applications do): ampkit picks from_logits=False."""
     import keras

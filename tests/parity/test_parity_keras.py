@@ -34,6 +34,9 @@ BAD = [
     ("not_a_model", "arrays", "parity_keras_factories:not_a_model() returned a object; expected a keras.Model"),
     ("mlp", "wrong_features", "a train batch of parity_keras_factories:wrong_features does not fit"),
     ("mlp", "empty", "parity_keras_factories:empty: the train data set is empty"),
+    ("mlp", "endless", "the train tf.data.Dataset repeats forever (.repeat() without a count): an endless stream has "
+                       "no epochs; give --steps N"),
+    ("mlp", "unbatched", "its elements look unbatched (rank 1, the model takes rank 2): call .batch(N) on the dataset"),
 ]
 
 
