@@ -107,6 +107,30 @@ def sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+#: called in a child before it ends (see :func:`at_child_exit`)
+_exit_hooks: list = []
+
+
+def at_child_exit(hook) -> None:
+    """Run ``hook()`` when this child process ends (it ends with ``os._exit``, which skips the
+    interpreter's teardown): e.g. torch.compile's worker pool, whose semaphores multiprocessing's
+    resource tracker would otherwise report as leaked after ampkit's last line."""
+    if hook not in _exit_hooks:
+        _exit_hooks.append(hook)
+
+
+def run_exit_hooks() -> None:
+    """Run the :func:`at_child_exit` hooks (a child calls it just before ``os._exit``)."""
+    for hook in _exit_hooks:
+        with contextlib.suppress(Exception):
+            hook()
+    if _exit_hooks:  # the finalizers os._exit skips: a pool's queue unregisters its semaphores there
+        import multiprocessing.util
+
+        with contextlib.suppress(Exception):
+            multiprocessing.util._run_finalizers(0)
+
+
 def _child(conn, target, args, term_is_request: bool = False) -> None:
     die_with_parent()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
@@ -137,6 +161,7 @@ def _child(conn, target, args, term_is_request: bool = False) -> None:
         conn.send(("error", f"cannot return the result: {type(exc).__name__}: {exc}"))
     finally:
         conn.close()
+        run_exit_hooks()  # what os._exit would leave behind (a worker pool's semaphores)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # skip interpreter teardown: the result is sent

@@ -266,3 +266,24 @@ def test_compiled_bar_labels_do_not_overlap_in_the_chart():
             else:  # slanted: parallel lines at least one text height apart
                 height = t.get_fontsize() * fig.dpi / 72
                 assert (b.x1 - a.x1) * math.sin(theta) >= height
+
+
+@pytest.mark.slow
+def test_a_compiled_run_leaves_no_warning_after_the_last_line(tmp_path):
+    """issue #40: every --compile run ended with multiprocessing's 'leaked semaphore' warning (inductor's
+    worker pool, left to the child's os._exit) after ampkit's last line."""
+    import os
+    import subprocess
+    import sys
+
+    from ampkit.backends.torch.compiled import compile_unavailable
+
+    why = compile_unavailable(torch.device("cpu"))
+    if why:
+        pytest.skip(why)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-m", "ampkit", "bench", "--model", "compile_models:tiny", "--input-shape", "8",
+                        "--num-classes", "4", "--modes", "fp32", "--steps", "1", "--warmup", "0", "--compile", "on", "--device", "cpu",
+                        "--json", str(tmp_path / "b.json")], capture_output=True, text=True, timeout=600, cwd=here)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "leaked semaphore" not in r.stderr and "resource_tracker" not in r.stderr, r.stderr[-2000:]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import one_line
-from ..isolation import describe_exit, die_with_parent, sigint_blocked, stop
+from ..isolation import describe_exit, die_with_parent, run_exit_hooks, sigint_blocked, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
@@ -247,4 +247,5 @@ def serve_row(conn, mode: str, make_row) -> None:
         send({"type": "result", "row": BenchRow(mode, status="error", error=describe_failure(exc)).to_dict()})
     finally:
         conn.close()
+        run_exit_hooks()  # e.g. torch.compile's worker pool (isolation.at_child_exit)
         os._exit(0)  # skip interpreter teardown (CUDA contexts, threads): the row is sent

@@ -45,9 +45,21 @@ def compile_unavailable(device: torch.device) -> str | None:
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
-    """``torch.compile(model)`` with the default backend (inductor), dynamo's caches reset first."""
+    """``torch.compile(model)`` with the default backend (inductor), dynamo's caches reset first.
+    Inductor's compile workers are shut down when this (child) process ends."""
+    from ...isolation import at_child_exit
+
     torch._dynamo.reset()
+    at_child_exit(_shutdown_compile_workers)
     return torch.compile(model)
+
+
+def _shutdown_compile_workers() -> None:
+    """Stop inductor's worker pool: left to ``os._exit``, its semaphore is reported as leaked by
+    multiprocessing's resource tracker after ampkit's last line (issue #40)."""
+    from torch._inductor.async_compile import shutdown_compile_workers
+
+    shutdown_compile_workers()
 
 
 class DynamoCounters:
