@@ -10,7 +10,8 @@ the precision plan) adopts this with one line, its base class and its command::
 and gains ``_repr_html_`` (Jupyter shows it as the last expression of a cell: the verdict line, the
 table, the chart as inline SVG, findings and advice -- the same section ``ampkit report`` shows for
 its document), a ``repr`` of one line under 200 characters (command, subject, modes, verdict) in
-place of the dataclass's field dump, and ``to_pandas()`` (one row per mode, seed or layer).
+place of the dataclass's field dump, ``to_pandas()`` (one row per mode, seed or layer) and
+``to_json(path)`` (the document ``--json`` writes, for ``ampkit report``).
 
 A command the report page knows is drawn by its section (:mod:`ampkit.report.notebook`); any other
 gets a generic table of its rows (:func:`frame_rows`), so a new result type displays before it has
@@ -58,6 +59,17 @@ class ResultDisplay:
         (nested objects as columns of dicts, and flattened beside them: ``step_ms_p50``, ``metric_mean``)."""
         pd = require_pandas()
         return pd.DataFrame(frame_rows(self, per))
+
+
+    def to_json(self, path=None) -> str:
+        """The JSON document the command's ``--json`` writes (inf/NaN as null); written to ``path``
+        too when given (atomically), for ``ampkit report`` to read. Returns the text."""
+        from .render.output import dumps, write_json
+
+        doc = self.to_dict()
+        if path is not None:
+            write_json(doc, str(path))
+        return dumps(doc)
 
 
 def _renderer():
@@ -119,7 +131,7 @@ def frame_rows(result, per: str | None = None) -> list[dict]:
             _flat("equivalence", p.get("equivalence"), row)
             rows.append(row)
         return rows
-    if command == "audit":
+    if command in ("audit", "callback"):  # a trainer callback's record writes an audit document
         first = doc.get("first_nonfinite") or {}
         kinds: dict[str, list[str]] = {}
         for f in doc.get("findings") or []:
