@@ -80,7 +80,7 @@ class NotebookProgress:
                  line.get("total"), force=True)
 
     def parity(self, mode, seed, done, total) -> None:
-        self.set(f"{mode} seed {seed}", "training", done, total, force=done in (0, total))
+        self.set(f"{mode} seed {seed}", "done" if done == total else "training", done, total, force=done in (0, total))
 
     def doctor(self, msg: str) -> None:
         self.set("doctor", str(msg), None, None)

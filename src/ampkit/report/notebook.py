@@ -28,7 +28,11 @@ EXTRA_CSS = (".ampkit-nb { max-width: 1180px; }\n"
              ".ampkit-nb .t-good { color: var(--good); background: var(--good-bg); }\n"
              ".ampkit-nb .t-bad { color: var(--bad); background: var(--bad-bg); }\n"
              ".ampkit-nb .t-neutral { color: var(--mid); background: var(--mid-bg); }\n"
-             ".ampkit-nb h3 { margin-top: 4px; }")
+             ".ampkit-nb h3 { margin-top: 4px; }\n"
+             # JupyterLab right-aligns every cell of an output's table with a (0,2,1) selector
+             # (:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td): the page's alignment, one class stronger
+             ".ampkit-nb.ampkit-nb th, .ampkit-nb.ampkit-nb td, .ampkit-nb.ampkit-nb tr { text-align: left; }\n"
+             ".ampkit-nb.ampkit-nb td.n { text-align: right; }")
 _serial = itertools.count(1)
 _RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
 
@@ -126,6 +130,8 @@ def _line_of(command: str, view) -> str:
         others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
         return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}; {others}"
     verdict = PRESENTERS["audit"].verdicts(view)[0]["text"]
+    if view.what_if:  # float32 steps only: the verdicts are per format, not of the mode
+        return f"audit --what-if {view.workload} on {view.device}: {verdict}"
     return f"audit {view.workload} in {view.mode} on {view.device}: {verdict}"
 
 
