@@ -126,6 +126,20 @@ def test_a_long_repr_is_cut_to_199_characters_with_an_ellipsis():
     assert shorten("a\nb   c") == "a b c"
 
 
+def test_repr_of_a_what_if_audit_and_of_a_run_stopped_before_any_mode():
+    audit = planted.audit("torch")
+    audit.what_if = {"fp16": {"verdict": "safe_with_scale", "first_overflow": None, "loss_scale_range": [1, 1024],
+                              "keep_in_fp32": [], "advice": "", "modules": []},
+                     "bf16": {"verdict": "safe", "first_overflow": None, "loss_scale_range": None, "keep_in_fp32": [],
+                              "advice": "", "modules": []}}
+    assert repr(audit) == "<ampkit audit --what-if mlp on cuda:0: fp16 safe_with_scale · bf16 safe>"
+    assert 'class="audit-whatif"' in audit._repr_html_()
+    bench = planted.bench("torch")
+    bench.results, bench.interrupted = [], True
+    assert repr(bench) == "<ampkit bench mlp on cuda:0: no mode finished (interrupted)>"
+    assert 'data-interrupted="true"' in bench._repr_html_()
+
+
 def test_a_repr_never_raises():
     report = planted.bench("torch")
     report.results = None  # broken beyond display

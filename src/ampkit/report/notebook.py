@@ -109,6 +109,9 @@ def _generic_line(result, shown) -> str | None:
 
 
 # ---------------------------------------------------------------- the one-line repr
+_NONE = "no mode finished"
+
+
 def _bench_cell(r: dict) -> str:
     if r["status"] != "ok":
         return f"{r['mode']} {r['status']}"
@@ -123,9 +126,10 @@ def _bench_cell(r: dict) -> str:
 
 def _line_of(command: str, view) -> str:
     if command == "bench":
-        return f"bench {view.workload} on {view.device}: " + ", ".join(_bench_cell(r) for r in view.rows)
+        return f"bench {view.workload} on {view.device}: " + (", ".join(_bench_cell(r) for r in view.rows) or _NONE)
     if command == "parity":
-        return f"parity {view.dataset} on {view.device}: " + ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows)
+        return f"parity {view.dataset} on {view.device}: " + (
+            ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows) or _NONE)
     if command == "doctor":
         others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
         return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}; {others}"
