@@ -60,7 +60,6 @@ class ResultDisplay:
         pd = require_pandas()
         return pd.DataFrame(frame_rows(self, per))
 
-
     def to_json(self, path=None) -> str:
         """The JSON document the command's ``--json`` writes (inf/NaN as null); written to ``path``
         too when given (atomically), for ``ampkit report`` to read. Returns the text."""
@@ -111,6 +110,11 @@ def frame_rows(result, per: str | None = None) -> list[dict]:
     """The rows of ``to_pandas()``: dicts whose keys start with the contract's."""
     doc = result.to_dict()
     command = getattr(result, "display_command", "") or doc.get("command", "")
+    if per not in (None, "seed") or (per == "seed" and command != "parity"):
+        from .errors import UsageError
+
+        raise UsageError(f"to_pandas(per={per!r}): per='seed' is for a parity report (a row per mode and seed); "
+                         f"leave it out for one row per {'layer' if command == 'audit' else 'mode'}")
     head = {k: doc.get(k) for k in ("framework", "device") if k in doc}
     if command == "bench":
         rows = []

@@ -173,6 +173,15 @@ def test_parity_to_pandas_per_seed_has_a_row_per_run():
     assert math.isclose(frame.loc[5, "test_accuracy"][0], 0.92)
 
 
+def test_to_pandas_per_seed_is_for_parity_only():
+    from ampkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"per='seed' is for a parity report.*one row per layer"):
+        planted.audit("torch").to_pandas(per="seed")
+    with pytest.raises(UsageError, match=r"to_pandas\(per='run'\)"):
+        planted.parity("torch").to_pandas(per="run")
+
+
 def test_without_pandas_to_pandas_says_in_one_line_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas -> ImportError
     with pytest.raises(ModuleNotFoundError) as err:
