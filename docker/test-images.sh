@@ -16,8 +16,10 @@
 # 4. For each image, a container on the host's network (ports on 127.0.0.1 only), checked from
 #    outside: the doctor's verdict in `docker logs` and doctor.json in the state dir; SSH key login
 #    as ampkit, password and root logins refused; JupyterLab 200 with the token, 403 without, not
-#    running as root; no other framework inside; the healthcheck healthy; `docker stop` within
-#    10 s with exit code 0. Each check prints "ok" or "FAIL IMAGE: CHECK — why".
+#    running as root; no other framework inside; the getting-started notebook in JupyterLab's folder
+#    and executed there as ampkit (nbclient, AMPKIT_NOTEBOOK_QUICK=1) without error output; the
+#    healthcheck healthy; `docker stop` within 10 s with exit code 0. Each check prints "ok" or
+#    "FAIL IMAGE: CHECK — why".
 #
 # --break KIND checks a deliberately broken variant of the torch image instead (built from it in
 # seconds; the checks must fail, naming the check): entrypoint-exits (the entrypoint exits at
@@ -269,6 +271,43 @@ wait_log() {  # wait_log CONTAINER REGEX SECONDS: 0 when the log matches, 1 when
 }
 http_status() { curl -s --noproxy '*' -o /dev/null -w '%{http_code}' --max-time 10 "$@"; }
 
+check_notebook() {  # check_notebook CONTAINER IMAGE: the getting-started notebook, run as a user runs it
+    local c=$1 img=$2 out
+    # The entrypoint put it where JupyterLab opens, owned by ampkit.
+    out=$(docker exec "$c" stat -c '%U' /workspace/getting-started.ipynb 2>&1)
+    [ "$out" = ampkit ] && ok "$img" "getting-started.ipynb in JupyterLab's folder, owned by ampkit" \
+        || fail "$img" "getting-started.ipynb in JupyterLab's folder" "stat says: $out"
+    # Executed top to bottom as ampkit in a fresh kernel (nbclient), with the notebook's tiny
+    # settings (AMPKIT_NOTEBOOK_QUICK=1), in a scratch folder; any error output fails the check.
+    # Lines TensorFlow's C++ runtime writes to stderr (absl logging) are not errors.
+    out=$(docker exec -i -u ampkit -e AMPKIT_NOTEBOOK_QUICK=1 "$c" python3 - <<'PY' 2>&1
+import os, re, tempfile, time
+import nbclient, nbformat
+native = re.compile(r"^([IWE]\d{4} [\d:. ]+\d+ \S+:\d+\]|WARNING: All log messages before absl|\s+when |$)")
+nb = nbformat.read("/workspace/getting-started.ipynb", as_version=4)
+work = tempfile.mkdtemp(prefix="ampkit-notebook-")
+t0 = time.time()
+nbclient.NotebookClient(nb, timeout=1200, kernel_name="python3", allow_errors=True,
+                        resources={"metadata": {"path": work}}).execute()
+bad = []
+for i, cell in enumerate(nb.cells):
+    for o in cell.get("outputs", []):
+        if o.output_type == "error":
+            bad.append(f"cell {i}: {o.ename}: {o.evalue}")
+        elif o.output_type == "stream" and o.name == "stderr":
+            bad += [f"cell {i} stderr: {line}" for line in o.text.splitlines() if not native.match(line)]
+report = os.path.join(work, "ampkit-getting-started", "report.html")
+if not os.path.exists(report):
+    bad.append("no report.html written")
+print("NOTEBOOK-ERRORS: " + " | ".join(bad)[:400] if bad else f"NOTEBOOK-OK {len(nb.cells)} cells in {time.time() - t0:.0f} s")
+PY
+)
+    case "$out" in
+        *NOTEBOOK-OK*) ok "$img" "getting-started notebook runs as ampkit without error output (${out##*NOTEBOOK-OK })" ;;
+        *) fail "$img" "getting-started notebook runs as ampkit" "$(echo "$out" | grep -E 'NOTEBOOK-ERRORS|Error' | tail -2 | tr '\n' ' ' | cut -c1-400)" ;;
+    esac
+}
+
 check_container() {  # check_container IMAGE FRAMEWORK
     local img=$1 fw=$2 other c tmp jp sp token uid out st t0 took code health line
     [ "$fw" = torch ] && other=tensorflow || other=torch
@@ -355,6 +394,8 @@ print(m.version('$fw') if u.find_spec('$fw') else 'MISSING', 'PRESENT' if u.find
     else
         fail "$img" "doctor verdict in docker logs" "$(logs "$c" | grep 'ampkit doctor' | tail -2 | tr '\n' ' ')"
     fi
+
+    check_notebook "$c" "$img"
 
     health=""
     for _ in $(seq 120); do

@@ -101,9 +101,10 @@ class Chromium:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def load_page(path: str, width: int = 1280, height: int = 2000) -> dict:
+def load_page(path: str, width: int = 1280, height: int = 2000, evaluate: dict[str, str] | None = None) -> dict:
     """Open ``path`` from disk; returns the screenshot (PNG bytes), the DOM, console errors,
-    exceptions and the URLs of every request the page made."""
+    exceptions and the URLs of every request the page made; ``evaluate``: name -> a JavaScript
+    expression run in the loaded page, its JSON value returned under ``values[name]``."""
     browser = Chromium(find())
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -117,6 +118,9 @@ def load_page(path: str, width: int = 1280, height: int = 2000) -> dict:
         browser.wait_for("Page.loadEventFired")
         dom = browser.send("Runtime.evaluate", {"expression": "document.documentElement.outerHTML",
                                                 "returnByValue": True}, session=session)["result"]["value"]
+        values = {name: browser.send("Runtime.evaluate", {"expression": expr, "returnByValue": True},
+                                     session=session)["result"].get("value")
+                  for name, expr in (evaluate or {}).items()}
         shot = browser.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
         events = list(browser.events)
     finally:
@@ -133,4 +137,4 @@ def load_page(path: str, width: int = 1280, height: int = 2000) -> dict:
         elif ev.get("method") == "Network.loadingFailed":
             errors.append(f"loading failed: {p.get('errorText')}")
     requests = [ev["params"]["request"]["url"] for ev in events if ev.get("method") == "Network.requestWillBeSent"]
-    return {"png": base64.b64decode(shot), "dom": dom, "errors": errors, "requests": requests}
+    return {"png": base64.b64decode(shot), "dom": dom, "errors": errors, "requests": requests, "values": values}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..display import ResultDisplay
 from ..envelope import NUM, OPT_NUM, DocumentError, Enveloped, check, check_rows, envelope, known
 from ..formats import FloatFormat
 
@@ -103,7 +104,7 @@ class Finding:
 
 
 @dataclass
-class AuditReport(Enveloped):
+class AuditReport(Enveloped, ResultDisplay, command="audit"):
     mode: str
     loss_scale: float
     layers: list[LayerStats]

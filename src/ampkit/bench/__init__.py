@@ -41,7 +41,9 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         seq_len, image_size: the input size of a built-in sequence or image workload.
         framework: ``auto``, ``torch`` or ``tensorflow``; device: ``auto``, ``cpu``, ``cuda[:N]``.
         timeout: seconds per mode before its process is stopped (None: no limit).
-        progress: ``progress(message: dict)``, called with ``{"mode", "kind", ...}`` as modes run.
+        progress: ``progress(message: dict)``, called with ``{"mode", "kind", ...}`` as modes run; in a
+            Jupyter kernel the default (None) shows one display in the cell that updates as steps
+            finish (:mod:`ampkit.progress`); ``False`` shows nothing.
         explain: profile a few more steps per mode: each row gains ``breakdown`` (its step's share
             per category), ``breakdown_ms`` and ``explanation`` (why it is faster or slower than fp32).
         compile: ``"off"``, ``"on"`` (torch.compile / Keras ``jit_compile=True`` in every mode) or
@@ -56,6 +58,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         vs fp32 with its interval and words, skipped steps, flags); ``.to_dict()`` is the JSON
         document ``ampkit bench --json`` writes.
     """
+    from ..progress import shown
     from . import driver
     from .config import BenchConfig
 
@@ -63,7 +66,8 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
                       batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
                       seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain,
                       compile=compile, strategy=strategy, replicas=replicas)
-    return driver.run(cfg, framework, progress=progress)
+    return shown(progress, f"bench {workload or model or ''}".strip(), "bench", lambda cb, live: driver.run(
+        cfg, framework, progress=cb, on_row=live.row if live else None))
 
 
 make_callable(__name__, bench)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..display import ResultDisplay
 from ..envelope import OPT_NUM, Enveloped, check, check_rows, envelope, known
 
 STATUSES = ("ok", "unsupported", "oom", "error")
@@ -88,7 +89,7 @@ class BenchRow:
 
 
 @dataclass
-class BenchReport(Enveloped):
+class BenchReport(Enveloped, ResultDisplay, command="bench"):
     workload: str
     device: str
     results: list[BenchRow]

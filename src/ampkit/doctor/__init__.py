@@ -8,7 +8,10 @@ __all__ = ["DoctorReport", "ModeReport", "run_doctor"]
 
 
 def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None) -> DoctorReport:
-    """Run the doctor for one framework on one device and return its report (:mod:`.driver`)."""
+    """Run the doctor for one framework on one device and return its report (:mod:`.driver`).
+    ``progress(msg)`` gets each step in words; in a Jupyter kernel the default (None) shows them in
+    one display that updates in place; ``False`` shows nothing."""
+    from ..progress import shown
     from .driver import run
 
-    return run(device, framework, quick=quick, progress=progress)
+    return shown(progress, "doctor", "doctor", lambda cb, _live: run(device, framework, quick=quick, progress=cb))

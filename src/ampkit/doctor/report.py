@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..display import ResultDisplay
 from ..envelope import OPT_BOOL, OPT_NUM, DocumentError, check, envelope, known, where_in
 
 VERDICTS = ("recommended", "usable", "slower", "unsupported", "broken")
@@ -45,7 +46,7 @@ class ModeReport:
 
 
 @dataclass
-class DoctorReport:
+class DoctorReport(ResultDisplay, command="doctor"):
     framework: str
     device: str
     modes: dict[str, ModeReport]
@@ -86,7 +87,7 @@ class DoctorReport:
 
 
 @dataclass
-class DoctorSet:
+class DoctorSet(ResultDisplay, command="doctor"):
     """One document for several frameworks: ``doctor --framework all``, and an interrupted doctor
     (the frameworks that finished). ``environment``: the first framework's."""
 

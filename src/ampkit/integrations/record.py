@@ -25,6 +25,7 @@ import warnings
 from collections import deque
 from dataclasses import dataclass
 
+from ..display import ResultDisplay
 from ..envelope import envelope
 from ..formats import FORMATS
 from ..health import LossScaleHealth
@@ -71,7 +72,7 @@ def _fmt(x) -> str:
     return "—" if x is None else f"{x:.6g}"
 
 
-class TrainRecord:
+class TrainRecord(ResultDisplay, command="callback"):
     """One training run's ledger, ring buffer, alarms and documents.
 
     Args:
@@ -81,6 +82,9 @@ class TrainRecord:
         json_path: where the document goes (the first failure, then the summary); None: the first
             failure goes to ``fallback_dir``/ampkit_first_failure.json (the trainer's output folder),
             or stays in memory (:meth:`document`) without one; no summary file is written.
+
+    In a notebook, ``callback.record`` shows its summary line and the audit section of its document
+    (:class:`~ampkit.display.ResultDisplay`); ``to_pandas()`` gives a row per watched layer.
     """
 
     def __init__(self, *, source: str, trainer: str, k: int = DEFAULT_K, json_path: str | None = None,
@@ -257,6 +261,10 @@ class TrainRecord:
         return (f"{self.source}: {s['steps']} steps in {self.mode}, {s['skipped']} skipped"
                 f"{' ' + str(s['skipped_steps']) if s['skipped'] else ''}{scale}{first}; "
                 f"{len(s['warnings'])} warning(s)")
+
+    def to_dict(self) -> dict:
+        """The document (:meth:`document`): what ``repr``, the notebook display and ``to_pandas`` read."""
+        return self.document()
 
     def ledger(self) -> dict:
         return {"steps": self.steps, "skipped_steps": list(self.skipped), "scales": list(self.scales),

@@ -53,9 +53,11 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         loss_fn: ``loss_fn(logits, targets) -> scalar`` (default: cross-entropy).
         metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better (default: accuracy).
-        dataset: the name the report shows.
+        dataset: the name the report shows; with no model and data, a built-in dataset to run as
+            ``ampkit parity --dataset NAME`` does (``"digits"``, ``"mnist5k"``).
         framework: ``torch`` (default) or ``tensorflow`` (with ``model``/``data``).
-        progress: optional callback ``progress(mode, seed, done, total)``.
+        progress: optional callback ``progress(mode, seed, done, total)``; in a Jupyter kernel the
+            default (None) shows one display in the cell that updates as runs go; ``False``: nothing.
         timeout: seconds each run may take (None: no limit); a run past it fails its mode, the rest go on.
 
     Returns:
@@ -63,9 +65,25 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
         fp32, the p-value, the verdict (``baseline``, ``pass``, ``fail``, ``inconclusive``) and the
         ``equivalence``; ``.to_dict()`` is the JSON document ``ampkit parity --json`` writes.
     """
+    from ..progress import shown
+
+    return shown(progress, f"parity {dataset}", "parity", lambda cb, _live: _parity(
+        make_model, train, test, model=model, data=data, modes=modes, seeds=seeds, epochs=epochs, steps=steps,
+        batch_size=batch_size, lr=lr, tolerance=tolerance, margin=margin, device=device, loss_fn=loss_fn,
+        metric_fn=metric_fn, dataset=dataset, framework=framework, progress=cb, timeout=timeout))
+
+
+def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
+            device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
     from ..errors import UsageError
     from .driver import USER_EPOCHS, run, split_data
 
+    if all(x is None for x in (make_model, train, test, model, data)) and dataset != "custom":
+        from .datasets import check_dataset  # a built-in dataset, as `ampkit parity --dataset NAME` runs it
+
+        config = ParityConfig(dataset=check_dataset(dataset), modes=modes, seeds=seeds, epochs=epochs,
+                              tolerance=tolerance, device=device, margin=margin, steps=steps, timeout=timeout)
+        return run(config, framework, progress=progress)
     if model is not None or data is not None:
         if make_model is not None or train is not None or test is not None:
             raise UsageError("give make_model, train and test, or model= and data=, not both")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..display import ResultDisplay
 from ..envelope import OPT_NUM, Enveloped, check, check_rows, envelope, known
 
 ALPHA = 0.05
@@ -66,7 +67,7 @@ class ParityResult:
 
 
 @dataclass
-class ParityReport(Enveloped):
+class ParityReport(Enveloped, ResultDisplay, command="parity"):
     dataset: str
     device: str
     results: list[ParityResult]

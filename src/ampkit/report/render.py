@@ -54,7 +54,8 @@ def md(text) -> str:
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
 
 
-def _environment(autoescape: bool):
+def environment(autoescape: bool):
+    """The templates' Jinja2 environment (the page, the Markdown, the notebook display)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(loader=PackageLoader("ampkit.report", "templates"), autoescape=autoescape,
@@ -88,7 +89,7 @@ def attach_charts(report: Report, *, svg: bool = True, png_dir: str | None = Non
 
 def html(report: Report) -> str:
     attach_charts(report)
-    return _environment(True).get_template("report.html.j2").render(r=report)
+    return environment(True).get_template("report.html.j2").render(r=report)
 
 
 def markdown(report: Report, plots: dict[str, str] | None = None, md_path: str | None = None) -> str:
@@ -97,4 +98,4 @@ def markdown(report: Report, plots: dict[str, str] | None = None, md_path: str |
     base = os.path.dirname(os.path.abspath(md_path)) if md_path and md_path != "-" else os.getcwd()
     for cid, path in (plots or {}).items():
         links[cid] = os.path.relpath(os.path.abspath(path), base).replace(os.sep, "/")
-    return _environment(False).get_template("report.md.j2").render(r=report, links=links)
+    return environment(False).get_template("report.md.j2").render(r=report, links=links)

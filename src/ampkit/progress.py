@@ -1,0 +1,157 @@
+"""Progress of a long library call in a notebook: one display in the cell that updates in place.
+
+``ampkit.bench(...)``, ``ampkit.parity(...)`` and the doctor called from a Jupyter kernel show one
+output -- a line per mode with an HTML ``<progress>`` bar -- and update it as steps finish, instead
+of a line per step. ``progress=False`` turns it off; a callable is called as before (the commands'
+own messages); outside a kernel nothing is shown (a script's output stays as it was).
+
+Why IPython's ``display(..., display_id=True)`` and ``handle.update(...)`` rather than rich's Live
+display or ``tqdm.auto``: both of those update in place in Jupyter only through ipywidgets (rich's
+Live renders into an ``ipywidgets.Output``; ``tqdm.notebook`` draws a widget and falls back to a
+text line per refresh without it). Widgets need the ipywidgets package and a widget manager in the
+front end, and an nbclient / nbconvert run saves a widget reference rather than the bar. An
+updated display is plain IPython messaging (``update_display_data``): it needs no extra package and
+no JavaScript, JupyterLab, VS Code and nbclient all replace the output in place, and the saved
+notebook (and its HTML export) holds the last state. HF Transformers' ``NotebookProgressCallback``
+works the same way.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+
+#: refresh at most this often (seconds); a mode's start and end always refresh
+MIN_INTERVAL_S = 0.25
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (JupyterLab, Notebook, VS Code, nbclient)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # noqa: BLE001 -- an odd IPython: no notebook display
+        return False
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class _Snapshot:
+    """What the display shows: HTML for a notebook, one text line for a console front end."""
+
+    def __init__(self, html_text: str, text: str):
+        self.html_text, self.text = html_text, text
+
+    def _repr_html_(self) -> str:
+        return self.html_text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class NotebookProgress:
+    """One updating display for one library call; ``bench``/``parity``/``doctor`` take that
+    command's progress messages, ``row`` a finished bench row, ``close`` shows the end state."""
+
+    def __init__(self, title: str, clock=time.monotonic):
+        self.title, self.clock = title, clock
+        self.lines: dict[str, dict] = {}
+        self.start = clock()
+        self.last = None
+        self.handle = None
+        self.closed = False
+
+    # ------------------------------------------------------------------ the commands' messages
+    def bench(self, msg: dict) -> None:
+        mode, kind = str(msg.get("mode")), msg.get("kind")
+        if kind == "start":
+            repeat = f" (repeat {msg['repeat']}/{msg['repeats']})" if (msg.get("repeats") or 1) > 1 else ""
+            self.set(mode, f"starting{repeat}", 0, msg.get("steps"), force=True)
+        elif kind == "search":
+            self.set(mode, f"trying batch {msg.get('done')}", None, None)
+        else:
+            self.set(mode, str(kind or "training"), msg.get("done"), msg.get("total"))
+
+    def row(self, row) -> None:
+        line = self.lines.get(row.mode, {})
+        self.set(row.mode, row.status, line.get("total") if row.status == "ok" else line.get("done"),
+                 line.get("total"), force=True)
+
+    def parity(self, mode, seed, done, total) -> None:
+        self.set(f"{mode} seed {seed}", "done" if done == total else "training", done, total, force=done in (0, total))
+
+    def doctor(self, msg: str) -> None:
+        self.set("doctor", str(msg), None, None)
+
+    # ------------------------------------------------------------------ the display
+    def set(self, key: str, text: str, done, total, force: bool = False) -> None:
+        self.lines[key] = {"text": text, "done": done, "total": total}
+        now = self.clock()
+        if force or self.last is None or now - self.last >= MIN_INTERVAL_S:
+            self.show()
+
+    def show(self) -> None:
+        from IPython.display import display
+
+        self.last = self.clock()
+        snap = _Snapshot(self.html(), self.text())
+        if self.handle is None:
+            self.handle = display(snap, display_id=True)
+        else:
+            self.handle.update(snap)
+
+    def close(self, interrupted: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.title += " — interrupted" if interrupted else " — done"
+        if self.lines or self.handle is not None:
+            self.show()
+
+    def text(self) -> str:
+        parts = [f"{k} {v['text']}" + (f" {v['done']}/{v['total']}" if v["total"] else "") for k, v in self.lines.items()]
+        return f"ampkit {self.title} ({self.clock() - self.start:.1f} s): " + "; ".join(parts)
+
+    def html(self) -> str:
+        rows = []
+        for key, v in self.lines.items():
+            done, total = v["done"], v["total"]
+            bar = (f'<progress value="{int(done or 0)}" max="{int(total)}" style="width:14em"></progress> '
+                   f"{int(done or 0)}/{int(total)}" if total else "")
+            rows.append(f"<tr><td>{html.escape(key)}</td><td>{bar}</td><td>{html.escape(str(v['text']))}</td></tr>")
+        return ('<div class="ampkit-progress" style="font-size:13px">'
+                f"<div><b>ampkit {html.escape(self.title)}</b> · {self.clock() - self.start:.1f} s</div>"
+                f'<table style="border-collapse:collapse">{"".join(rows)}</table></div>')
+
+
+def notebook_progress(progress, title: str) -> NotebookProgress | None:
+    """The display to use for ``progress`` (a library call's argument): one in a notebook when it
+    is None (the default) or True; None when it is False, a callable, or not in a notebook."""
+    if progress is False or callable(progress) or not in_notebook():
+        return None
+    return NotebookProgress(title)
+
+
+def callback(progress, live: NotebookProgress | None, method: str):
+    """What the command's driver gets as ``progress``: the live display's method, the user's own
+    callable, or None (``False``/``True``/None outside a notebook)."""
+    if live is not None:
+        return getattr(live, method)
+    return progress if callable(progress) else None
+
+
+def shown(progress, title: str, method: str, call):
+    """``call(progress_callback, live)`` under one live display (when :func:`notebook_progress` gives
+    one); the display ends as done, or interrupted when the call raised or its report says so."""
+    live = notebook_progress(progress, title)
+    try:
+        report = call(callback(progress, live, method), live)
+    except BaseException:
+        if live:
+            live.close(interrupted=True)
+        raise
+    if live:
+        live.close(interrupted=bool(getattr(report, "interrupted", False)))
+    return report
