@@ -52,6 +52,7 @@ class ParityResult:
     #: "seeds_needed": int | None, "p_value", "degenerate", "margin", "reason"}; None for the baseline
     equivalence: dict | None = None
     nonfinite_seeds: int = 0      # seeds whose training loss or metric became inf/NaN
+    loss_nonfinite_seeds: list[int] = field(default_factory=list)  # of those, the seeds whose training loss did
 
     def to_dict(self) -> dict:
         return asdict(self)
