@@ -169,6 +169,11 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
             res.verdict, res.reason = "inconclusive", why
             res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
                                "degenerate": None, "margin": margin, "reason": why}
+        elif not paired:  # an interrupted grid: this mode's seeds and fp32's do not meet
+            why = f"no seed has both an fp32 run and a {mode} run to pair (the grid is incomplete: --resume it)"
+            res.verdict, res.reason = "inconclusive", why
+            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
+                               "degenerate": None, "margin": margin, "reason": why}
         else:
             raw = [_final(r.test_accuracy) - _final(b.test_accuracy) for r, b in paired]
             dec = paired_decision([sign * d for d in raw], tolerance, alpha)

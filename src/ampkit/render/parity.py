@@ -42,6 +42,14 @@ def _p_cell(r) -> str:
     return fmt(r.p_value, ".3g")
 
 
+def _grid_words(report) -> str:
+    """``  ·  partial: shard 2/3`` / ``  ·  2 processes`` (torchrun) in the title."""
+    if getattr(report, "shard", None):
+        return f"  ·  partial: shard {report.shard}"
+    world = getattr(report, "world_size", None)
+    return f"  ·  {world} processes" if world and world > 1 else ""
+
+
 def render(report, con) -> None:
     if getattr(report, "note", None):
         prefix = "--modes auto: " if report.note.startswith("auto ") else "note: "  # else: fp8 emulated here
@@ -53,7 +61,7 @@ def render(report, con) -> None:
     margin = report.margin if getattr(report, "margin", None) is not None else report.tolerance
     table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x "
                         f"{length}  ·  tolerance {report.tolerance:g} {metric}, margin ±{margin:g}, "
-                        f"alpha {report.alpha:g}", title_justify="left")
+                        f"alpha {report.alpha:g}{_grid_words(report)}", title_justify="left")
     for c in ("mode", f"{metric} ± std", "train loss ± std", "Δ vs fp32", "p-value", "skipped", "verdict",
               "equivalence"):
         table.add_column(c, no_wrap=True, justify="left" if c in ("mode", "verdict", "equivalence") else "right")
