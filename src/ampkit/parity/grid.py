@@ -69,7 +69,7 @@ def union(first: list, second: list) -> list:
 
 def same_grid(a: dict, b: dict, name_a: str, name_b: str) -> None:
     """Refuse two identities that differ, naming the first difference."""
-    for key in sorted(set(a) | set(b)):
+    for key in [*a, *(k for k in b if k not in a)]:  # in the order the grid names them
         va, vb = a.get(key), b.get(key)
         if key == "environment" and isinstance(va, dict) and isinstance(vb, dict):
             diff = next((k for k in FINGERPRINT if va.get(k) != vb.get(k)), None)

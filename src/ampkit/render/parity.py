@@ -71,7 +71,8 @@ def render(report, con) -> None:
         table.add_row(r.mode, f"{r.metric['mean']:.4f} ± {r.metric['std']:.4f}",
                       f"{r.final_loss['mean']:.4f} ± {r.final_loss['std']:.4f}",
                       signed(r.delta_vs_fp32) if r.delta_vs_fp32 is not None else "—", _p_cell(r), str(r.skipped_steps),
-                      _styled(WORDS.get(r.verdict, r.verdict), style),
+                      _styled("— (partial)", "") if getattr(report, "shard", None) and r.verdict != "baseline"
+                      else _styled(WORDS.get(r.verdict, r.verdict), style),
                       _styled(equivalence_cell(eq), _STYLE.get(eq.get("verdict"), "")))
     print_keras_line(report, con)
     con.print(table)
@@ -114,7 +115,9 @@ def page_view(report, doc=None) -> ParityView:
                      "skipped_steps": r.skipped_steps, "acc_curve": _curve(r.runs, "test_accuracy"),
                      "loss_curve": _curve(r.runs, "train_loss")})
     epochs = report.epochs if isinstance(report.epochs, int) and not isinstance(report.epochs, bool) else None
-    return ParityView(doc, rows, str(report.dataset), str(report.device or "—"), finite(report.tolerance),
+    shard = getattr(report, "shard", None)
+    name = str(report.dataset) + (f" (partial: shard {shard})" if shard else "")
+    return ParityView(doc, rows, name, str(report.device or "—"), finite(report.tolerance),
                       finite(report.alpha), epochs, any(r["acc_curve"] for r in rows))
 
 
