@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 import torch.nn as nn
@@ -26,5 +27,8 @@ def dies_on_rank1_seed1():
     """The model of :func:`mlp`, except that rank 1's run of seed 1 is killed (SIGKILL) as it starts:
     torch.manual_seed(seed) ran just before this factory, so torch.initial_seed() is the run's seed."""
     if os.environ.get("RANK") == "1" and torch.initial_seed() == 1:
+        if os.environ.get("DEATH_FILE"):  # when it died, for the test's clock
+            with open(os.environ["DEATH_FILE"], "w") as fh:
+                fh.write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
     return mlp()

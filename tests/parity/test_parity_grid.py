@@ -233,24 +233,59 @@ def test_torchrun_spreads_the_grid_over_two_processes_with_the_serial_results(se
     assert "rank 1/2 on cpu: 4 of 8 run(s)" in r.stderr and "rank 0/2: seed" in r.stderr
 
 
+KILLED = ["--model", "parity_grid_factories:dies_on_rank1_seed1", "--data", "parity_grid_factories:blobs", "--modes",
+          "fp32,bf16", "--seeds", "2", "--epochs", "1", "--device", "cpu"]
+
+
+def _plain_ranks(args, env_extra):
+    """Two ranks as plain processes (a launcher that does not stop the group when one dies, as
+    ``srun`` or a Kubernetes job may): rank 0 hosts the store. Returns ([rc0, rc1], rank 0's stderr)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, **env_extra, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "ampkit", "parity", *args], env=env, cwd=HERE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    return [p.returncode for p in procs], outs[0][1]
+
+
 @pytest.mark.slow
 def test_a_rank_killed_mid_grid_is_a_failed_row_and_nothing_hangs(tmp_path):
-    """Acceptance 4: rank 1 dies of SIGKILL as its run of bf16 seed 1 starts. Rank 0 writes the
-    document with that run's row marked failed (rank 1), no process is left, exit 1, well within
-    the timeout plus the launcher's own start."""
+    """Acceptance 4: rank 1 dies of SIGKILL as its run of bf16 seed 1 starts.
+
+    Under torchrun, whose agent then stops the whole group (SIGTERM): rank 0 writes the document
+    with that run's row marked failed (rank 1), torchrun exits 1, no process is left. Under a
+    launcher that leaves the others running: rank 0 finishes all its runs, finds rank 1 silent
+    within AMPKIT_PARITY_TIMEOUT (5 s) of its death, writes the document with the failed row and
+    exits 1."""
+    env = {"AMPKIT_PARITY_TIMEOUT": "5", "PYTHONPATH": os.pathsep.join(
+        filter(None, [os.path.join(HERE, "..", "..", "src"), os.environ.get("PYTHONPATH")]))}
     out = tmp_path / "killed.json"
-    r, elapsed = _torchrun(["--model", "parity_grid_factories:dies_on_rank1_seed1", "--data",
-                            "parity_grid_factories:blobs", "--modes", "fp32,bf16", "--seeds", "2", "--epochs", "1",
-                            "--device", "cpu", "--json", str(out)], tmp_path, timeout_env="5", cwd=HERE)
+    r, _ = _torchrun([*KILLED, "--json", str(out)], tmp_path, timeout_env="5", cwd=HERE)
     assert r.returncode == 1, r.stderr[-3000:]
+    runs = _runs(json.loads(out.read_text()))
+    dead = runs[("bf16", 1)]
+    assert dead["rank"] == 1 and dead["error"] == "rank 1 ended during this run without a result (killed or crashed)"
+    assert runs[("bf16", 0)]["rank"] == 1 and runs[("bf16", 0)]["error"] is None and dead["test_accuracy"] == []
+    time.sleep(0.5)
+    assert _alive_with(str(out)) == []
+
+    out, death = tmp_path / "plain.json", tmp_path / "death"
+    rcs, err = _plain_ranks([*KILLED, "--json", str(out)], {**env, "DEATH_FILE": str(death)})
+    ended = time.time()
+    assert rcs == [1, -9], err[-3000:]
     doc = json.loads(out.read_text())
     runs = _runs(doc)
-    dead = runs[("bf16", 1)]
-    assert dead["rank"] == 1 and dead["error"].startswith("rank 1 ") and dead["test_accuracy"] == []
-    assert runs[("bf16", 0)]["rank"] == 1 and runs[("bf16", 0)]["error"] is None
-    assert doc["results"][1]["verdict"] == "fail" and "seed 1: rank 1" in doc["results"][1]["reason"]
-    assert elapsed < 240, elapsed
-    time.sleep(0.5)
+    assert len(runs) == 4 and all(runs[("fp32", s)]["error"] is None and runs[("fp32", s)]["rank"] == 0 for s in (0, 1))
+    assert runs[("bf16", 1)]["error"] == "rank 1 stopped answering (no heartbeat for 5 s: killed, crashed, or its node lost)"
+    assert doc["results"][1]["verdict"] == "fail" and "seed 1: rank 1 stopped answering" in doc["results"][1]["reason"]
+    assert ended - float(death.read_text()) < 5 + 30  # the timeout, rank 0's own short runs and its exit
     assert _alive_with(str(out)) == []
 
 

@@ -157,7 +157,8 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
         if mode == "fp32":
             res.reason = "the reference" + (f"; but its {broken}" if res.nonfinite_seeds else "")
         elif not base:
-            res.verdict, res.reason = "fail", "no fp32 run to compare against (include fp32 in --modes)"
+            res.verdict, res.reason = "fail", ("no fp32 run to compare against (include fp32 in --modes; "
+                                                "a grid that was interrupted: --resume it)")
         elif res.nonfinite_seeds:
             res.verdict, res.reason = "fail", broken
             res.equivalence = {"verdict": "not_equivalent", "ci": None, "seeds_needed": None, "p_value": None,
