@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from ..errors import UsageError, one_line
 from ..factory import call_user, load_factory
 from .config import ParityConfig
-from .core import summarize
 from .datasets import load
 from .ops import ParityData
 from .report import ParityReport, RunRecord
