@@ -47,9 +47,16 @@ def fingerprint(environment: dict) -> dict:
 def identity(config, data, epochs: int | None, environment: dict) -> dict:
     """What every run of the grid trains and how it is judged; two documents of one grid have equal identities."""
     model = data.model_spec or (data.model if isinstance(data.model, str) else getattr(data.model, "__name__", "model"))
-    return {"dataset": data.name, "model": model, "data": data.data_spec, "epochs": None if config.steps else epochs,
+    return _plain({"dataset": data.name, "model": model, "data": data.data_spec, "epochs": None if config.steps else epochs,
             "steps": config.steps, "lr": data.lr, "batch_size": data.batch_size, "tolerance": config.tolerance,
-            "margin": config.equivalence_margin, "metric": data.metric, "environment": fingerprint(environment)}
+            "margin": config.equivalence_margin, "metric": data.metric, "environment": fingerprint(environment)})
+
+
+def _plain(obj):
+    """As a document holds it (tuples are lists): an identity read back compares equal to one made here."""
+    import json
+
+    return json.loads(json.dumps(obj, default=str))
 
 
 def plan(modes: list[str], seeds: list[int]) -> list[tuple[int, str]]:

@@ -45,7 +45,8 @@ def timeout_s() -> float:
 
 
 def join(device: str, target_of) -> ParityGroup | None:
-    """Under torchrun (WORLD_SIZE > 1): join the group on this rank's device; None for one process."""
+    """Under torchrun (WORLD_SIZE > 1): join the group on this rank's device (``cuda:LOCAL_RANK`` for
+    ``auto``/``cuda``, a named ``cuda:N`` as it is, else the CPU); None for one process."""
     if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
         return None
     import torch
@@ -53,8 +54,13 @@ def join(device: str, target_of) -> ParityGroup | None:
 
     timeout = timeout_s()
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
-    want_cuda = device in ("auto", "cuda") or device.startswith("cuda")
-    if want_cuda and torch.cuda.is_available():
+    if device.startswith("cuda:"):  # named: every rank there (several ranks may share a GPU)
+        target = target_of(device)
+        torch.cuda.set_device(torch.device(target.device))
+    elif device in ("auto", "cuda") and torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise UsageError(f"LOCAL_RANK={local_rank} but this node has {torch.cuda.device_count()} CUDA device(s): "
+                             "start at most one process per GPU (--nproc-per-node), or name one with --device cuda:N")
         torch.cuda.set_device(local_rank)
         target = target_of(f"cuda:{local_rank}")
     else:
