@@ -9,6 +9,7 @@ both run through :func:`run`.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -161,8 +162,7 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
     except KeyboardInterrupt:
         records.interrupted = True
         if whole_seeds:
-            planned = {s: sum(1 for p, _ in plan if p == s) for s in order}
-            done = {s: sum(1 for r in records if r.seed == s) for s in order}
+            planned, done = Counter(s for s, _ in plan), Counter(r.seed for r in records)
             records[:] = [r for r in records if done[r.seed] == planned[r.seed]]
     return records
 
