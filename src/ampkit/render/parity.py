@@ -56,6 +56,9 @@ def render(report, con) -> None:
         con.print(f"{prefix}{report.note}", markup=False, highlight=False)
     r0 = report.results[0] if report.results else None
     n = len(r0.seeds) if r0 else 0
+    grid = getattr(report, "grid", None)
+    if getattr(report, "shard", None) and isinstance(grid, dict) and isinstance(grid.get("seeds"), list):
+        n = len(grid["seeds"])  # a share of the grid: the grid's seeds, not the few this part holds
     metric = getattr(report, "metric", None) or "accuracy"
     length = f"{report.steps} steps" if getattr(report, "steps", None) else f"{report.epochs} epochs"
     margin = report.margin if getattr(report, "margin", None) is not None else report.tolerance
@@ -144,6 +147,8 @@ def verdicts(view: ParityView) -> list[dict]:
         if r["verdict"] == "baseline":
             continue
         detail = f" (p={r['p_value']:.3g})" if r["p_value"] is not None else ""
+        if "(partial: shard" in view.dataset:
+            detail = " (a partial document: no verdict until the parts are merged)"
         if r["equivalence_verdict"]:
             detail += f"; {r['equivalence']}"
         rows.append(verdict_row(f"parity {view.dataset}: {r['mode']}", r["verdict"], detail))
