@@ -186,3 +186,25 @@ def test_progress_per_seed_and_mode_with_an_eta_and_ctrl_c_keeps_complete_seeds(
     assert after_one.finished and after_one.eta_s is not None and after_one.eta_s > 0
     assert "about 0:0" in after_one.words() and "left" in after_one.words()
     assert [s.run for s in statuses if not s.finished] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_finite_metric_is_measured_when_the_loss_went_nonfinite():
+    """#34: fp16's training loss goes inf/NaN (skipped steps) but its accuracy stays finite: the
+    difference and the interval are measured, the verdicts stay fail/not_equivalent, and the loss
+    is named separately."""
+    base = [0.672, 0.68, 0.665]
+    records = [_run("fp32", s, a) for s, a in enumerate(base)]
+    records += [_run("fp16", 0, 0.245, float("nan")), _run("fp16", 1, 0.25, float("inf")), _run("fp16", 2, 0.24)]
+    _, fp16 = summarize(records, ["fp32", "fp16"], 0.01)
+    raw = [0.245 - 0.672, 0.25 - 0.68, 0.24 - 0.665]
+    assert fp16.verdict == "fail" and fp16.nonfinite_seeds == 2 and fp16.loss_nonfinite_seeds == [0, 1]
+    assert fp16.delta_vs_fp32 == pytest.approx(sum(raw) / 3, abs=1e-12)
+    eq = fp16.equivalence
+    assert eq["verdict"] == "not_equivalent" and eq["ci"] == pytest.approx(list(tost(raw, 0.01).ci), abs=1e-12)
+    assert eq["ci"][1] < -0.4 and "the training loss went non-finite in seeds [0, 1]" in fp16.reason
+    assert "accuracy stayed finite: mean -0.4273 vs fp32" in fp16.reason
+    assert "90% interval of the difference is [" in eq["reason"]
+    # a metric that is itself non-finite, or a run that raised: nothing to measure
+    records[-1] = RunRecord("fp16", 2, [1.0], [0.5, float("nan")], [1.0], 0, 0.1)
+    _, fp16 = summarize(records, ["fp32", "fp16"], 0.01)
+    assert fp16.delta_vs_fp32 is None and fp16.equivalence["ci"] is None and fp16.verdict == "fail"

@@ -16,7 +16,8 @@ def add_arguments(p) -> None:
                         "tf.data.Datasets or (inputs, targets) arrays")
     p.add_argument("--modes", default=None, metavar="LIST",
                    help="comma-separated modes; fp32 is the baseline (default: fp32 and every mode this device runs)")
-    p.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds per mode (default 3)")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="seeds per mode (default 3; with --resume, the document's)")
     p.add_argument("--epochs", type=int, default=None, metavar="N",
                    help="epochs per run (default: the dataset's; 3 with --data)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
@@ -31,11 +32,23 @@ def add_arguments(p) -> None:
     add_run_flags(p)
     add_timeout(p, "the check of the --model/--data factories (in a child process), and each run,")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the loss curves")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run the I-th of N shares of the seeds x modes grid and write a partial document "
+                        "(--json; one per share, e.g. a Slurm array task each), then --merge the parts")
+    p.add_argument("--merge", nargs="+", default=None, metavar="PART.json",
+                   help="combine partial documents of one grid (shards, a resumed document and more seeds) "
+                        "into one document with the verdicts")
+    p.add_argument("--resume", default=None, metavar="PATH",
+                   help="grow the grid of the document PATH: add --seeds/--modes, run only the runs it lacks "
+                        "(or that raised), recompute the verdicts over all; written back to PATH unless --json")
 
 
 def run(args) -> int:
+    import os
+
     from ..backends import parse_framework
     from ..errors import UsageError
+    from ..parity import grid
     from ..parity.config import ParityConfig
     from ..parity.driver import run as run_parity
     from ..render import parity as render_parity
@@ -43,25 +56,77 @@ def run(args) -> int:
     from . import validate as v
     from .finish import finish
 
+    if args.merge:
+        return _merge(args)
     framework = parse_framework(args.framework)
+    v.distributed_env("torch")  # the launcher's variables; the driver refuses a group for TensorFlow itself
     if args.dataset is not None and (args.model or args.data):
         raise UsageError("--dataset names a built-in dataset; --model/--data train your own: give one or the other")
-    cfg = ParityConfig(dataset=args.dataset or "digits", modes=args.modes, seeds=args.seeds, epochs=args.epochs,
-                       tolerance=args.tolerance, device=args.device, margin=args.margin, steps=args.steps,
-                       model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size,
+    shard = grid.parse_shard(args.shard) if args.shard is not None else None
+    if shard and not args.json:
+        raise UsageError(f"--shard {args.shard} writes a partial document: give --json PATH "
+                         f"(one per share, e.g. --json part-{shard[0]}-of-{shard[1]}.json)")
+    if shard and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise UsageError("--shard and torchrun both split the grid: use one (each torchrun job may run the whole grid)")
+    resume, modes, seeds = None, args.modes, args.seeds
+    if args.resume is not None:
+        doc = grid.read(args.resume)
+        resume = (args.resume, doc)
+        modes = modes if modes is not None else ",".join(doc.grid["modes"])
+        seeds = seeds if seeds is not None else tuple(doc.grid["seeds"])
+        if not args.json and not shard:
+            args.json = args.resume  # the grown document replaces the one it grew from
+    cfg = ParityConfig(dataset=args.dataset or "digits", modes=modes, seeds=3 if seeds is None else seeds,
+                       epochs=args.epochs, tolerance=args.tolerance, device=args.device, margin=args.margin,
+                       steps=args.steps, model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size,
                        timeout=args.timeout)
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     con = console(json_to_stdout=args.json == "-")
-    with _progress(steps=bool(args.steps)) as (progress, on_run):
-        report = run_parity(cfg, framework, progress=progress, on_run=on_run)
+    lines = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # one bar per rank would garble: plain lines
+
+    def say(text: str) -> None:
+        import sys
+
+        print(f"parity: {text}", file=sys.stderr, flush=True)
+
+    with _progress(steps=bool(args.steps), lines=lines) as (progress, on_run):
+        report = run_parity(cfg, framework, progress=progress, on_run=on_run, shard=shard, resume=resume, say=say)
+    if report is None:  # another rank than 0 under torchrun: rank 0 writes the document
+        return 0
     seeds = len(report.results[0].seeds) if report.results else 0
+    kept = ("the runs that finished" if shard or resume or report.world_size
+            else f"the {seeds} seed(s) whose every mode finished")
     return finish(report, args, con, render_parity.render,
-                  writers={"plot": render_parity.plot} if report.results else {},
-                  kept=f"the {seeds} seed(s) whose every mode finished")
+                  writers={"plot": render_parity.plot} if report.results else {}, kept=kept)
+
+
+def _merge(args) -> int:
+    """``--merge PART.json ...``: one document of the parts' grid, with its verdicts."""
+    from ..errors import UsageError
+    from ..outputs import check_output
+    from ..parity import grid
+    from ..render import parity as render_parity
+    from ..render.output import console
+    from . import validate as v
+    from .finish import finish
+
+    given = [flag for flag, value in (("--dataset", args.dataset), ("--model", args.model), ("--data", args.data),
+                                      ("--modes", args.modes), ("--seeds", args.seeds), ("--epochs", args.epochs),
+                                      ("--steps", args.steps), ("--shard", args.shard), ("--resume", args.resume))
+             if value is not None]
+    if given:
+        raise UsageError(f"--merge combines documents as they were run; {', '.join(given)} belong(s) to a run, "
+                         "not to a merge")
+    v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
+    check_output(args.json, "JSON", "--json", inputs=args.merge)
+    report = grid.merge(list(args.merge))
+    con = console(json_to_stdout=args.json == "-")
+    return finish(report, args, con, render_parity.render,
+                  writers={"plot": render_parity.plot} if report.results else {}, kept="the runs the parts hold")
 
 
 @contextlib.contextmanager
-def _progress(steps: bool = False):
+def _progress(steps: bool = False, lines: bool = False):
     """``(progress, on_run)`` for the driver, on stderr: on a terminal one bar of epochs (steps)
     per run, titled with the seed, the mode and the time left; in a log (CI) a plain line as each
     run starts and ends, with the estimate of the time left."""
@@ -74,7 +139,7 @@ def _progress(steps: bool = False):
     err = console(json_to_stdout=True)
     unit = "steps" if steps else "epochs"
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} " + unit),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+                  TimeElapsedColumn(), console=err, transient=True, disable=lines or not err.is_terminal) as bar:
         task = bar.add_task("parity", total=None)
         state = {"title": "parity"}
 
@@ -82,7 +147,7 @@ def _progress(steps: bool = False):
             bar.update(task, description=state["title"], completed=done, total=total)
 
         def on_run(status):
-            if err.is_terminal:
+            if err.is_terminal and not lines:
                 eta = f", {status.left()}" if status.eta_s is not None else ""
                 state["title"] = f"seed {status.seed_index}/{status.seeds} {status.mode} (run {status.run}/{status.runs}{eta})"
                 bar.update(task, description=state["title"], completed=0)

@@ -63,7 +63,8 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
     Returns:
         ParityReport: per mode the seeds, final loss and metric (mean, std), the difference from
         fp32, the p-value, the verdict (``baseline``, ``pass``, ``fail``, ``inconclusive``) and the
-        ``equivalence``; ``.to_dict()`` is the JSON document ``ampkit parity --json`` writes.
+        ``equivalence``; ``.to_dict()`` is the JSON document ``ampkit parity --json`` writes. Under
+        torchrun the runs are spread over the ranks: rank 0 returns the report of all, the others None.
     """
     from ..progress import shown
 

@@ -82,6 +82,29 @@ def _mean_std(xs: list[float]) -> dict:
     return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
 
 
+def _measure_despite_loss(res: ParityResult, paired: list, metric: str, margin: float, alpha: float) -> None:
+    """A mode that fails because its training loss went non-finite while its metric stayed finite
+    in every seed (an fp16 run whose overflowing steps were skipped): the difference from fp32 and
+    the equivalence interval are still measured, and the reason says separately that the loss went
+    non-finite. The verdicts stay ``fail``/``not_equivalent``: a run whose loss diverged is not
+    shown equivalent by its metric alone."""
+    res.loss_nonfinite_seeds = [r.seed for r, _ in paired
+                                if not r.train_loss or not all(math.isfinite(x) for x in r.train_loss)]
+    if not paired or any(r.error for r, _ in paired) or \
+            not all(math.isfinite(_final(r.test_accuracy)) for r, _ in paired):
+        return
+    raw = [_final(r.test_accuracy) - _final(b.test_accuracy) for r, b in paired]
+    res.delta_vs_fp32 = statistics.fmean(raw)
+    eq = tost(raw, margin, alpha)
+    interval = (f"the {100 * (1 - 2 * alpha):g}% interval of the difference is [{signed(eq.ci[0])}, "
+                f"{signed(eq.ci[1])}]" if eq.ci else "one seed: no interval")
+    loss = (f"the training loss went non-finite in seeds {res.loss_nonfinite_seeds}; " if res.loss_nonfinite_seeds
+            else "")
+    res.reason += f"; {loss}the {metric} stayed finite: mean {signed(res.delta_vs_fp32)} vs fp32"
+    res.equivalence.update(ci=[float(x) for x in eq.ci] if eq.ci else None, degenerate=eq.degenerate,
+                           reason=f"{res.equivalence['reason']}; its {metric} stayed finite ({interval})")
+
+
 # ---------------------------------------------------------------- the data order
 def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The order of the training samples in one epoch of one seed: the same in every mode and
@@ -134,13 +157,21 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
         if mode == "fp32":
             res.reason = "the reference" + (f"; but its {broken}" if res.nonfinite_seeds else "")
         elif not base:
-            res.verdict, res.reason = "fail", "no fp32 run to compare against (include fp32 in --modes)"
+            res.verdict, res.reason = "fail", ("no fp32 run to compare against (include fp32 in --modes; "
+                                                "a grid that was interrupted: --resume it)")
         elif res.nonfinite_seeds:
             res.verdict, res.reason = "fail", broken
             res.equivalence = {"verdict": "not_equivalent", "ci": None, "seeds_needed": None, "p_value": None,
                                "degenerate": None, "margin": margin, "reason": f"not equivalent: {broken}"}
+            if not base_bad:
+                _measure_despite_loss(res, paired, metric, margin, alpha)
         elif base_bad:
             why = f"the fp32 baseline is broken: its {_broken_words(list(base.values()))[1]}; nothing to compare against"
+            res.verdict, res.reason = "inconclusive", why
+            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
+                               "degenerate": None, "margin": margin, "reason": why}
+        elif not paired:  # an interrupted grid: this mode's seeds and fp32's do not meet
+            why = f"no seed has both an fp32 run and a {mode} run to pair (the grid is incomplete: --resume it)"
             res.verdict, res.reason = "inconclusive", why
             res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
                                "degenerate": None, "margin": margin, "reason": why}

@@ -12,6 +12,7 @@ import contextlib
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -19,7 +20,6 @@ from ..errors import UsageError, one_line
 from ..factory import call_user, load_factory
 from ..isolation import run_isolated
 from .config import ParityConfig
-from .core import summarize
 from .datasets import load
 from .ops import ParityData
 from .report import ParityReport, RunRecord
@@ -80,6 +80,8 @@ class RunStatus:
     elapsed_s: float
     eta_s: float | None
     finished: bool = False
+    who: str = ""       # "rank 1/2" under torchrun, "shard 2/3" in a shard
+
 
     def left(self) -> str:
         """``about 1:05 left`` (empty before any run has finished)."""
@@ -88,7 +90,8 @@ class RunStatus:
     def words(self) -> str:
         eta = f", {self.left()}" if self.eta_s is not None else ""
         state = "done" if self.finished else "training"
-        return (f"parity: seed {self.seed} ({self.seed_index}/{self.seeds}), {self.mode} {state} "
+        who = f" {self.who}:" if self.who else ""
+        return (f"parity:{who} seed {self.seed} ({self.seed_index}/{self.seeds}), {self.mode} {state} "
                 f"[run {self.run}/{self.runs}, {_clock(self.elapsed_s)} elapsed{eta}]")
 
 
@@ -154,42 +157,52 @@ def _guarded(train_one, mode: str, seed: int, cb, timeout: float | None = None) 
 
 def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int, Callable | None], RunRecord],
               progress=None, on_run: Callable[[RunStatus], None] | None = None, *,
-              timeout: float | None = None) -> SeedRecords:
-    """Every (seed, mode) run, seeds outermost (a seed's modes run back to back);
+              plan: list[tuple[int, str]] | None = None, whole_seeds: bool = True, who: str = "",
+              on_start: Callable[[str, int], None] | None = None,
+              on_done: Callable[[RunRecord], None] | None = None, timeout: float | None = None) -> SeedRecords:
+    """Every (seed, mode) run, seeds outermost (a seed's modes run back to back), or the runs of
+    ``plan`` ((seed, mode) pairs: a shard's, a rank's, what a resumed document lacks);
     ``train_one(mode, seed, on_epoch)`` is the backend's training of one run. ``on_run(status)``
-    as each run starts and ends, with an estimate of the time left.
+    as each run starts and ends, with an estimate of the time left; ``on_start(mode, seed)`` and
+    ``on_done(record)`` around each run.
 
     Ctrl-C or SIGTERM stops the loop and keeps the seeds whose every mode finished (a seed with
-    some modes missing cannot be paired, so its runs are dropped); ``interrupted`` is then set.
+    some modes missing cannot be paired, so its runs are dropped; with ``whole_seeds`` False every
+    finished run is kept, for a merge or a resume to pair); ``interrupted`` is then set.
     A run that raises is recorded with its error (the mode then fails) and the loop goes on.
     """
     records = SeedRecords()
     times: dict[str, list[float]] = {}
-    plan = [(s, m) for s in seeds for m in modes]
+    plan = [(s, m) for s in seeds for m in modes] if plan is None else list(plan)
+    order = list(dict.fromkeys(s for s, _ in plan))
     t_start = time.perf_counter()
 
     def status(k: int, finished: bool) -> RunStatus:
         seed, mode = plan[k]
         pending = [m for _, m in plan[k + 1 if finished else k:]]
-        return RunStatus(mode, seed, seeds.index(seed) + 1, len(seeds), k + 1, len(plan),
-                         time.perf_counter() - t_start, _eta(times, pending), finished)
+        return RunStatus(mode, seed, order.index(seed) + 1, len(order), k + 1, len(plan),
+                         time.perf_counter() - t_start, _eta(times, pending), finished, who)
 
     try:
-        for si, seed in enumerate(seeds):
-            done = []
-            for mi, mode in enumerate(modes):
-                k = si * len(modes) + mi
-                if on_run:
-                    on_run(status(k, False))
-                cb = (lambda d, total, _m=mode, _s=seed: progress(_m, _s, d, total)) if progress else None
-                t0 = time.perf_counter()
-                done.append(_guarded(train_one, mode, seed, cb, timeout))
-                times.setdefault(mode, []).append(time.perf_counter() - t0)
-                if on_run:
-                    on_run(status(k, True))
-            records.extend(done)
+        for k, (seed, mode) in enumerate(plan):
+            if on_run:
+                on_run(status(k, False))
+            if on_start:
+                on_start(mode, seed)
+            cb = (lambda d, total, _m=mode, _s=seed: progress(_m, _s, d, total)) if progress else None
+            t0 = time.perf_counter()
+            rec = _guarded(train_one, mode, seed, cb, timeout)
+            times.setdefault(mode, []).append(time.perf_counter() - t0)
+            if on_done:
+                on_done(rec)
+            records.append(rec)
+            if on_run:
+                on_run(status(k, True))
     except KeyboardInterrupt:
         records.interrupted = True
+        if whole_seeds:
+            planned, done = Counter(s for s, _ in plan), Counter(r.seed for r in records)
+            records[:] = [r for r in records if done[r.seed] == planned[r.seed]]
     return records
 
 
@@ -233,7 +246,8 @@ def split_data(make_data, spec: str) -> dict:
 
 def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         progress: Callable[[str, int, int, int], None] | None = None,
-        on_run: Callable[[RunStatus], None] | None = None) -> ParityReport:
+        on_run: Callable[[RunStatus], None] | None = None, shard: tuple[int, int] | None = None,
+        resume: tuple[str, ParityReport] | None = None, say: Callable[[str], None] | None = None) -> ParityReport | None:
     """Parity of ``config``'s modes against fp32 on ``backend`` (a Backend, or a framework name:
     ``auto``, ``torch``, ``tensorflow``, a registered one).
 
@@ -243,14 +257,21 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     seed, done, total)`` after each epoch (each step with ``--steps``); ``on_run(status)`` as each
     run starts and ends (:class:`RunStatus`, with an ETA). Ctrl-C or SIGTERM ends the loop early:
     the report keeps the seeds whose every mode finished and says ``interrupted``.
+
+    The grid (:mod:`ampkit.parity.grid`): ``shard=(I, N)`` runs the I-th of N shares and returns a
+    partial report; ``resume=(path, report)`` adds ``config``'s seeds and modes to that document's
+    and runs only what it lacks. Under torchrun (WORLD_SIZE > 1) the runs are spread over the
+    ranks; rank 0 returns the report, the other ranks None. ``say(line)``: the grid's own news.
     """
     from ..backends import get_backend
+    from . import grid as G
 
     if data is None:
         data = user_data(config) if config.model else load(config.dataset)
     if isinstance(backend, str):
         backend = get_backend(backend)
-    target = backend.target(config.device)
+    group = _join(backend, config)
+    target = group.target if group else backend.target(config.device)
     modes, note = resolve_modes(config.modes, lambda m: _trains(backend, m, target)[::2], f"on {target.label}",
                                 auto=lambda: backend.resolve_auto(target))
     emulated = [m for m in modes if _trains(backend, m, target)[1]]
@@ -260,12 +281,58 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         data = replace(data, steps=config.steps)
     data = backend.prepare_parity(data, target)
     epochs = config.epochs or data.epochs
+    environment = backend.environment(target)
+    ident = G.identity(config, data, epochs, environment)
+    seeds, kept = config.seed_list, []
+    if resume is not None:
+        path, doc = resume
+        kept = G.held(doc, ident, path)
+        modes, seeds = G.union(list(doc.grid["modes"]), modes), sorted(set(doc.grid["seeds"]) | set(seeds))
+    grid = {"modes": modes, "seeds": seeds, "identity": ident}
+    have = {(r.mode, r.seed) for r in kept}
+    todo = [(s, m) for s, m in G.plan(modes, seeds) if (m, s) not in have]
+    if resume is not None and say:
+        say(f"resuming {resume[0]}: it holds {len(kept)} run(s); {len(todo)} to run")
+    who = ""
+    if shard is not None:
+        todo, who = G.share(todo, *shard), f"shard {shard[0]}/{shard[1]}"
+    mine = G.share(todo, group.rank + 1, group.world) if group else todo
+    if group:
+        who = f"rank {group.rank}/{group.world}"
+        if say:
+            say(f"{who} on {target.label}: {len(mine)} of {len(todo)} run(s): "
+                + (", ".join(f"{m} seed {s}" for s, m in mine) or "none"))
     t0 = time.perf_counter()
-    records = run_seeds(modes, config.seed_list, lambda mode, seed, on_epoch: backend.train_seed(
-        data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run, timeout=config.timeout)
-    results = summarize(records, modes, config.tolerance, margin=config.equivalence_margin, metric=data.metric,
-                        higher_is_better=data.higher_is_better)
-    return ParityReport(data.name, target.label, results, backend.environment(target), config.tolerance,
-                        None if config.steps else epochs, elapsed_s=round(time.perf_counter() - t0, 3),
-                        interrupted=records.interrupted, note=note, margin=config.equivalence_margin,
-                        steps=config.steps, metric=data.metric)
+    try:
+        records = run_seeds(modes, seeds, lambda mode, seed, on_epoch: backend.train_seed(
+            data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run, plan=mine,
+            whole_seeds=shard is None and group is None and resume is None, who=who,
+            on_start=group.started if group else None, on_done=group.post if group else None, timeout=config.timeout)
+        interrupted = records.interrupted
+        if group and group.rank != 0:
+            if interrupted:
+                group.stopped()
+            return None
+        if group:
+            owners = {(m, s): k % group.world for k, (s, m) in enumerate(todo)}
+            records, interrupted = group.collect(list(records), owners, interrupted, say)
+    finally:
+        if group:
+            group.close()
+    return G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
+                   higher_is_better=data.higher_is_better,
+                   shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
+                   interrupted=interrupted, note=note, world_size=group.world if group else None)
+
+
+def _join(backend, config: ParityConfig):
+    """Under torchrun: the backend's group (PyTorch only); None for one process."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return None
+    join = getattr(backend, "parity_group", None)
+    if join is None:
+        raise UsageError(f"WORLD_SIZE={os.environ['WORLD_SIZE']}: spreading parity over processes is PyTorch's "
+                         f"(torchrun); for {backend.name}, run shares of the grid with --shard I/N and --merge them")
+    return join(config.device)

@@ -30,11 +30,18 @@ class RunRecord:
     seconds: float
     error: str | None = None      # the run raised (one line); its numbers are what it reached before
     steps: int | None = None      # optimizer steps taken (with --steps; None for whole epochs)
+    rank: int | None = None       # the torchrun rank that ran it (None: a single process)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunRecord:
-        return cls(**{"mode": "", "seed": 0, "train_loss": [], "test_accuracy": [], "test_loss": [],
-                      "skipped_steps": 0, "seconds": 0.0, **known(cls, d)})
+        """A run as a document holds it; a non-finite value written as null reads back as NaN."""
+        rec = cls(**{"mode": "", "seed": 0, "train_loss": [], "test_accuracy": [], "test_loss": [],
+                     "skipped_steps": 0, "seconds": 0.0, **known(cls, d)})
+        for name in ("train_loss", "test_accuracy", "test_loss"):
+            values = getattr(rec, name)
+            if isinstance(values, list):
+                setattr(rec, name, [float("nan") if v is None else v for v in values])
+        return rec
 
 
 @dataclass
@@ -53,6 +60,7 @@ class ParityResult:
     #: "seeds_needed": int | None, "p_value", "degenerate", "margin", "reason"}; None for the baseline
     equivalence: dict | None = None
     nonfinite_seeds: int = 0      # seeds whose training loss or metric became inf/NaN
+    loss_nonfinite_seeds: list[int] = field(default_factory=list)  # of those, the seeds whose training loss did
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,10 +89,21 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
     margin: float | None = None    # the equivalence margin (None in older documents: the tolerance)
     steps: int | None = None       # optimizer steps per run, when given instead of epochs
     metric: str = "accuracy"       # the metric the verdicts judge (higher is better unless it is a loss)
+    #: the whole grid this document belongs to: {"modes", "seeds", "identity"} (ampkit.parity.grid)
+    grid: dict | None = None
+    shard: str | None = None       # "I/N": a partial document holding the I-th share of the grid's runs
+    world_size: int | None = None  # under torchrun: the processes the runs were spread over
+
+    @property
+    def partial(self) -> bool:
+        return self.shard is not None
 
     @property
     def failed(self) -> bool:
-        """Not proven: a mode failed or is inconclusive (exit 1 for both; the words tell them apart)."""
+        """Not proven: a mode failed or is inconclusive (exit 1 for both; the words tell them apart). A
+        partial document has no verdicts: it failed when one of its runs raised."""
+        if self.partial:
+            return any(run.error for r in self.results for run in r.runs)
         return any(r.verdict in ("fail", "inconclusive") for r in self.results)
 
     def to_dict(self) -> dict:
@@ -92,7 +111,7 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
                         device=self.device, tolerance=self.tolerance, alpha=self.alpha, epochs=self.epochs,
                         results=[r.to_dict() for r in self.results], elapsed_s=self.elapsed_s,
                         interrupted=self.interrupted, note=self.note, margin=self.margin, steps=self.steps,
-                        metric=self.metric)
+                        metric=self.metric, grid=self.grid, shard=self.shard, world_size=self.world_size)
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityReport:
@@ -106,4 +125,6 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
                    environment=env if isinstance(env, dict) else {}, tolerance=d.get("tolerance"),
                    epochs=d.get("epochs"), alpha=d.get("alpha", ALPHA), elapsed_s=d.get("elapsed_s"),
                    interrupted=bool(d.get("interrupted", False)), note=d.get("note"), margin=d.get("margin"),
-                   steps=d.get("steps"), metric=d.get("metric") or "accuracy")
+                   steps=d.get("steps"), metric=d.get("metric") or "accuracy",
+                   grid=d.get("grid") if isinstance(d.get("grid"), dict) else None,
+                   shard=d.get("shard") if isinstance(d.get("shard"), str) else None, world_size=d.get("world_size"))

@@ -42,18 +42,29 @@ def _p_cell(r) -> str:
     return fmt(r.p_value, ".3g")
 
 
+def _grid_words(report) -> str:
+    """``  ·  partial: shard 2/3`` / ``  ·  2 processes`` (torchrun) in the title."""
+    if getattr(report, "shard", None):
+        return f"  ·  partial: shard {report.shard}"
+    world = getattr(report, "world_size", None)
+    return f"  ·  {world} processes" if world and world > 1 else ""
+
+
 def render(report, con) -> None:
     if getattr(report, "note", None):
         prefix = "--modes auto: " if report.note.startswith("auto ") else "note: "  # else: fp8 emulated here
         con.print(f"{prefix}{report.note}", markup=False, highlight=False)
     r0 = report.results[0] if report.results else None
     n = len(r0.seeds) if r0 else 0
+    grid = getattr(report, "grid", None)
+    if getattr(report, "shard", None) and isinstance(grid, dict) and isinstance(grid.get("seeds"), list):
+        n = len(grid["seeds"])  # a share of the grid: the grid's seeds, not the few this part holds
     metric = getattr(report, "metric", None) or "accuracy"
     length = f"{report.steps} steps" if getattr(report, "steps", None) else f"{report.epochs} epochs"
     margin = report.margin if getattr(report, "margin", None) is not None else report.tolerance
     table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x "
                         f"{length}  ·  tolerance {report.tolerance:g} {metric}, margin ±{margin:g}, "
-                        f"alpha {report.alpha:g}", title_justify="left")
+                        f"alpha {report.alpha:g}{_grid_words(report)}", title_justify="left")
     for c in ("mode", f"{metric} ± std", "train loss ± std", "Δ vs fp32", "p-value", "skipped", "verdict",
               "equivalence"):
         table.add_column(c, no_wrap=True, justify="left" if c in ("mode", "verdict", "equivalence") else "right")
@@ -63,7 +74,8 @@ def render(report, con) -> None:
         table.add_row(r.mode, f"{r.metric['mean']:.4f} ± {r.metric['std']:.4f}",
                       f"{r.final_loss['mean']:.4f} ± {r.final_loss['std']:.4f}",
                       signed(r.delta_vs_fp32) if r.delta_vs_fp32 is not None else "—", _p_cell(r), str(r.skipped_steps),
-                      _styled(WORDS.get(r.verdict, r.verdict), style),
+                      _styled("— (partial)", "") if getattr(report, "shard", None) and r.verdict != "baseline"
+                      else _styled(WORDS.get(r.verdict, r.verdict), style),
                       _styled(equivalence_cell(eq), _STYLE.get(eq.get("verdict"), "")))
     print_keras_line(report, con)
     con.print(table)
@@ -106,7 +118,9 @@ def page_view(report, doc=None) -> ParityView:
                      "skipped_steps": r.skipped_steps, "acc_curve": _curve(r.runs, "test_accuracy"),
                      "loss_curve": _curve(r.runs, "train_loss")})
     epochs = report.epochs if isinstance(report.epochs, int) and not isinstance(report.epochs, bool) else None
-    return ParityView(doc, rows, str(report.dataset), str(report.device or "—"), finite(report.tolerance),
+    shard = getattr(report, "shard", None)
+    name = str(report.dataset) + (f" (partial: shard {shard})" if shard else "")
+    return ParityView(doc, rows, name, str(report.device or "—"), finite(report.tolerance),
                       finite(report.alpha), epochs, any(r["acc_curve"] for r in rows))
 
 
@@ -133,6 +147,8 @@ def verdicts(view: ParityView) -> list[dict]:
         if r["verdict"] == "baseline":
             continue
         detail = f" (p={r['p_value']:.3g})" if r["p_value"] is not None else ""
+        if "(partial: shard" in view.dataset:
+            detail = " (a partial document: no verdict until the parts are merged)"
         if r["equivalence_verdict"]:
             detail += f"; {r['equivalence']}"
         rows.append(verdict_row(f"parity {view.dataset}: {r['mode']}", r["verdict"], detail))

@@ -134,6 +134,12 @@ class TorchParity:
             return data
         return prepare(data, torch.device(target.device))
 
+    def parity_group(self, device: str):
+        """Under torchrun: this rank's place in the group (:mod:`.parity_group`); None for one process."""
+        from .parity_group import join
+
+        return join(device, self.target)
+
     def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
                    on_epoch=None) -> RunRecord:
         make_model = data.model if callable(data.model) else (lambda: dataset_model(data.model))
