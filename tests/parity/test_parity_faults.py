@@ -73,3 +73,39 @@ def test_iterable_data_of_unknown_length_trains(monkeypatch):
                              r"give --steps N"):
         ampkit.parity(model=pf.normalized_head, data=pf.endless_iterable, modes="fp32", seeds=1, epochs=1,
                       device="cpu")
+
+
+def test_when_fp32_fails_too_the_mixed_mode_is_not_blamed():
+    """NaN in the inputs: fp32 goes non-finite as well, so bf16 is 'inconclusive: fp32 failed too', never
+    'fail: worse'."""
+    import torch
+
+    x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+    x[5, 3] = float("nan")
+    rep = ampkit.parity(lambda: torch.nn.Linear(8, 4), (x, y), (x[:16], y[:16]), modes="fp32,bf16", seeds=2,
+                        epochs=1, device="cpu")
+    bf16 = rep.results[1]
+    assert bf16.verdict == "inconclusive" and bf16.reason.startswith("fp32 failed too on the same data"), bf16.reason
+    assert "not a precision problem" in bf16.reason and bf16.equivalence["verdict"] == "inconclusive"
+
+
+def test_fp8_with_no_layer_converted_is_not_measured_not_pass(tmp_path):
+    """A model with no convertible Linear: fp8's runs are bf16 by another name -- 'not_measured', never
+    'pass, equivalent'; the document round-trips through ampkit report."""
+    import json
+
+    import torch
+
+    pytest.importorskip("torchao")
+    from ampkit.report import build, load_all
+
+    x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+    rep = ampkit.parity(lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)),
+                        (x, y), (x[:16], y[:16]), modes="fp32,fp8", seeds=2, epochs=1, device="cpu")
+    fp8 = rep.results[1]
+    assert fp8.verdict == "not_measured" and "no Linear layer was converted to fp8" in fp8.reason
+    assert fp8.equivalence["verdict"] == "not_measured" and fp8.delta_vs_fp32 is None
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(rep.to_dict()))
+    report = build(load_all([str(path)]))
+    assert report.counts

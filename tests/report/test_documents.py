@@ -84,7 +84,7 @@ def test_an_older_document_reads_with_defaults():
     (DoctorReport, planted.doctor, lambda d: d["modes"]["fp16"].update(speedup="fast"),
      'modes.fp16.speedup should be a number or null, found "fast"'),
     (ParityReport, planted.parity, lambda d: d["results"][1].update(verdict="ok"),
-     "results[1].verdict is 'ok', expected one of baseline, pass, fail, inconclusive"),
+     "results[1].verdict is 'ok', expected one of baseline, pass, fail, inconclusive, not_measured"),
     (AuditReport, planted.audit, lambda d: d.update(first_nonfinite={"name": "boom"}),
      "first_nonfinite lacks the key 'phase'"),
 ])

@@ -159,17 +159,21 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
         elif not base:
             res.verdict, res.reason = "fail", ("no fp32 run to compare against (include fp32 in --modes; "
                                                 "a grid that was interrupted: --resume it)")
+        elif unmeasured := next((r.not_measured for r in runs if getattr(r, "not_measured", None)), None):
+            res.verdict, res.reason = "not_measured", unmeasured  # nothing ran in the mode: no verdict about it
+            res.equivalence = {"verdict": "not_measured", "ci": None, "seeds_needed": None, "p_value": None,
+                               "degenerate": None, "margin": margin, "reason": unmeasured}
+        elif base_bad:  # the same input fails in fp32: the mixed mode is not to blame (issue #40)
+            why = (f"fp32 failed too on the same data (its {_broken_words(list(base.values()))[1]}): not a precision "
+                   "problem, and nothing to compare against")
+            res.verdict, res.reason = "inconclusive", why
+            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
+                               "degenerate": None, "margin": margin, "reason": why}
         elif res.nonfinite_seeds:
             res.verdict, res.reason = "fail", broken
             res.equivalence = {"verdict": "not_equivalent", "ci": None, "seeds_needed": None, "p_value": None,
                                "degenerate": None, "margin": margin, "reason": f"not equivalent: {broken}"}
-            if not base_bad:
-                _measure_despite_loss(res, paired, metric, margin, alpha)
-        elif base_bad:
-            why = f"the fp32 baseline is broken: its {_broken_words(list(base.values()))[1]}; nothing to compare against"
-            res.verdict, res.reason = "inconclusive", why
-            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
-                               "degenerate": None, "margin": margin, "reason": why}
+            _measure_despite_loss(res, paired, metric, margin, alpha)
         elif not paired:  # an interrupted grid: this mode's seeds and fp32's do not meet
             why = f"no seed has both an fp32 run and a {mode} run to pair (the grid is incomplete: --resume it)"
             res.verdict, res.reason = "inconclusive", why

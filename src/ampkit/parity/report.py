@@ -8,8 +8,8 @@ from ..display import ResultDisplay
 from ..envelope import OPT_NUM, Enveloped, check, check_rows, envelope, known
 
 ALPHA = 0.05
-VERDICTS = ("baseline", "pass", "fail", "inconclusive")
-EQUIVALENCE_VERDICTS = ("equivalent", "not_equivalent", "inconclusive")
+VERDICTS = ("baseline", "pass", "fail", "inconclusive", "not_measured")
+EQUIVALENCE_VERDICTS = ("equivalent", "not_equivalent", "inconclusive", "not_measured")
 #: the contract's keys (and types) of a parity document and of each result; the rest is optional
 SCHEMA = {"dataset": str, "results": list}
 RESULT_SCHEMA = {"mode": str, "metric": dict, "final_loss": dict, "delta_vs_fp32": OPT_NUM, "p_value": OPT_NUM,
@@ -31,6 +31,7 @@ class RunRecord:
     error: str | None = None      # the run raised (one line); its numbers are what it reached before
     steps: int | None = None      # optimizer steps taken (with --steps; None for whole epochs)
     rank: int | None = None       # the torchrun rank that ran it (None: a single process)
+    not_measured: str | None = None  # why the run says nothing about its mode (fp8 with no layer converted)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunRecord:

@@ -129,7 +129,7 @@ def fmt_bytes(n) -> str:
 #: the tone of a verdict or status word on the report's page (green, red, grey; neutral otherwise)
 GOOD = {"recommended", "usable", "pass", "baseline", "ok", "clean"}
 BAD = {"broken", "fail", "error", "oom", "nonfinite"}
-MUTED = {"unsupported", "skip"}
+MUTED = {"unsupported", "skip", "not_measured"}
 
 
 def tone(word: str) -> str:

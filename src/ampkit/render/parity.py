@@ -12,10 +12,11 @@ from . import charts
 from .output import PageView, finite, fmt, print_keras_line, verdict_row
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red", "inconclusive": "yellow",
-          "equivalent": "green", "not_equivalent": "bold red"}
+          "equivalent": "green", "not_equivalent": "bold red", "not_measured": "dim"}
 #: the verdicts in words (the table, the report page)
 WORDS = {"pass": "pass", "fail": "fail: worse", "inconclusive": "inconclusive: not proven",
-         "baseline": "baseline", "equivalent": "equivalent", "not_equivalent": "not equivalent"}
+         "baseline": "baseline", "equivalent": "equivalent", "not_equivalent": "not equivalent",
+         "not_measured": "not measured"}
 
 
 def equivalence_cell(eq) -> str:

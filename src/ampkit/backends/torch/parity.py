@@ -63,6 +63,9 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     train, test = _feed(train, batch_size), _feed(test, batch_size)
     rec = RunRecord(mode, seed, [], [], [], 0, 0.0, steps=steps)
+    if mode == "fp8" and not any(d["converted"] for d in mp.fp8_layers):  # nothing runs in fp8: bf16 by another name
+        rec.not_measured = (f"no Linear layer was converted to fp8 ({len(mp.fp8_layers)} Linear layer(s), none of a "
+                            "convertible size or position): the runs were bf16, so they say nothing about fp8")
     t0 = time.perf_counter()
     done, epoch = 0, 0
     while (done < steps) if steps else (epoch < epochs):
