@@ -129,6 +129,7 @@ class TrainRecord:
         #: what the callback cannot see (a visible line and the document's ``not_watched``)
         self.not_watched: list[str] = []
         self.framework: str | None = None              # None: torch, or tensorflow for a Keras trainer
+        self.extra: dict = {}                          # more of the document (a rank's role in the run)
 
     @property
     def quiet(self) -> bool:
@@ -341,6 +342,7 @@ class TrainRecord:
                               for j, n in enumerate(self.grad_modules)}}
         note = self.summary_line() + (f" (declared: {self.declared})" if self.declared and self.declared != self.mode else "")
         extra = {"not_watched": list(self.not_watched)} if self.not_watched else {}
+        extra.update(self.extra)
         if self.world > 1:
             extra.update(rank=self.rank, world_size=self.world)
         framework = self.framework or ("torch" if "keras" not in self.trainer.lower() else "tensorflow")

@@ -108,10 +108,13 @@ class CallbackCore:
         if record.world > 1:
             merged = None if aborted is not None else gather_run_document(record)
             if merged is not None:
-                self.merged = merged
-                if self.json_path:
-                    _write_json(record, self.json_path, merged)
-            elif self.json_path or record.failure_path:   # each rank's own record stands
+                role = merged["ranks"][record.rank]["role"]
+                record.extra = {"role": role, "cross_rank": merged["cross_rank"]}
+                if record.rank == 0:
+                    self.merged = merged
+                    if self.json_path:
+                        _write_json(record, self.json_path, merged)
+            if record.failure_path or (self.json_path and merged is None):   # each rank's own record
                 record.write(record.failure_path or record.failure_target())
         else:
             if self.json_path:

@@ -27,8 +27,9 @@ def rank_world(rank=None, world=None) -> tuple[int, int]:
 
 
 def gather_run_document(record: TrainRecord) -> dict | None:
-    """Every rank's document on rank 0, merged (:func:`merge_rank_documents`); None on other ranks,
-    or when the process group is gone (each rank's own file then stands)."""
+    """Every rank's document, merged (:func:`merge_rank_documents`), on every rank (rank 0 writes it;
+    the others note their role in their own file); None when the process group is gone (each rank's
+    own file then stands)."""
     dist = torch.distributed
     if record.world <= 1 or not (dist.is_available() and dist.is_initialized()):
         return None
@@ -38,8 +39,6 @@ def gather_run_document(record: TrainRecord) -> dict | None:
         dist.all_gather_object(got, mine)
     except RuntimeError as exc:   # a rank is gone: no merged document, the per-rank files remain
         log.info("%s: could not gather the ranks' records (%s)", record.source, exc)
-        return None
-    if record.rank != 0:
         return None
     docs = [json.loads(g) for g in got]
     paths = [rank_path(record.json_path, r) if record.json_path else None for r in range(len(docs))]
