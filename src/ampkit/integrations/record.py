@@ -240,10 +240,13 @@ class TrainRecord:
                             else _fmt(r.loss) for r in self.failure_rows
                             for i in [self._index(self.fwd_modules, name)] for j in [self._grad_index(name)])
         what = {"forward": "output amax", "backward": "gradient norm", "loss": "loss"}[phase]
-        advice = (f"first inf/NaN at step {row.step} in the {phase} of {name or '(model)'} ({self.mode}"
+        where = "in the loss" if phase == "loss" else f"in the {phase} of {name or '(model)'}"
+        todo = ("Find the layer that produced it" if phase == "loss" or not self.fwd_modules
+                else "Keep this module in float32, or find the cause")
+        advice = (f"first inf/NaN at step {row.step} {where} ({self.mode}"
                   f"{', loss scale ' + _fmt(row.scale_used) if row.scale_used is not None else ''}); its {what} over "
-                  f"the last {len(self.failure_rows)} step(s): {history}. Keep this module in float32, or find the "
-                  f"cause with `ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
+                  f"the last {len(self.failure_rows)} step(s): {history}. {todo} with "
+                  f"`ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
         self.findings.insert(0, {"layer": name, "kind": "nonfinite", "severity": "error", "advice": advice,
                                  "code": None})
         line = f"{self.source}: {advice}"
@@ -293,7 +296,8 @@ class TrainRecord:
                  if s["scale_final"] is not None else "; no loss scaler")
         f = self.first if first is False else first
         on = f" on rank {f['rank']}" if f and f.get("rank") is not None else ""
-        first = f"; first inf/NaN: {f['name']} ({f['phase']}) at step {f['step']}{on}" if f else ""
+        what = "the loss" if f and f.get("phase") == "loss" else f"{f['name']} ({f['phase']})" if f else ""
+        first = f"; first inf/NaN: {what} at step {f['step']}{on}" if f else ""
         return (f"{self.source}: {s['steps']} steps in {self.mode}, {s['skipped']} skipped"
                 f"{' ' + str(s['skipped_steps']) if s['skipped'] else ''}{scale}{first}; "
                 f"{len(s['warnings'])} warning(s)")

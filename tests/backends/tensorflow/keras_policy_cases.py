@@ -179,7 +179,7 @@ def _alarm(keras):
         if how == "healthy":
             assert alarms == [] and mp.health()["status"] == "ok", (alarms, mp.health())
             continue
-        assert len(alarms) == 1 and "collapsed at step 2" in alarms[0], (how, alarms)
+        assert len(alarms) == 1 and "collapsed at step 3" in alarms[0], (how, alarms)   # 1-based: the 3rd step
         assert mp.health()["status"] == "collapsed" and mp.stats["skipped"] == 4, (how, mp.health())
     print("alarm ok")
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
