@@ -163,3 +163,27 @@ def test_resume_numbers_global_steps_and_continues_the_ledger(tmp_path):
     _fit(tmp_path, resumed, Module(boom=7), ckpt_path=str(tmp_path / "ckpt" / "step=4.ckpt"))
     assert resumed.ledger["steps"] == 8 and resumed.ledger["skipped_steps"] == [3, 7]
     assert json.loads((tmp_path / "resumed.json").read_text())["ring_buffer"]["steps"] == [5, 6, 7, 8]
+
+
+class Overflow(torch.nn.Module):
+    """x * 1e6 at global steps 5 and 6: inf in float16 (the forward fails, the scaler skips both)."""
+
+    def __init__(self):
+        super().__init__()
+        self.step = 0
+
+    def forward(self, x):
+        return x * 1e6 if self.training and self.step in (5, 6) else x
+
+
+def test_first_failure_file_ends_with_the_runs_one_ledger(tmp_path):
+    cb = AmpkitCallback()                     # no json_path: the first failure goes to the trainer's folder
+    module = Module()
+    module.planted = Overflow()
+    module.net[2] = module.planted
+    _fit(tmp_path, cb, module)
+    doc = json.loads((tmp_path / "ampkit_first_failure.json").read_text())
+    assert doc["first_nonfinite"] == {"name": "planted", "phase": "forward", "step": 5}
+    # written at step 5 (skips: [5]); at the end it holds the run's ledger, the same everywhere in it
+    assert doc["ledger"]["skipped_steps"] == doc["summary"]["skipped_steps"] == cb.ledger["skipped_steps"] == [5, 6]
+    assert "2 skipped [5, 6]" in doc["note"] and doc["skipped_steps"] == 2

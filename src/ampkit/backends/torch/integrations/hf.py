@@ -26,7 +26,7 @@ from transformers import Trainer, TrainerCallback
 
 from ....integrations.record import DEFAULT_K
 from .common import CallbackCore, CoreViews, grad_scale_pending, load_state
-from .engines import scaler_of, unreadable_scale_line
+from .engines import HostScale, scaler_of, unreadable_scale_line
 
 __all__ = ["AmpkitCallback"]
 
@@ -70,6 +70,9 @@ class AmpkitCallback(CoreViews, TrainerCallback):
         if self.core.read_every is None and self.core.watch.device.type != "cpu":
             self.core.watch.read_every = max(1, min(32, int(args.logging_steps or 32)))
         self.summary, self._engine_checked = None, False
+        host = scaler_of(kwargs.get("optimizer"))
+        if isinstance(host, HostScale):   # DeepSpeed steps inside backward: the scale a step used is the last one after
+            self.core.watch.prev_scale_from(host)
 
     def on_pre_optimizer_step(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         if self.core.watch is None:
@@ -82,7 +85,8 @@ class AmpkitCallback(CoreViews, TrainerCallback):
             if line:
                 self.core.record.not_watched.append("loss scale")
                 self.core.record.warn_line(line)
-        self.core.watch.grads(scaler, [lr_scheduler] if lr_scheduler is not None else (),
+        self.core.watch.grads(None if isinstance(scaler, HostScale) else scaler,
+                              [lr_scheduler] if lr_scheduler is not None else (),
                               grad_scale=grad_scale_pending(scaler, optimizer))
         self.core.check_precision(scaler, declared=_declared(args), setting=_setting(args), why={
             "fp32": f" (accelerate {accelerate.__version__} turns fp16 autocast and its GradScaler on only on a GPU; "
