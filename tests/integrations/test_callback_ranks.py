@@ -77,8 +77,12 @@ def _check(tmp: Path, origin_name: str, victim_name: str) -> dict:
 
 @pytest.mark.slow
 def test_torchrun_hf_trainer_names_rank_1s_module(tmp_path):
-    _child([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_port()),
-            str(HERE / "ddp_hf_run.py"), str(tmp_path)], tmp_path)
+    proc = _child([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                   str(_port()), str(HERE / "ddp_hf_run.py"), str(tmp_path)], tmp_path)
+    out = proc.stdout + proc.stderr
+    # the summary line once (rank 0), and no rank's own failure line names the victim as the first inf/NaN
+    assert out.count("AmpkitCallback (transformers Trainer): 8 steps in bf16") == 1
+    assert "first inf/NaN at step 5 in the backward of classifier" not in out
     _check(tmp_path, "bert.encoder.layer.1.intermediate.intermediate_act_fn.1", "classifier")
     s0 = json.loads((tmp_path / "summary0.json").read_text())["summary"]
     s1 = json.loads((tmp_path / "summary1.json").read_text())["summary"]

@@ -112,7 +112,7 @@ class AmpkitCallback(CoreViews, Callback):
         if self.core.watch is not None and self._stepped:
             self._stepped = False
             self.core.watch.end_step(self._scaler)
-            if trainer._logger_connector.should_update_logs:   # the trainer's logging cadence
+            if _logging_step(trainer):   # the trainer's logging cadence
                 metrics = self.core.tracker_metrics()
                 if metrics:
                     pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
@@ -191,6 +191,15 @@ class AmpkitCallback(CoreViews, Callback):
             if aborted is None:
                 raise
             log.warning("AmpkitCallback: could not write the record after %s (%s)", type(aborted).__name__, err)
+
+
+def _logging_step(trainer) -> bool:
+    """Whether the trainer writes its logs after this batch (its own test, else its rule)."""
+    conn = getattr(trainer, "_logger_connector", None)
+    if conn is not None and hasattr(type(conn), "should_update_logs"):
+        return bool(conn.should_update_logs)
+    every = int(getattr(trainer, "log_every_n_steps", 50) or 0)
+    return every > 0 and trainer.global_step % every == 0
 
 
 def _step_schedulers(trainer) -> list:
