@@ -159,9 +159,12 @@ def _wrap_train(cls) -> None:
         # first in line, so that on_log's amp/ values reach the reporting integrations after it
         handler.callbacks = ours + [c for c in handler.callbacks if c not in ours]
         resume = resume_from_checkpoint
-        if resume is True:
+        if resume is True:   # the Trainer finds it (and says so when there is none): only a look here
             from transformers.trainer_utils import get_last_checkpoint
-            resume = get_last_checkpoint(self.args.output_dir)
+            try:
+                resume = get_last_checkpoint(self.args.output_dir)
+            except OSError:
+                resume = None
         for c in ours:
             c._resume_from = resume if isinstance(resume, (str, os.PathLike)) else None
         try:
