@@ -1,7 +1,7 @@
-"""``python ddp_lightning_run.py OUT``: Lightning ``strategy="ddp"`` on two CPU processes (Lightning
-starts the second by running this script again), bf16, a forward overflowing on rank 1 only from
-global step 5 on. The launching process (rank 0) writes its callback's summary to OUT/summary.json
-(read by test_callback_ranks.py)."""
+"""``python ddp_lightning_run.py OUT [STRATEGY]``: Lightning ``strategy="ddp"`` (default; Lightning
+starts the second process by running this script again) or ``"ddp_spawn"`` on two CPU processes,
+bf16, a forward overflowing on rank 1 only from global step 5 on. The launching process (rank 0)
+writes its callback's summary to OUT/summary.json (read by test_callback_ranks.py)."""
 
 import json
 import os
@@ -38,19 +38,19 @@ class Module(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def main(out):
+def main(out, strategy="ddp"):
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(64, 8, generator=g), torch.randint(0, 2, (64,), generator=g))
     cb = AmpkitCallback(json_path=os.path.join(out, "run.json"))
-    trainer = L.Trainer(max_steps=8, accelerator="cpu", devices=2, strategy="ddp", precision="bf16-mixed",
+    trainer = L.Trainer(max_steps=8, accelerator="cpu", devices=2, strategy=strategy, precision="bf16-mixed",
                         callbacks=[cb], logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=out)
     trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=4))
     if trainer.global_rank == 0:
         with open(os.path.join(out, "summary.json"), "w") as fh:
-            json.dump({"summary": cb.summary, "pid": os.getpid()}, fh, default=str)
+            json.dump({"summary": cb.summary, "ledger": cb.ledger, "pid": os.getpid()}, fh, default=str)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

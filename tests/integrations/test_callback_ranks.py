@@ -5,7 +5,8 @@ that only received NaN through the gradient all-reduce is marked ``received`` an
 Two real two-process CPU runs (gloo), each a child process so that this one keeps no process
 group: ``torchrun --nproc_per_node 2`` with the HF Trainer (bf16) and Lightning ``strategy="ddp"``
 (which starts the second process itself; the launching process is rank 0). Both overflow on
-rank 1 only, from global step 5 on.
+rank 1 only, from global step 5 on. Lightning ``ddp_spawn`` too: the launching process's callback
+gets rank 0's record back with Lightning's own worker results.
 """
 
 from __future__ import annotations
@@ -98,3 +99,14 @@ def test_lightning_ddp_names_rank_1s_module_and_the_launcher_has_the_summary(tmp
     assert summary["first_nonfinite"] == {"name": "net.2", "phase": "forward", "step": 5, "rank": 1}
     # the summary line is said once (rank 0), not once per rank
     assert (proc.stdout + proc.stderr).count("AmpkitCallback (Lightning Trainer): 8 steps") == 1
+
+
+@pytest.mark.slow
+def test_lightning_ddp_spawn_carries_the_record_back_to_the_launching_process(tmp_path):
+    # under ddp_spawn the launching process's callback sees no event: rank 0's record comes back with
+    # Lightning's own worker results; summary.json is written by the launching process only
+    _child([sys.executable, str(HERE / "ddp_lightning_run.py"), str(tmp_path), "ddp_spawn"], tmp_path)
+    _check(tmp_path, "net.2", "net.3")
+    got = json.loads((tmp_path / "summary.json").read_text())
+    assert got["summary"]["first_nonfinite"] == {"name": "net.2", "phase": "forward", "step": 5, "rank": 1}
+    assert got["ledger"]["steps"] == 8 and got["summary"]["steps"] == 8

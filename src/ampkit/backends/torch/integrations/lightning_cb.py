@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ....integrations.record import DEFAULT_K
 from .common import CallbackCore, CoreViews, grad_scale_pending
+from .spawn import carry_through_spawn
 
 __all__ = ["AmpkitCallback"]
 
@@ -95,6 +96,15 @@ class AmpkitCallback(CoreViews, Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._resume_state = dict(state_dict) if state_dict else None
+
+    def _from_worker(self, data: dict) -> None:
+        """``ddp_spawn``: rank 0's record, carried back to this (the launching) process (:mod:`.spawn`)."""
+        from ....integrations.record import TrainRecord
+
+        record = TrainRecord(source="AmpkitCallback (Lightning Trainer)", trainer=f"lightning {lightning.__version__}")
+        if data.get("state"):
+            record.load_state(data["state"])
+        self.core.record, self.core.merged, self.summary = record, data.get("merged"), data.get("summary")
 
     def on_before_backward(self, trainer, pl_module, loss):
         if self.core.watch is not None:
@@ -206,3 +216,6 @@ def _step_schedulers(trainer) -> list:
     """The schedulers judged per optimizer step: ``interval="step"`` ones (an epoch-interval scheduler
     counts epochs, which a skipped step does not change)."""
     return [c.scheduler for c in trainer.lr_scheduler_configs if getattr(c, "interval", "step") == "step"]
+
+
+carry_through_spawn(AmpkitCallback)
