@@ -251,18 +251,17 @@ class TrainRecord:
                                  "code": None})
         line = f"{self.source}: {advice}"
         self.warnings.append(line)
-        if self.world > 1:   # which rank produced it is settled when rank 0 gathers the ranks' records
-            log.info("rank %s: %s", self.rank, line)
-        else:
-            log.warning(line)
+        # several processes: which rank produced it is settled when rank 0 gathers the ranks' records
+        say = log.info if self.world > 1 else log.warning
+        say(f"rank {self.rank}: {line}" if self.world > 1 else line)
         if self.json_path is None and self.fallback_dir is None:
-            (log.info if self.world > 1 else log.warning)("%s: the last %d steps before it are kept in memory (record.document()); pass "
-                        "json_path= to write them for `ampkit report`", self.source, len(self.failure_rows))
+            say("%s: the last %d steps before it are kept in memory (record.document()); pass "
+                "json_path= to write them for `ampkit report`", self.source, len(self.failure_rows))
             return
         self.failure_path = self.write(self.failure_target())
         if self.failure_path:
-            (log.info if self.world > 1 else log.warning)("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
-                        len(self.failure_rows), self.failure_path, self.failure_path)
+            say("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
+                len(self.failure_rows), self.failure_path, self.failure_path)
 
     def failure_target(self) -> str:
         """Where the first failure's document goes: ``json_path`` (or the trainer's folder); in a
