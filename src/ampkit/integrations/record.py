@@ -57,6 +57,12 @@ class StepRow:
     sched: tuple = ()
 
 
+def rank_path(path: str, rank) -> str:
+    """``run.json`` -> ``run.rank1.json``: one rank's own document in a multi-process run."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{rank}{ext or '.json'}"
+
+
 def _bad(v) -> bool:
     return v is not None and not math.isfinite(v)
 
@@ -121,6 +127,22 @@ class TrainRecord(ResultDisplay, command="callback"):
         self.sched_advanced_on_skip: list[int] = []
         #: why the scheduler stepped (the trainer's habit), for the warning
         self.scheduler_cause = f"{trainer} steps its schedulers after every step, skipped or not"
+        #: this process's rank and the number of processes (a multi-process run: only rank 0 speaks)
+        self.rank: int | None = None
+        self.world = 1
+        #: what the callback cannot see (a visible line and the document's ``not_watched``)
+        self.not_watched: list[str] = []
+        self.framework: str | None = None              # None: torch, or tensorflow for a Keras trainer
+        self.extra: dict = {}                          # more of the document (a rank's role in the run)
+
+    @property
+    def quiet(self) -> bool:
+        """A rank other than 0 of a multi-process run: it records, rank 0 speaks for the run."""
+        return self.world > 1 and bool(self.rank)
+
+    def say(self, line: str) -> None:
+        """One line to the log: a warning on rank 0 (or alone), debug on other ranks."""
+        log.debug(line) if self.quiet else log.warning(line)
 
     # ------------------------------------------------------------------ set-up
     def set_modules(self, fwd: list[tuple[str, str]], grad: list[str]) -> None:
@@ -142,7 +164,7 @@ class TrainRecord(ResultDisplay, command="callback"):
     def warn_line(self, line: str) -> None:
         if line not in self.warnings:
             self.warnings.append(line)
-            log.warning(line)
+            self.say(line)
 
     def contract(self, findings: list[dict]) -> None:
         """Per-parameter dtype findings (``{"where", "expected", "actual", "advice"}``) as contract findings."""
@@ -160,8 +182,11 @@ class TrainRecord(ResultDisplay, command="callback"):
             if self.initial_scale is None:
                 self.initial_scale = row.scale_used if row.scale_used is not None else row.scale
             self.scales.append(row.scale)
-            msg = self.health.observe(row.step, row.scale, row.skipped, scale_used=row.scale_used) \
-                if self._feed_health else None
+            with warnings.catch_warnings():
+                if self.quiet:
+                    warnings.simplefilter("ignore")
+                msg = self.health.observe(row.step, row.scale, row.skipped, scale_used=row.scale_used) \
+                    if self._feed_health else None
             if msg:
                 self.warnings.append(msg)
         if row.skipped:
@@ -191,7 +216,8 @@ class TrainRecord(ResultDisplay, command="callback"):
                        f"for inf/NaN gradients ({self.scheduler_cause}): the learning rate now runs ahead of the "
                        f"optimizer's real steps (pytorch #44511, Lightning #18828).")
                 self.warnings.append(msg)
-                warnings.warn(msg, SchedulerStepWarning, stacklevel=2)
+                if not self.quiet:
+                    warnings.warn(msg, SchedulerStepWarning, stacklevel=2)
 
     def _failed(self, row: StepRow) -> bool:
         fwd_bad = any(_bad(v) for v in row.fwd) or _bad(row.loss)
@@ -210,29 +236,43 @@ class TrainRecord(ResultDisplay, command="callback"):
 
     def _failure(self, row: StepRow) -> None:
         self.first = self._origin(row)
+        if self.world > 1:
+            self.first["rank"] = self.rank
         self.failure_rows = list(self.ring)
         name, phase = self.first["name"], self.first["phase"]
         history = ", ".join(_fmt(r.fwd[i]) if phase == "forward" else _fmt(r.grad[j]) if phase == "backward"
                             else _fmt(r.loss) for r in self.failure_rows
                             for i in [self._index(self.fwd_modules, name)] for j in [self._grad_index(name)])
         what = {"forward": "output amax", "backward": "gradient norm", "loss": "loss"}[phase]
-        advice = (f"first inf/NaN at step {row.step} in the {phase} of {name or '(model)'} ({self.mode}"
+        where = "in the loss" if phase == "loss" else f"in the {phase} of {name or '(model)'}"
+        todo = ("Find the layer that produced it" if phase == "loss" or not self.fwd_modules
+                else "Keep this module in float32, or find the cause")
+        advice = (f"first inf/NaN at step {row.step} {where} ({self.mode}"
                   f"{', loss scale ' + _fmt(row.scale_used) if row.scale_used is not None else ''}); its {what} over "
-                  f"the last {len(self.failure_rows)} step(s): {history}. Keep this module in float32, or find the "
-                  f"cause with `ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
+                  f"the last {len(self.failure_rows)} step(s): {history}. {todo} with "
+                  f"`ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
         self.findings.insert(0, {"layer": name, "kind": "nonfinite", "severity": "error", "advice": advice,
                                  "code": None})
         line = f"{self.source}: {advice}"
         self.warnings.append(line)
-        log.warning(line)
+        # several processes: which rank produced it is settled when rank 0 gathers the ranks' records
+        say = log.info if self.world > 1 else log.warning
+        say(f"rank {self.rank}: {line}" if self.world > 1 else line)
         if self.json_path is None and self.fallback_dir is None:
-            log.warning("%s: the last %d steps before it are kept in memory (record.document()); pass "
-                        "json_path= to write them for `ampkit report`", self.source, len(self.failure_rows))
+            say("%s: the last %d steps before it are kept in memory (record.document()); pass "
+                "json_path= to write them for `ampkit report`", self.source, len(self.failure_rows))
             return
-        self.failure_path = self.write(self.json_path or os.path.join(self.fallback_dir, "ampkit_first_failure.json"))
+        self.failure_path = self.write(self.failure_target())
         if self.failure_path:
-                log.warning("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
-                        len(self.failure_rows), self.failure_path, self.failure_path)
+            say("%s: the last %d steps before it are in %s (`ampkit report %s`)", self.source,
+                len(self.failure_rows), self.failure_path, self.failure_path)
+
+    def failure_target(self) -> str:
+        """Where the first failure's document goes: ``json_path`` (or the trainer's folder); in a
+        multi-process run one file per rank (``<stem>.rank<N>.json``): rank 0 writes ``json_path``
+        for the run at the end, after gathering every rank's record."""
+        path = self.json_path or os.path.join(self.fallback_dir, "ampkit_first_failure.json")
+        return rank_path(path, self.rank) if self.world > 1 else path
 
     @staticmethod
     def _index(mods, name):
@@ -252,12 +292,15 @@ class TrainRecord(ResultDisplay, command="callback"):
                 "first_nonfinite": self.first,
                 "warnings": list(self.warnings) + [m for m in self.health.messages if m not in self.warnings]}
 
-    def summary_line(self) -> str:
+    def summary_line(self, first: dict | None | bool = False) -> str:
+        """``first``: the run's first inf/NaN where it is not this record's own (a multi-process run)."""
         s = self.summary()
         scale = (f"; loss scale min {_fmt(s['scale_min'])}, max {_fmt(s['scale_max'])}, final {_fmt(s['scale_final'])}"
                  if s["scale_final"] is not None else "; no loss scaler")
-        first = (f"; first inf/NaN: {self.first['name']} ({self.first['phase']}) at step {self.first['step']}"
-                 if self.first else "")
+        f = self.first if first is False else first
+        on = f" on rank {f['rank']}" if f and f.get("rank") is not None else ""
+        what = "the loss" if f and f.get("phase") == "loss" else f"{f['name']} ({f['phase']})" if f else ""
+        first = f"; first inf/NaN: {what} at step {f['step']}{on}" if f else ""
         return (f"{self.source}: {s['steps']} steps in {self.mode}, {s['skipped']} skipped"
                 f"{' ' + str(s['skipped_steps']) if s['skipped'] else ''}{scale}{first}; "
                 f"{len(s['warnings'])} warning(s)")
@@ -269,6 +312,20 @@ class TrainRecord(ResultDisplay, command="callback"):
     def ledger(self) -> dict:
         return {"steps": self.steps, "skipped_steps": list(self.skipped), "scales": list(self.scales),
                 "initial_scale": self.initial_scale}
+
+    def state(self) -> dict:
+        """What a checkpoint keeps so that a resumed run's ledger continues (plain JSON values)."""
+        return {"kind": "ampkit-callback-state", "version": 1, **self.ledger(), "first_nonfinite": self.first,
+                "scheduler_advanced_on_skipped": list(self.sched_advanced_on_skip)}
+
+    def load_state(self, state: dict) -> None:
+        """Continue the ledger of a checkpoint's :meth:`state` (a resumed run)."""
+        self.steps = int(state.get("steps") or 0)
+        self.skipped = [int(s) for s in state.get("skipped_steps") or []]
+        self.scales = [float(s) for s in state.get("scales") or []]
+        self.initial_scale = state.get("initial_scale")
+        self.first = state.get("first_nonfinite") or None
+        self.sched_advanced_on_skip = [int(s) for s in state.get("scheduler_advanced_on_skipped") or []]
 
     def _layers(self, row: StepRow | None) -> list[dict]:
         fmt = FORMATS.get(self.mode, FORMATS["fp32"])
@@ -295,7 +352,12 @@ class TrainRecord(ResultDisplay, command="callback"):
                 "grad_norm": {n: [_num(r.grad[j]) if j < len(r.grad) else None for r in rows]
                               for j, n in enumerate(self.grad_modules)}}
         note = self.summary_line() + (f" (declared: {self.declared})" if self.declared and self.declared != self.mode else "")
-        return envelope("audit", self.environment, framework="torch" if "keras" not in self.trainer.lower() else "tensorflow",
+        extra = {"not_watched": list(self.not_watched)} if self.not_watched else {}
+        extra.update(self.extra)
+        if self.world > 1:
+            extra.update(rank=self.rank, world_size=self.world)
+        framework = self.framework or ("torch" if "keras" not in self.trainer.lower() else "tensorflow")
+        return envelope("audit", self.environment, framework=framework, **extra,
                         workload=self.workload, device=self.device, mode=self.mode, loss_scale=float(scale),
                         steps=self.steps, layers=self._layers(row), first_nonfinite=self.first,
                         findings=list(self.findings), note=note, source=self.source, trainer=self.trainer,

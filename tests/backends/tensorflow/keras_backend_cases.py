@@ -83,7 +83,7 @@ def train_and_skip():
         for _ in range(4):
             mp.train_step(model, opt, bad, y, ce)
     alarms = [w for w in caught if issubclass(w.category, ak.LossScaleWarning)]
-    assert len(alarms) == 1 and "step 2" in str(alarms[0].message), [str(w.message) for w in caught]
+    assert len(alarms) == 1 and "collapsed at step 3" in str(alarms[0].message), [str(w.message) for w in caught]   # 1-based: the 3rd step
     assert mp.health()["status"] == "collapsed", mp.health()
     print("alarm ok")
     assert "tensorflow" not in sys.modules, "TensorFlow was imported"

@@ -149,7 +149,7 @@ def contract():
 
 
 def _alarm(keras):
-    """Every batch overflows: exactly one LossScaleWarning at step 2 — the third skip in a row
+    """Every batch overflows: exactly one LossScaleWarning at step 3 (1-based) — the third skip in a row
     (consecutive_skip_warning=3; Keras 3's scale 4 -> 2 -> 1 -> 0.5 is also below 1.0 there, tf_keras
     keeps its scale at 1 and restarts its growth counter) — health 'collapsed', from the fit callback
     and from eager train_step; a healthy fit: none."""
@@ -179,7 +179,7 @@ def _alarm(keras):
         if how == "healthy":
             assert alarms == [] and mp.health()["status"] == "ok", (alarms, mp.health())
             continue
-        assert len(alarms) == 1 and "collapsed at step 2" in alarms[0], (how, alarms)
+        assert len(alarms) == 1 and "collapsed at step 3" in alarms[0], (how, alarms)   # 1-based: the 3rd step
         assert mp.health()["status"] == "collapsed" and mp.stats["skipped"] == 4, (how, mp.health())
     print("alarm ok")
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":

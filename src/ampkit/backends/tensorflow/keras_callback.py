@@ -13,7 +13,8 @@ optimizer without loss scaling (its small gradients would underflow to zero, sil
 Keras 3 LossScaleOptimizer that ``compile`` made itself ampkit's cross-replica skip (:mod:`.keras_scaling`).
 
 Extending it: ``history.hooks`` is a list of callables ``hook(history, step, scale, skipped)`` run
-after each recorded batch.
+after each recorded batch. ``step`` is the trainer's global step, 1-based: the optimizer's
+``iterations`` when ``fit`` began (read once) plus the batches of this ``fit``.
 """
 
 from __future__ import annotations
@@ -78,13 +79,14 @@ class _History:
 
             upgrade(opt)
         self._last = loss_scale_of(opt)
+        self._n0, self.base_step = len(self.scales), iterations_of(opt)
 
     def on_train_batch_end(self, batch, logs=None):
         scale = loss_scale_of(self.model.optimizer)
         if scale is None:
             return
         skipped = flavor_of(self.model.optimizer).skipped(self.model.optimizer, self._last, scale)
-        step = len(self.scales)
+        step = getattr(self, "base_step", 0) + len(self.scales) - getattr(self, "_n0", 0) + 1
         self.skipped.append(skipped)
         self.scales.append(scale)
         self.health.observe(step, scale, skipped, scale_used=self._last)
@@ -95,6 +97,20 @@ class _History:
     @property
     def skipped_steps(self) -> int:
         return sum(self.skipped)
+
+
+def iterations_of(optimizer) -> int:
+    """The optimizer's step counter (Keras's global step; 0 where it cannot be read). One read, at
+    the start of ``fit``."""
+    it = getattr(optimizer, "iterations", None)
+    if it is None:
+        return 0
+    for read in (lambda v: v.numpy(), lambda v: __import__("keras").ops.convert_to_numpy(v), lambda v: v):
+        try:
+            return int(read(it))
+        except Exception:
+            continue
+    return 0
 
 
 _HISTORY: dict[str, type] = {}

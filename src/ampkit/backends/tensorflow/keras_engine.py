@@ -296,7 +296,7 @@ class MixedPrecision:
         before = self._last_scale.get(id(opt), float(getattr(opt, "initial_scale", 0.0)) or None)
         scale = flavor.loss_scale(opt)
         skipped = flavor.skipped(opt, before, scale)
-        self._health.observe(self._health.steps, scale, skipped, scale_used=before)
+        self._health.observe(self._health.steps + 1, scale, skipped, scale_used=before)   # 1-based
         self._last_scale[id(opt)] = scale
 
 

@@ -14,8 +14,15 @@ layer's gradient norm (divided by the loss scale under a loss-scale optimizer); 
 is made anew so that the next trace sees them. Inside ``fit``'s ``tf.function`` these are a few ops
 per layer, no host read; ``on_train_batch_end`` reads them in one ``tf.stack`` (the batch end where
 :class:`~.keras_callback.LossScaleHistory` reads the scale anyway). The wrappers are removed at
-``on_train_end``. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the watch
-stays off (the loss-scale history works as before) and says so once.
+``on_train_end``. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the layer
+statistics stay off: the record is fed what the loss-scale history reads anyway (each batch's loss,
+the loss scale, the skipped steps), so the document holds the run's steps, skips and a first
+non-finite loss; one visible line, and the document's ``not_watched``, say what it cannot see.
+
+Step numbers are the trainer's global step, 1-based (the optimizer's ``iterations`` when ``fit``
+began, plus this ``fit``'s batches). The ``amp/`` tracker values (:mod:`ampkit.integrations.trackers`)
+go into ``fit``'s ``logs`` at each batch end and epoch end, so ``keras.callbacks.CSVLogger``,
+``TensorBoard`` and ``History`` record them (list the ampkit callback before them).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import logging
 import math
 
 from ...integrations.record import DEFAULT_K, StepRow, TrainRecord
+from ...integrations.trackers import TrackerWindow
 
 __all__ = ["watch_fit", "KerasWatch"]
 
@@ -42,7 +50,7 @@ def watch_fit(history, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32"
         raise UsageError(f"ampkit.keras callback: json_path must be a file path (str), received {json_path!r}")
     watch = KerasWatch(json_path=json_path, k=k, mode=mode, flavor=flavor)
     history.watch = watch
-    for name in ("on_train_begin", "on_train_batch_end", "on_train_end"):
+    for name in ("on_train_begin", "on_train_batch_end", "on_epoch_end", "on_train_end"):
         orig = getattr(history, name)
 
         def chained(*args, _orig=orig, _name=name, **kwargs):
@@ -68,6 +76,7 @@ class KerasWatch:
         self.record: TrainRecord | None = None
         self.active = False
         self._undo: list = []
+        self._batch_window, self._epoch_window = TrackerWindow(), TrackerWindow()
 
     # ------------------------------------------------------------------ fit's events
     def on_train_begin(self, history, logs=None):
@@ -80,48 +89,72 @@ class KerasWatch:
         self.record.mode = self.mode
         opt = history.model.optimizer
         self.record.scaler = bool(self.flavor is not None and self.flavor.is_loss_scale_optimizer(opt))
-        if not self.legacy and configured_backend() != "tensorflow":
-            log.info("ampkit.keras callback: the ring buffer needs Keras on TensorFlow; it is off here")
-            return
+        self.active, self.steps = False, 0
+        self.base = int(getattr(history, "base_step", 0))
+        self._n0 = len(history.scales)
+        self._last_scale = getattr(history, "_last", None)
+        self._batch_window.reset(), self._epoch_window.reset()
+        backend = "tensorflow" if self.legacy else configured_backend()
+        if backend != "tensorflow":
+            self.record.framework = backend
+            self.record.extra = {"keras_backend": backend}
+            return self._blind(f"on Keras's {backend} backend")
         from .tfimport import import_tf
 
         tf = import_tf()
         if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            log.info("ampkit.keras callback: the ring buffer is off under a tf.distribute strategy")
-            return
+            return self._blind("under a tf.distribute strategy")
         from .common import tf_environment
 
         self.record.environment = tf_environment(self.flavor)
         self.record.device = "cpu" if not tf.config.list_logical_devices("GPU") else "gpu"
         self._attach(history.model, tf)
         self.active = True
-        self.steps = 0
-        self._last_scale = getattr(history, "_last", None)
+
+    def _blind(self, where: str) -> None:
+        """The layer statistics cannot be had here: one visible line, and the document says so."""
+        self.record.not_watched = ["layer outputs", "layer gradients"]
+        self.record.warn_line(f"ampkit.keras callback: {where} the callback records each batch's loss, the loss "
+                              f"scale and the skipped steps, but not each layer's output or gradient (that needs "
+                              f"Keras on TensorFlow): a first inf/NaN is located only as the loss")
 
     def on_train_batch_end(self, history, batch, logs=None):
-        if not self.active:
+        if self.record is None:
             return
-        tf = self._tf
-        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars]).numpy().tolist()
-        n = len(self._fvars)
         self.steps += 1
         loss = (logs or {}).get("loss")
         loss = float(loss) if loss is not None else None
-        scale = history.scales[-1] if history.scales and len(history.scales) == self.steps else None
+        new = len(history.scales) == self._n0 + self.steps
+        scale = history.scales[-1] if history.scales and new else None
         skipped = bool(history.skipped[-1]) if scale is not None else False
         used = self._last_scale if scale is not None else None
         self._last_scale = scale
+        if self.active:
+            self._layers_row(loss, used, scale, skipped)
+        else:
+            self.record.add(StepRow(self.base + self.steps, loss, [], [], used, scale, skipped))
+        if isinstance(logs, dict):
+            logs.update(self._batch_window.metrics(self.record))
+
+    def on_epoch_end(self, history, epoch, logs=None):
+        if self.record is not None and isinstance(logs, dict):
+            logs.update(self._epoch_window.metrics(self.record))
+
+    def _layers_row(self, loss, used, scale, skipped) -> None:
+        tf = self._tf
+        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars]).numpy().tolist()
+        n = len(self._fvars)
         fwd = [None if (v == v and v < 0) else v for v in vals[:n]]
         grad = [None if (v == v and v < 0) else v for v in vals[n:]]
         order = [i for i in self._order if i < n]
         self.record.set_modules([(self._names[i], self._types[i]) for i in order],
                                 [self._names[i] for i in order if i in self._glayer])
         gpos = {i: j for j, i in enumerate(self._glayers)}
-        self.record.add(StepRow(self.steps, loss, [fwd[i] for i in order],
+        self.record.add(StepRow(self.base + self.steps, loss, [fwd[i] for i in order],
                                 [grad[gpos[i]] for i in order if i in self._glayer], used, scale, skipped))
 
     def on_train_end(self, history, logs=None):
-        if self.record is None:
+        if self.record is None or not hasattr(self, "steps"):
             return
         self._detach(history.model)
         line = self.record.summary_line()

@@ -3,13 +3,20 @@ make, the parameter-dtype check, and whether a scaler's gradients are still scal
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 
 import torch
 
 from ....errors import UsageError
 from ....integrations.record import DEFAULT_K, TrainRecord
+from ....integrations.trackers import TrackerWindow
 from .watch import TorchWatch
+
+log = logging.getLogger("ampkit.integrations")
+#: the file a checkpoint folder gets from the callback (the ledger, so that a resumed run continues it)
+STATE_FILE = "ampkit_callback_state.json"
 
 
 class CallbackCore:
@@ -38,16 +45,32 @@ class CallbackCore:
         self.record: TrainRecord | None = None
         self.watch: TorchWatch | None = None
         self.checked = False
+        self.window = TrackerWindow()
+        self.merged: dict | None = None
 
-    def start(self, model: torch.nn.Module, *, source: str, trainer: str, fallback_dir: str | None) -> None:
+    def start(self, model: torch.nn.Module, *, source: str, trainer: str, fallback_dir: str | None,
+              rank=None, world=None, global_step: int = 0, resume_state: dict | None = None) -> None:
+        """A new run (a callback reused for a second fit starts clean); ``global_step``: the trainer's
+        step count before this run's first step (a resumed run), ``resume_state``: the ledger its
+        checkpoint kept."""
         from ..environment import torch_environment
+        from .dist import rank_world
 
+        if self.watch is not None:   # a run that ended without its end event: its hooks go now
+            self.watch.detach()
+        self.merged = None
         self.record = TrainRecord(source=source, trainer=trainer, k=self.k, json_path=self.json_path,
                                   fallback_dir=fallback_dir, min_scale_warning=self.min_scale_warning,
                                   consecutive_skip_warning=self.consecutive_skip_warning,
                                   workload=type(model).__name__)
+        self.record.rank, self.record.world = rank_world(rank, world)
+        if resume_state:
+            self.record.load_state(resume_state)
+        self.window.reset(self.record)
         self.watch = TorchWatch(self.record, k=self.k, read_every=self.read_every)
         self.watch.attach(model)
+        # step numbers are the trainer's global steps (1-based), also after a resume
+        self.watch.steps, self.watch._cur = int(global_step), int(global_step) + 1
         self.record.device = str(self.watch.device)
         self.record.environment = torch_environment(self.watch.device)
         self.checked = False
@@ -63,15 +86,88 @@ class CallbackCore:
         if mode != "fp32":
             self.record.contract(param_findings(self.watch.model, mode, optimizer))
 
-    def finish(self, schedulers=()) -> str:
+    def finish(self, schedulers=(), *, aborted: BaseException | None = None) -> str:
+        """The end of a run, or its abort (an exception, Ctrl-C): the hooks go first, whatever
+        happens next; what was recorded is written. In a multi-process run that ended normally, rank
+        0 gathers every rank's record and writes the run's one document (:mod:`.dist`)."""
+        from .dist import gather_run_document
         from .watch import scheduler_counters
 
-        self.watch.flush()
-        self.record.finish(scheduler_counters(schedulers))
-        self.watch.detach()
-        if self.json_path:
-            self.record.write(self.json_path)
+        watch, record = self.watch, self.record
+        self.watch = None
+        try:
+            watch.flush()
+        finally:
+            watch.detach()
+        record.finish(scheduler_counters(schedulers))
+        if aborted is not None:
+            line = (f"{record.source}: training ended by {type(aborted).__name__} after {record.steps} recorded "
+                    f"step(s); hooks removed")
+            record.warnings.append(line)
+            record.say(line)
+        if record.world > 1:
+            merged = None if aborted is not None else gather_run_document(record)
+            if merged is not None:
+                role = merged["ranks"][record.rank]["role"]
+                record.extra = {"role": role, "cross_rank": merged["cross_rank"]}
+                if record.rank == 0:
+                    self.merged = merged
+                    if self.json_path:
+                        _write_json(record, self.json_path, merged)
+            if record.failure_path or (self.json_path and merged is None):   # each rank's own record
+                record.write(record.failure_path or record.failure_target())
+        else:
+            if self.json_path:
+                record.write(self.json_path)
+            if record.failure_path and record.failure_path != self.json_path:
+                record.write(record.failure_path)   # one ledger: the failure file ends as the run ended
+        return self.summary_line()
+
+    def summary(self) -> dict | None:
+        if self.record is None:
+            return None
+        return dict(self.merged["summary"]) if self.merged else self.record.summary()
+
+    def summary_line(self) -> str:
+        if self.merged:   # the run's first inf/NaN, then its story across the ranks
+            return (f"{self.record.summary_line(self.merged.get('first_nonfinite'))} "
+                    f"[{self.record.world} ranks; {self.merged.get('cross_rank')}]")
         return self.record.summary_line()
+
+    def tracker_metrics(self) -> dict:
+        """The ``amp/`` values for this logging event (the watch reads what is pending first)."""
+        if self.watch is not None:
+            self.watch.flush()
+        return self.window.metrics(self.record)
+
+    def save_state(self, folder: str) -> None:
+        """Into a checkpoint folder: the ledger so far (rank 0 only; JSON)."""
+        if self.record is None or self.record.quiet or not os.path.isdir(folder):
+            return
+        if self.watch is not None:
+            self.watch.flush()
+        _write_json(self.record, os.path.join(folder, STATE_FILE), self.record.state())
+
+
+def load_state(folder) -> dict | None:
+    """The ledger a checkpoint folder kept (None: none, or unreadable: a fresh ledger then)."""
+    if not folder:
+        return None
+    try:
+        with open(os.path.join(os.fspath(folder), STATE_FILE), encoding="utf-8") as fh:
+            state = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and state.get("kind") == "ampkit-callback-state" else None
+
+
+def _write_json(record: TrainRecord, path: str, doc: dict) -> None:
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, default=str)
+    except OSError as exc:
+        log.warning("%s: could not write %s (%s)", record.source, path, exc)
 
 
 class CoreViews:
@@ -86,6 +182,14 @@ class CoreViews:
     @property
     def ledger(self) -> dict | None:
         return self.core.record.ledger() if self.core.record else None
+
+    def _say_end(self, line: str) -> None:
+        """The run's summary line: once, from rank 0 (a warning when anything was found)."""
+        rec = self.core.record
+        if rec.quiet:
+            log.debug(line)
+        else:
+            log.warning(line) if rec.warnings else log.info(line)
 
 
 def param_findings(model: torch.nn.Module, mode: str, optimizer=None) -> list[dict]:

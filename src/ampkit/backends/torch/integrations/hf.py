@@ -5,18 +5,28 @@ is the run's one GradScaler (None without fp16 on a GPU). The callback reads tha
 tensor around each step (``on_pre_optimizer_step`` / ``on_optimizer_step``), the model's outputs
 through forward hooks, and the scheduler's counter; it makes no scaler of its own and reads the
 device only where :class:`~.watch.TorchWatch` says.
+
+The Trainer has no exception event, so importing this module wraps ``Trainer.train`` (once, at
+class level, like the Lightning module's precision note): it puts the callback before the
+reporting integrations (so its ``amp/`` values reach them in ``on_log``), tells it the checkpoint a
+run resumes from, and when anything ends the run — an exception, Ctrl-C, SystemExit — removes the
+hooks and writes what was recorded before the exception goes on. Otherwise ``train`` is unchanged.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 
 import accelerate
+import torch
 import transformers
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 
 from ....integrations.record import DEFAULT_K
-from .common import CallbackCore, CoreViews, grad_scale_pending
+from .common import CallbackCore, CoreViews, grad_scale_pending, load_state
+from .engines import HostScale, scaler_of, unreadable_scale_line
 
 __all__ = ["AmpkitCallback"]
 
@@ -47,21 +57,36 @@ class AmpkitCallback(CoreViews, TrainerCallback):
         self.core = CallbackCore(json_path, k=k, read_every=read_every, min_scale_warning=min_scale_warning,
                                  consecutive_skip_warning=consecutive_skip_warning)
         self.summary: dict | None = None
+        self._resume_from = None
+        self._engine_checked = False
 
     # ------------------------------------------------------------------ the Trainer's events
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         trainer = f"transformers {transformers.__version__} (accelerate {accelerate.__version__})"
+        resume, self._resume_from = self._resume_from, None
         self.core.start(model, source="AmpkitCallback (transformers Trainer)", trainer=trainer,
-                        fallback_dir=args.output_dir)
+                        fallback_dir=args.output_dir, rank=args.process_index, world=args.world_size,
+                        global_step=state.global_step, resume_state=load_state(resume) if resume else None)
         if self.core.read_every is None and self.core.watch.device.type != "cpu":
             self.core.watch.read_every = max(1, min(32, int(args.logging_steps or 32)))
-        self.summary = None
+        self.summary, self._engine_checked = None, False
+        host = scaler_of(kwargs.get("optimizer"))
+        if isinstance(host, HostScale):   # DeepSpeed steps inside backward: the scale a step used is the last one after
+            self.core.watch.prev_scale_from(host)
 
     def on_pre_optimizer_step(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         if self.core.watch is None:
             return
-        scaler = getattr(optimizer, "scaler", None)
-        self.core.watch.grads(scaler, [lr_scheduler] if lr_scheduler is not None else (),
+        scaler = scaler_of(optimizer)
+        if not self._engine_checked:
+            self._engine_checked = True
+            self.core.record.scheduler_cause = _scheduler_cause(optimizer)
+            line = unreadable_scale_line(optimizer, scaler, declared=_declared(args), source=self.core.record.source)
+            if line:
+                self.core.record.not_watched.append("loss scale")
+                self.core.record.warn_line(line)
+        self.core.watch.grads(None if isinstance(scaler, HostScale) else scaler,
+                              [lr_scheduler] if lr_scheduler is not None else (),
                               grad_scale=grad_scale_pending(scaler, optimizer))
         self.core.check_precision(scaler, declared=_declared(args), setting=_setting(args), why={
             "fp32": f" (accelerate {accelerate.__version__} turns fp16 autocast and its GradScaler on only on a GPU; "
@@ -72,21 +97,88 @@ class AmpkitCallback(CoreViews, TrainerCallback):
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         if self.core.watch is not None:
-            self.core.watch.end_step(getattr(optimizer, "scaler", None))
+            self.core.watch.end_step(scaler_of(optimizer))
 
-    def on_log(self, args, state, control, **kwargs):
-        # the Trainer has just read its loss from the device: the pending rows come at no extra cost
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # the Trainer has just read its loss from the device: the pending rows come at no extra cost;
+        # its own entry of log_history is a copy made before this event, so it stays as it was
+        if self.core.watch is not None and isinstance(logs, dict):
+            logs.update(self.core.tracker_metrics())
+
+    def on_save(self, args, state, control, **kwargs):
+        """The ledger goes into the checkpoint folder, so that a resumed run continues it."""
         if self.core.watch is not None:
-            self.core.watch.flush()
+            self.core.save_state(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
 
     def on_train_end(self, args, state, control, lr_scheduler=None, **kwargs):
         if self.core.watch is None:
             return
-        line = self.core.finish([lr_scheduler] if lr_scheduler is not None else ())
-        log.warning(line) if self.core.record.warnings else log.info(line)
-        self.summary = self.core.record.summary()
-        state.log_history.append({"ampkit": self.summary, "step": state.global_step})
-        self.core.watch = None
+        self._say_end(self.core.finish([lr_scheduler] if lr_scheduler is not None else ()))
+        self.summary = self.core.summary()
+        # kept in the history, before the Trainer's own last entry: log_history[-1] stays the Trainer's
+        entry = {"ampkit": self.summary, "step": state.global_step}
+        state.log_history.insert(max(0, len(state.log_history) - 1), entry)
+
+    def _abort(self, exc: BaseException) -> None:
+        """The run ended by an exception (see ``Trainer.train``'s wrapper): hooks off, record written."""
+        if self.core.watch is None:
+            return
+        try:
+            self._say_end(self.core.finish(aborted=exc))
+            self.summary = self.core.summary()
+        except Exception as err:   # never hide the user's exception behind one of ours
+            log.warning("AmpkitCallback: could not write the record after %s (%s)", type(exc).__name__, err)
+
+
+def _scheduler_cause(optimizer) -> str:
+    inner = getattr(optimizer, "optimizer", optimizer)
+    tv, av = transformers.__version__, accelerate.__version__
+    if getattr(inner, "_step_supports_amp_scaling", False):
+        fused = "fused=True" if (getattr(inner, "defaults", {}) or {}).get("fused") else "its own scaling"
+        return (f"the optimizer {type(inner).__module__}.{type(inner).__name__}({fused}, torch {torch.__version__}) "
+                f"takes GradScaler's inf check into its own fused step, so GradScaler calls its step() on a skipped "
+                f"step too: accelerate {av}'s step_was_skipped stays False and transformers {tv} steps the "
+                f"scheduler (its guard reads that flag); TrainingArguments(optim='adamw_torch') (unfused) keeps "
+                f"the guard working and your schedule as configured")
+    return (f"transformers {tv} steps the scheduler whenever accelerate {av}'s step_was_skipped is False, and "
+            f"{type(inner).__name__} did not report this skip")
+
+
+def _wrap_train(cls) -> None:
+    """``Trainer.train``, wrapped once: see the module's docstring."""
+    orig = cls.train
+    if getattr(orig, "_ampkit", False):
+        return
+
+    @functools.wraps(orig)
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        handler = getattr(self, "callback_handler", None)
+        ours = [c for c in getattr(handler, "callbacks", ()) if isinstance(c, AmpkitCallback)]
+        if not ours:
+            return orig(self, resume_from_checkpoint, *args, **kwargs)
+        # first in line, so that on_log's amp/ values reach the reporting integrations after it
+        handler.callbacks = ours + [c for c in handler.callbacks if c not in ours]
+        resume = resume_from_checkpoint
+        if resume is True:   # the Trainer finds it (and says so when there is none): only a look here
+            from transformers.trainer_utils import get_last_checkpoint
+            try:
+                resume = get_last_checkpoint(self.args.output_dir)
+            except OSError:
+                resume = None
+        for c in ours:
+            c._resume_from = resume if isinstance(resume, (str, os.PathLike)) else None
+        try:
+            return orig(self, resume_from_checkpoint, *args, **kwargs)
+        except BaseException as exc:
+            for c in ours:
+                c._abort(exc)
+            raise
+
+    train._ampkit = True
+    cls.train = train
+
+
+_wrap_train(Trainer)
 
 
 def _declared(args) -> str:

@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ....integrations.record import DEFAULT_K
 from .common import CallbackCore, CoreViews, grad_scale_pending
+from .spawn import carry_through_spawn
 
 __all__ = ["AmpkitCallback"]
 
@@ -71,13 +72,39 @@ class AmpkitCallback(CoreViews, Callback):
         self._scaler = None
         self._schedulers: list = []
         self._declared = ("32-true", "")
+        self._resume_state: dict | None = None
 
     # ------------------------------------------------------------------ Trainer
     def on_fit_start(self, trainer, pl_module):
+        resume, self._resume_state = self._resume_state, None
         self._start(pl_module, "Trainer", trainer.default_root_dir, trainer.precision_plugin,
-                    getattr(trainer, "_accelerator_connector", None))
+                    getattr(trainer, "_accelerator_connector", None), rank=trainer.global_rank,
+                    world=trainer.world_size, resume=resume)
         if self.core.read_every is None and self.core.watch.device.type != "cpu":
             self.core.watch.read_every = max(1, min(32, int(trainer.log_every_n_steps or 32)))
+
+    def on_train_start(self, trainer, pl_module):
+        # a resumed run's loops are restored after on_fit_start: step numbers are the global steps
+        if self.core.watch is not None:
+            self.core.watch.steps, self.core.watch._cur = trainer.global_step, trainer.global_step + 1
+
+    def state_dict(self) -> dict:
+        """Saved with Lightning's checkpoints: the ledger so far, so that a resumed run continues it."""
+        if self.core.watch is not None:
+            self.core.watch.flush()
+        return self.core.record.state() if self.core.record is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._resume_state = dict(state_dict) if state_dict else None
+
+    def _from_worker(self, data: dict) -> None:
+        """``ddp_spawn``: rank 0's record, carried back to this (the launching) process (:mod:`.spawn`)."""
+        from ....integrations.record import TrainRecord
+
+        record = TrainRecord(source="AmpkitCallback (Lightning Trainer)", trainer=f"lightning {lightning.__version__}")
+        if data.get("state"):
+            record.load_state(data["state"])
+        self.core.record, self.core.merged, self.summary = record, data.get("merged"), data.get("summary")
 
     def on_before_backward(self, trainer, pl_module, loss):
         if self.core.watch is not None:
@@ -86,7 +113,7 @@ class AmpkitCallback(CoreViews, Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self.core.watch is None:
             return
-        scheds = [c.scheduler for c in trainer.lr_scheduler_configs]
+        scheds = _step_schedulers(trainer)
         self.core.watch.grads(self._scaler, scheds, grad_scale=grad_scale_pending(self._scaler, optimizer))
         self._check(optimizer)
         self._stepped = True
@@ -95,10 +122,14 @@ class AmpkitCallback(CoreViews, Callback):
         if self.core.watch is not None and self._stepped:
             self._stepped = False
             self.core.watch.end_step(self._scaler)
+            if _logging_step(trainer):   # the trainer's logging cadence
+                metrics = self.core.tracker_metrics()
+                if metrics:
+                    pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
     def on_train_end(self, trainer=None, pl_module=None):
         """The Trainer calls it; Fabric users call ``fabric.call("on_train_end")`` at the end of their loop."""
-        self._end([c.scheduler for c in trainer.lr_scheduler_configs] if trainer is not None else [])
+        self._end(_step_schedulers(trainer) if trainer is not None else [])
         if trainer is not None and trainer.logger is not None and self.summary:
             s = self.summary
             trainer.logger.log_metrics({k: float(s[k]) for k in ("steps", "skipped", "scale_min", "scale_max",
@@ -106,8 +137,9 @@ class AmpkitCallback(CoreViews, Callback):
                                        step=trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception):
+        """An exception, or Ctrl-C (Lightning calls this, then exits): hooks off, record written."""
         if self.core.watch is not None:
-            self._end([c.scheduler for c in trainer.lr_scheduler_configs])
+            self._end(_step_schedulers(trainer), aborted=exception)
 
     # ------------------------------------------------------------------ Fabric
     def on_after_setup(self, fabric, module):
@@ -129,7 +161,7 @@ class AmpkitCallback(CoreViews, Callback):
         self.core.watch.end_step(self._scaler)
 
     # ------------------------------------------------------------------ shared
-    def _start(self, module, kind: str, out_dir, plugin, connector) -> None:
+    def _start(self, module, kind: str, out_dir, plugin, connector, rank=None, world=None, resume=None) -> None:
         self._scaler = getattr(plugin, "scaler", None)
         runs = str(getattr(plugin, "precision", "32-true"))
         declared = getattr(connector, "_ampkit_declared", "") or runs
@@ -138,10 +170,12 @@ class AmpkitCallback(CoreViews, Callback):
             declared = runs
         self._declared = (declared, runs)
         self.core.start(module, source=f"AmpkitCallback (Lightning {kind})", trainer=f"lightning {lightning.__version__}",
-                        fallback_dir=out_dir)
+                        fallback_dir=out_dir, rank=rank, world=world, resume_state=resume)
         self.core.record.scheduler_cause = (
-            f"lightning {lightning.__version__} steps the Trainer's schedulers after every batch, skipped or not; "
-            f"override LightningModule.lr_scheduler_step to skip it" if kind == "Trainer" else
+            f"lightning {lightning.__version__} steps a scheduler with interval='step' after every optimizer step, "
+            f"skipped or not (epoch-interval schedulers are not concerned); to keep your schedule, override "
+            f"LightningModule.lr_scheduler_step to call scheduler.step() only when the precision plugin's "
+            f"scaler.get_scale() did not drop" if kind == "Trainer" else
             "your loop steps it after every optimizer.step(), and GradScaler skips optimizer steps silently; step it "
             "only when fabric.strategy.precision.scaler.get_scale() did not drop")
         self.core.watch.prev_scale_from(self._scaler)
@@ -156,10 +190,32 @@ class AmpkitCallback(CoreViews, Callback):
             "fp32": "",
         }, optimizer=optimizer)
 
-    def _end(self, schedulers) -> None:
+    def _end(self, schedulers, aborted: BaseException | None = None) -> None:
         if self.core.watch is None:
             return
-        line = self.core.finish(list(schedulers) + [s for s in self._schedulers if s not in schedulers])
-        log.warning(line) if self.core.record.warnings else log.info(line)
-        self.summary = self.core.record.summary()
-        self.core.watch = None
+        try:
+            self._say_end(self.core.finish(list(schedulers) + [s for s in self._schedulers if s not in schedulers],
+                                           aborted=aborted))
+            self.summary = self.core.summary()
+        except Exception as err:
+            if aborted is None:
+                raise
+            log.warning("AmpkitCallback: could not write the record after %s (%s)", type(aborted).__name__, err)
+
+
+def _logging_step(trainer) -> bool:
+    """Whether the trainer writes its logs after this batch (its own test, else its rule)."""
+    conn = getattr(trainer, "_logger_connector", None)
+    if conn is not None and hasattr(type(conn), "should_update_logs"):
+        return bool(conn.should_update_logs)
+    every = int(getattr(trainer, "log_every_n_steps", 50) or 0)
+    return every > 0 and trainer.global_step % every == 0
+
+
+def _step_schedulers(trainer) -> list:
+    """The schedulers judged per optimizer step: ``interval="step"`` ones (an epoch-interval scheduler
+    counts epochs, which a skipped step does not change)."""
+    return [c.scheduler for c in trainer.lr_scheduler_configs if getattr(c, "interval", "step") == "step"]
+
+
+carry_through_spawn(AmpkitCallback)
