@@ -149,7 +149,7 @@ def test_engine_locates_the_overflowing_module_only_when_asked():
         loss = nn.functional.cross_entropy(model(x).float(), y)
     mp.backward(loss)
     r = mp.step(opt, zero_grad=True)
-    assert r.skipped and r.overflow == {"name": "2", "phase": "forward"}
+    assert r.skipped and r.overflow == {"name": "2", "phase": "forward", "op": "mul", "in_reference": False}
     mp.locate_overflows(enabled=False)
     assert all(not m._forward_hooks for m in model.modules())
 

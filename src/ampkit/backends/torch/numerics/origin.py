@@ -69,6 +69,7 @@ class OpTrace(TorchFunctionMode):
         super().__init__()
         self.model = model
         self.origin: dict | None = None
+        self.recipient: str | None = None
         self.ops = 0
         self._stack: list[str] = []
         self._calls: list[_Call] = []
@@ -90,6 +91,14 @@ class OpTrace(TorchFunctionMode):
                 self._busy = False
         return hook
 
+    def begin(self, name: str, xs: list) -> None:
+        """Start inside a module already entered (its pre-hooks ran before this trace existed)."""
+        self._busy = True
+        try:
+            self._enter(name, xs)
+        finally:
+            self._busy = False
+
     def _enter(self, name: str, xs: list) -> None:
         if self.origin is None and xs:
             amaxes = [_amax(x) for x in xs]
@@ -100,19 +109,28 @@ class OpTrace(TorchFunctionMode):
         self._stack.append(len(self._calls) - 1)
 
     def _post(self, name: str):
-        def hook(module, args, kwargs, output):
+        def hook(module, args, *rest):   # (kwargs, output), or (output) once removed mid-call
             idx = self._stack.pop() if self._stack else None
-            if idx is None or self.origin is not None:
+            if idx is None or self.recipient is not None:
                 return
             self._busy = True
             try:
-                outs = float_tensors(output)
-                self._calls[idx].out_amax = max((_amax(t) for t in outs), default=0.0)
-                for t in outs:
-                    self._made[id(t)] = (weakref.ref(t), idx)
+                outs = float_tensors(rest[-1])
+                amaxes = [_amax(t) for t in outs]
+                if self.origin is None:
+                    self._calls[idx].out_amax = max(amaxes, default=0.0)
+                    for t in outs:
+                        self._made[id(t)] = (weakref.ref(t), idx)
+                if any(not math.isfinite(a) for a in amaxes):
+                    self.recipient = self._calls[idx].name
             finally:
                 self._busy = False
         return hook
+
+    def result(self) -> dict | None:
+        """The origin, with ``recipient``: the first module whose output held an inf/NaN (what
+        module-output hooks name), to check a trace of a later forward against the failure it explains."""
+        return None if self.origin is None else {**self.origin, "recipient": self.recipient}
 
     def __enter__(self):
         for name, m in self.model.named_modules():
@@ -246,7 +264,7 @@ def trace_forward(model: nn.Module, forward) -> dict | None:
         with torch.no_grad():
             for b, v in saved:
                 b.copy_(v)
-    return trace.origin
+    return trace.result()
 
 
 def step_origin(model: nn.Module, first: dict | None, run, replay, reference_engine) -> dict | None:
