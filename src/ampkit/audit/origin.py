@@ -47,7 +47,9 @@ def nonfinite_finding(first: dict, lay: LayerStats | None, fmt: FloatFormat, mod
     name, phase = first["name"], first["phase"]
     in_ref = bool(first.get("in_reference", reference_nonfinite))
     cause = first.get("cause")
-    because = (f"; it began upstream in {cause['name']}: {cause['why']}" if cause else "")
+    because = (f"; it began upstream in {cause['name']}: {cause['why']}" if cause and cause["name"] != name else
+               f"; {name}: {cause['why']}" if cause else "")
+    cause = cause if cause and cause["name"] != name else None   # a cause upstream of the finding's module
     where = _where(first)
     code = None
     if in_ref:
