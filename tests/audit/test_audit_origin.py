@@ -4,7 +4,6 @@ the op, whether float32 fails there too, advice only where it can help, each cau
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ import torch.nn as nn
 import ampkit
 from ampkit.audit.core import Advice, findings_for
 from ampkit.audit.report import LayerStats
-from ampkit.audit.whatif import ModuleSummary, TensorSummary, fp16_prediction, EMIN
+from ampkit.audit.whatif import EMIN, ModuleSummary, TensorSummary, fp16_prediction
 from ampkit.backends.torch.engine import MixedPrecision
 from ampkit.formats import FP16
 from origin_models import AttnNet, attn_net, batch, exp_net, ln_net
@@ -201,3 +200,27 @@ def test_what_if_knows_what_autocast_keeps_in_float32_and_agrees_with_the_audit(
     real = ampkit.audit(LayerScale(), data, mode="fp16", device="cpu")
     assert {lay.name: lay.fwd_dtype for lay in real.layers}["drop_path"] == "float32"
     assert not any(f.layer == "drop_path" for f in real.findings)
+
+
+def test_gradients_a_containers_own_code_shrinks_are_one_finding_at_it():
+    """timm ConvNeXt's blocks: a layer scale (1e-6) in the block's own code multiplies the branch, so every
+    module inside gets gradients that fp16 loses while the block's own output gradient (the residual
+    path) keeps them: one cause per block, not one warning per module inside it."""
+    def lay(name, typ, lost, leaf=True, amax=1e-9):
+        out = LayerStats(name, typ, grad_amax=amax, calls=1, leaf=leaf)
+        out.count_grad(100, lost * 100, lost * 100)
+        out.finish(FP16)
+        return out
+
+    layers = [lay("stem", "Conv2d", 0.0, amax=1e-3)]
+    for b in ("blocks.0", "blocks.1"):
+        layers += [lay(f"{b}.conv_dw", "Conv2d", 0.06), lay(f"{b}.norm", "LayerNorm", 0.42),
+                   lay(f"{b}.mlp.fc1", "Linear", 0.12), lay(f"{b}.mlp.act", "GELU", 0.06),
+                   lay(f"{b}.mlp.drop1", "Dropout", 0.06), lay(f"{b}.mlp.fc2", "Linear", 0.3),
+                   lay(f"{b}.mlp", "Mlp", 0.01, leaf=False, amax=2e-9), lay(b, "ConvNeXtBlock", 0.0, leaf=False, amax=1e-3)]
+    advice = Advice(lambda n: f"keep({n!r})", "GradScaler", "init_scale")
+    found, _ = findings_for(layers, FP16, "fp16", 65536.0, None, False, advice)
+    under = [f for f in found if f.kind == "underflow"]
+    assert [f.layer for f in under] == ["blocks.0", "blocks.1"]
+    assert "conv_dw 6%, norm 42%, mlp.fc1 12%" in under[0].advice and "shrink 1e+06x" in under[0].advice
+    # a container whose output gradients are barely larger (Mlp: its fc2's backward) is not the cause

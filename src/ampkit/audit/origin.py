@@ -20,10 +20,14 @@ from __future__ import annotations
 import math
 
 from ..formats import BF16, FloatFormat
+from .core import UNDERFLOW_THRESHOLD
 from .report import SEVERITY, Finding, LayerStats
 
 #: findings judged against the fp32 reference's statistics: withheld when that reference is non-finite
 REFERENCE_KINDS = ("overflow", "underflow", "precision")
+#: gradients this many times smaller inside a container than at its output: made small there (ConvNeXt's
+#: layer scale is 1e-6; a Linear's backward attenuates by a few times at most)
+SHRINK = 2.0**8
 #: two statistics this close are the same values passed on
 SAME = 1e-6
 
@@ -98,12 +102,61 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and all(math.isclose(x, y, rel_tol=SAME) for x, y in zip(a[1:], b[1:]))
 
 
-def once_per_cause(findings: list[Finding], layers: list[LayerStats], reference_nonfinite: bool) -> list[Finding]:
+def _ancestors(name: str):
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        yield ".".join(parts[:i])
+
+
+def _grad_lost(f: Finding) -> bool:
+    return f.kind == "underflow" and "gradients are lost" in f.advice
+
+
+def by_scaling_container(findings: list[Finding], layers: list[LayerStats], threshold: float) -> list[Finding]:
+    """Gradient-underflow findings of several modules inside one container whose *own output's*
+    gradients are not lost and at least :data:`SHRINK` times larger: what lies between them and its
+    output (a layer scale, a small constant on a branch) made them small -- one cause, one finding
+    at the container."""
+    by_name = {lay.name: lay for lay in layers}
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        if not _grad_lost(f):
+            continue
+        mine = by_name[f.layer].grad_amax if f.layer in by_name else 0.0
+        home = next((a for a in _ancestors(f.layer) if a in by_name and by_name[a]._grad_nz > 0
+                     and by_name[a].grad_lost_frac <= threshold and by_name[a].grad_amax >= SHRINK * mine), None)
+        if home is not None:
+            groups.setdefault(home, []).append(f)
+    out, done = [], set()
+    for f in findings:
+        home = next((h for h, fs in groups.items() if f in fs and len(fs) > 1), None)
+        if home is None:
+            out.append(f)
+            continue
+        if home in done:
+            continue
+        done.add(home)
+        fs, lay = groups[home], by_name[home]
+        inside = ", ".join(f"{g.layer.removeprefix(home + '.')} {by_name[g.layer].grad_lost_frac:.0%}" for g in fs)
+        shrink = lay.grad_amax / max(by_name[g.layer].grad_amax for g in fs)
+        fix = fs[0].advice.rsplit("): ", 1)[-1]
+        out.append(Finding(home, "underflow",
+                           f"gradients inside {home} are lost ({inside} of their nonzero values) while those of its "
+                           f"own output are not ({lay.grad_lost_frac:.0%}): between its output and them they shrink "
+                           f"{shrink:.3g}x (a layer scale or a small constant on a branch in its code) — one cause: {fix}",
+                           fs[0].severity, fs[0].code))
+    return out
+
+
+def once_per_cause(findings: list[Finding], layers: list[LayerStats], reference_nonfinite: bool,
+                   threshold: float = UNDERFLOW_THRESHOLD) -> list[Finding]:
     """Findings as the module docstring says: judged-against-reference findings withheld when the
-    reference is non-finite; a run of neighbouring leaf modules (execution order) holding the same
-    statistic reported once, at the first of them."""
+    reference is non-finite; gradient underflow made by one container's own code reported once at
+    it (:func:`by_scaling_container`); a run of neighbouring leaf modules (execution order) holding
+    the same statistic reported once, at the first of them."""
     if reference_nonfinite:
         return [f for f in findings if f.kind not in REFERENCE_KINDS]
+    findings = by_scaling_container(findings, layers, threshold)
     order = [lay for lay in layers if lay.leaf]
     pos = {lay.name: i for i, lay in enumerate(order)}
     by_name = {lay.name: lay for lay in layers}

@@ -217,7 +217,7 @@ class TrainRecord:
         what = {"forward": "output amax", "backward": "gradient norm", "loss": "loss"}[phase]
         made = (f", made by {first['op']} in its own code" + (f" and passed on to {seen}" if seen != name else "")
                 if first.get("op") else "")
-        fix = (f"float32 computes it non-finite too (the op on the same inputs): this is not a precision problem"
+        fix = ("float32 computes it non-finite too (the op on the same inputs): this is not a precision problem"
                + (f"; it began upstream in {first['cause']['name']}: {first['cause']['why']}" if first.get("cause")
                   else " — look for log/sqrt/division at 0 or an exploding input") + "."
                if first.get("in_reference") else
