@@ -110,6 +110,13 @@ def test_non_finite_in_float32_too_is_said_and_nothing_else_advised(mode):
     _no_precision_advice(rep)
 
 
+def test_what_if_on_a_model_non_finite_in_float32_advises_no_format():
+    rep = ampkit.audit(exp_net(), _flat(), what_if=True, formats=["fp16", "bf16"], device="cpu")
+    for p in rep.what_if.values():
+        assert p["float32_nonfinite"] == "1" and p["verdict"] == "unsafe" and p["keep_in_fp32"] == []
+        assert "not a precision problem" in p["advice"] and p["code"] is None and "bf16" not in p["advice"]
+
+
 def _flat(n=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g)

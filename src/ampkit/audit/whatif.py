@@ -317,4 +317,18 @@ def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: flo
     for f in formats:
         out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else
                   bf16_prediction(mods) if f == "bf16" else fp8_prediction(mods))
+    bad = float32_nonfinite(mods)
+    for p in out.values():  # float32 itself fails: no format, and no module kept in float32, can help
+        p["float32_nonfinite"] = bad
+        if bad is not None:
+            p.update(verdict="unsafe", keep_in_fp32=[])
     return out
+
+
+def float32_nonfinite(mods: list[ModuleSummary]) -> str | None:
+    """The first module whose float32 output, own computation or gradient held an inf/NaN, or None."""
+    def bad(t: TensorSummary | None) -> bool:
+        return t is not None and not math.isfinite(t.amax)
+
+    return next((m.name for m in mods if bad(m.fwd) or bad(m.inner)), None) or \
+        next((m.name for m in reversed(mods) if bad(m.grad)), None)

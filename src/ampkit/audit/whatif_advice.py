@@ -93,4 +93,10 @@ ADVISE = {"fp16": fp16_advice, "bf16": bf16_advice, "fp8": fp8_advice}
 def add_advice(predictions: dict, advice: Advice) -> None:
     """Each format's prediction gains ``"advice"`` (words) and ``"code"`` (the fix as code, or None)."""
     for fmt, p in predictions.items():
+        bad = p.get("float32_nonfinite")
+        if bad is not None:  # advice that would work: none of float32, bf16 or a float32 island (issue #34)
+            p["advice"], p["code"] = (f"the float32 run itself is non-finite (first in {bad or '(model)'}): this is not "
+                                      f"a precision problem, and no format or module kept in float32 fixes it — look "
+                                      f"for an exp/log/sqrt/division out of range or an exploding input there"), None
+            continue
         p["advice"], p["code"] = ADVISE[fmt](p, advice)
