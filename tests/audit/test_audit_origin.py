@@ -62,6 +62,12 @@ def test_cli_names_it_too(tmp_path):
     doc = json.loads(r.stdout)
     assert (doc["first_nonfinite"]["name"], doc["first_nonfinite"]["op"]) == ("attn", "matmul")
     assert doc["first_nonfinite"]["in_reference"] is False and doc["findings"][0]["layer"] == "attn"
+    r = subprocess.run([sys.executable, "-m", "ampkit", "audit", "--device", "cpu", "--model", "attnmodels:attn_net",
+                        "--input-shape", "5,16", "--num-classes", "4", "--what-if", "--formats", "fp16", "--json", "-"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    fp16 = json.loads(r.stdout)["what_if"]["fp16"]
+    assert fp16["first_overflow"] == "attn" and fp16["keep_in_fp32"] == ["attn"], r.stderr
+    assert fp16["code"].startswith("m = model.attn\n")
 
 
 def test_the_engines_locator_names_it():
