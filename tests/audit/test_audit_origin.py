@@ -145,19 +145,19 @@ def test_a_layernorm_fed_exploding_inputs_names_the_upstream_cause():
 
 
 def test_a_statistic_passed_on_unchanged_is_one_finding():
-    def lay(name, typ, lost):
-        out = LayerStats(name, typ, grad_amax=1e-3, calls=1)
+    def lay(name, typ, lost, leaf=True):
+        out = LayerStats(name, typ, grad_amax=1e-3, calls=1, leaf=leaf)
         out.count_grad(100, lost * 100, lost * 100)
         return out
 
     layers = [lay("fc1", "Linear", 0.2), lay("act", "GELU", 0.1), lay("drop", "Dropout", 0.1),
-              lay("norm", "Identity", 0.1), lay("fc2", "Linear", 0.3)]
+              lay("norm", "Identity", 0.1), lay("fc2", "Linear", 0.3), lay("", "Net", 0.3, leaf=False)]
     for x in layers:
         x.finish(FP16)
     advice = Advice(lambda n: f"keep({n!r})", "GradScaler", "init_scale")
     found, _ = findings_for(layers, FP16, "fp16", 65536.0, None, False, advice)
     under = [f for f in found if f.kind == "underflow"]
-    assert [f.layer for f in under] == ["fc1", "act", "fc2"]
+    assert [f.layer for f in under] == ["fc1", "act", "fc2"]   # the model, passing on fc2's output, is fc2's
     assert "pass on unchanged through drop, norm" in under[1].advice and "unchanged" not in under[0].advice
 
 

@@ -68,7 +68,8 @@ def nonfinite_finding(first: dict, lay: LayerStats | None, fmt: FloatFormat, mod
     elif phase == "forward":
         amax = first.get("reference_amax")
         bf16_fits = mode == "fp16" and (amax is None or (math.isfinite(amax) and amax < BF16.max_finite))
-        reach = (f"float32 computes it up to {amax:.3g}" if amax is not None else
+        reach = (f"float32 computes it up to {amax:.3g}" if amax is not None and amax > fmt.max_finite else
+                 f"float32's result is {amax:.3g}, so the overflow is inside {first.get('op')}" if amax is not None else
                  f"its fp32 outputs reach {lay.fwd_amax:.3g}" if lay else "")
         text = (f"the first inf/NaN of the {mode} run appears in the forward of {where}"
                 + (f"; {reach}, {fmt.name}'s max is {fmt.max_finite:g}" if reach else "")
@@ -179,4 +180,14 @@ def once_per_cause(findings: list[Finding], layers: list[LayerStats], reference_
         if same:
             f.advice += (f" (the same values pass on unchanged through {', '.join(same)}: one cause, "
                          "reported here once)")
+    # a container passing on its inner module's output (a Sequential's last layer, the model's head): the
+    # same statistic under the same finding kind is the inner module's, reported there
+    for f in findings:
+        if f.layer in by_name and not by_name[f.layer].leaf and id(f) not in dropped:
+            mine = _stat(by_name[f.layer], f)
+            if mine is not None and any(
+                    g is not f and g.kind == f.kind and g.layer in by_name and id(g) not in dropped
+                    and (g.layer.startswith(f.layer + ".") if f.layer else True)
+                    and (theirs := _stat(by_name[g.layer], g)) is not None and _same(mine, theirs) for g in findings):
+                dropped.add(id(f))
     return [f for f in findings if id(f) not in dropped]

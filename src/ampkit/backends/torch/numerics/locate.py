@@ -17,6 +17,8 @@ tensor, and forwards run without autograd (evaluation) are not recorded at all.
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 import torch.nn as nn
 
@@ -32,7 +34,9 @@ class OverflowLocator:
         self._rec = Recorder(model, self._on_forward, self._on_grad, keep_grad_targets=False)
         self._rec.__enter__()
         self._model = model
-        self._calls: list = []   # this step's training forwards: (args, kwargs, device, autocast, rng states)
+        # this step's training forwards (args, kwargs, device, autocast, rng states); the last few only, so
+        # forwards with gradients that no mp.step follows cannot pile up
+        self._calls: deque = deque(maxlen=8)
         self._root = model.register_forward_pre_hook(self._seen, with_kwargs=True)
 
     def _seen(self, module, args, kwargs) -> None:
