@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FloatFormat
+from .origin import nonfinite_finding, once_per_cause
 from .report import SEVERITY, Finding, LayerStats
 
 #: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
@@ -107,8 +108,6 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                  reference_nonfinite: bool, advice: Advice) -> tuple[list[Finding], float | None]:
     """Findings with advice from per-layer statistics (framework-neutral; ``advice`` words the fixes
     in the user's framework)."""
-    from .origin import nonfinite_finding, once_per_cause
-
     fp32_hint, scaler, init_arg, scale_code = advice.fp32_hint, advice.scaler, advice.init_arg, advice.scale_code
     bf16_code = advice.bf16_code
     limit = precision_threshold(fmt)
@@ -190,7 +189,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            f"(findings from {PRECISION_UNITS}x, {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
                            f"mantissa this module cancels or amplifies rounding; keep it in float32: {_fp32(lay.name)}",
                            SEVERITY["precision"], fp32_hint(lay.name)))
-    out = once_per_cause(out, layers, reference_nonfinite)
+    out = once_per_cause(out, layers, reference_nonfinite, UNDERFLOW_THRESHOLD)
     out.sort(key=lambda f: f.severity)
     return out, suggested
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 
 from ..formats import BF16, FloatFormat
-from .core import UNDERFLOW_THRESHOLD
 from .report import SEVERITY, Finding, LayerStats
 
 #: findings judged against the fp32 reference's statistics: withheld when that reference is non-finite
@@ -150,11 +149,12 @@ def by_scaling_container(findings: list[Finding], layers: list[LayerStats], thre
 
 
 def once_per_cause(findings: list[Finding], layers: list[LayerStats], reference_nonfinite: bool,
-                   threshold: float = UNDERFLOW_THRESHOLD) -> list[Finding]:
-    """Findings as the module docstring says: judged-against-reference findings withheld when the
-    reference is non-finite; gradient underflow made by one container's own code reported once at
-    it (:func:`by_scaling_container`); a run of neighbouring leaf modules (execution order) holding
-    the same statistic reported once, at the first of them."""
+                   threshold: float) -> list[Finding]:
+    """Findings as the module docstring says (``threshold``: the underflow share that makes a finding):
+    judged-against-reference findings withheld when the reference is non-finite; gradient underflow
+    made by one container's own code reported once at it (:func:`by_scaling_container`); a run of
+    neighbouring leaf modules (execution order) holding the same statistic reported once, at the
+    first of them; a container passing on an inner module's statistic reported at that module."""
     if reference_nonfinite:
         return [f for f in findings if f.kind not in REFERENCE_KINDS]
     findings = by_scaling_container(findings, layers, threshold)
