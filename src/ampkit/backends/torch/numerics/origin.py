@@ -210,9 +210,10 @@ def _in_float32(func, args, kwargs) -> tuple[bool, float | None]:
 
     xs = [up(a) for a in args]
     kw = {k: up(v) for k, v in kwargs.items()}
-    device = next((t.device.type for t in float_tensors((xs, kw))), "cpu")
-    try:
-        with torch.no_grad(), torch.autocast(device, enabled=False):
+    dev = next((t.device for t in float_tensors((xs, kw))), torch.device("cpu"))
+    try:  # a random op drawn again must not move the caller's generators (a callback traces a real forward)
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), torch.no_grad(), \
+                torch.autocast(dev.type, enabled=False):
             outs = float_tensors(func(*xs, **kw))
     except Exception:
         return False, None
