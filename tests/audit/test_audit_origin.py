@@ -51,6 +51,7 @@ def test_audit_names_the_attention_module_and_its_advice_makes_the_step_finite()
     assert _fp16_step(fixed, x, y) == (False, True)
 
 
+@pytest.mark.slow  # two CLI runs in child processes (~35 s on one core)
 def test_cli_names_it_too(tmp_path):
     import origin_models
 
