@@ -97,7 +97,8 @@ def test_audit_from_the_library_finds_an_overflowing_loss_scale():
     from ampkit.audit.driver import audit_here
 
     report = audit_here(AuditConfig(mode="fp16", loss_scale=1e9, device="cpu"), get_backend("numpy"))
-    assert report.first_nonfinite == {"name": "fc2", "phase": "backward", "step": 0}
+    assert report.first_nonfinite == {"name": "fc2", "phase": "backward", "step": 0, "op": None,
+                                       "in_reference": False}
     assert report.failed and any(f.kind in ("nonfinite", "overflow") for f in report.findings)
 
 

@@ -44,7 +44,10 @@ def overflowing():
 
 def test_forward_overflow_named_in_fp16_and_absent_in_bf16():
     rep = ampkit.audit(overflowing(), batch(), mode="fp16", device="cpu")
-    assert rep.first_nonfinite == {"name": "2", "phase": "forward", "step": 0}
+    first = rep.first_nonfinite
+    assert {k: first[k] for k in ("name", "phase", "step", "op", "in_reference")} == {
+        "name": "2", "phase": "forward", "step": 0, "op": "mul", "in_reference": False}
+    assert first["reference_amax"] > 65504 and first["inputs_amax"][0] < 10  # x * 1e5: the op and its inputs
     kinds = {(f.layer, f.kind) for f in rep.findings}
     assert ("2", "nonfinite") in kinds and ("2", "overflow") in kinds
     lay = {lay.name: lay for lay in rep.layers}["2"]
@@ -80,7 +83,7 @@ def test_nan_only_in_backward_is_located_in_backward():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 16), SqrtAtZero(), nn.Linear(16, 4))
     rep = ampkit.audit(model, batch(), mode="bf16", device="cpu")
-    assert rep.first_nonfinite == {"name": "1", "phase": "backward", "step": 0}
+    assert rep.first_nonfinite == {"name": "1", "phase": "backward", "step": 0, "op": None, "in_reference": True}
     assert all(lay.fwd_nonfinite == 0 for lay in rep.layers)
     assert rep.reference_nonfinite  # the fp32 reference has it too: a model bug, said so
     assert "not a precision problem" in rep.findings[0].advice
@@ -146,7 +149,7 @@ def test_engine_locates_the_overflowing_module_only_when_asked():
         loss = nn.functional.cross_entropy(model(x).float(), y)
     mp.backward(loss)
     r = mp.step(opt, zero_grad=True)
-    assert r.skipped and r.overflow == {"name": "2", "phase": "forward"}
+    assert r.skipped and r.overflow == {"name": "2", "phase": "forward", "op": "mul", "in_reference": False}
     mp.locate_overflows(enabled=False)
     assert all(not m._forward_hooks for m in model.modules())
 

@@ -49,13 +49,14 @@ def test_fp16_follows_the_scalers_back_off_and_audits_the_scale_a_default_run_tr
 def test_a_given_scale_is_kept_and_its_overflow_located_in_the_backward(backend):
     rep = audit_here(AuditConfig(workload="steep", loss_scale=65536.0), backend)
     assert rep.loss_scale == 65536.0 and rep.skipped_steps == 0 and rep.note == "a toy note"
-    assert rep.first_nonfinite == {"name": "head", "phase": "backward", "step": 0} and rep.failed
+    assert rep.first_nonfinite == {"name": "head", "phase": "backward", "step": 0, "op": None,
+                                   "in_reference": False} and rep.failed
     assert rep.findings[0].kind == "nonfinite" and "ToyScaler skips such a step" in rep.findings[0].advice
 
 
 def test_a_forward_overflow_is_no_back_off(backend):
     rep = audit_here(AuditConfig(workload="hot"), backend)
-    assert rep.first_nonfinite == {"name": "boom", "phase": "forward", "step": 0}
+    assert rep.first_nonfinite == {"name": "boom", "phase": "forward", "step": 0, "op": None, "in_reference": False}
     assert rep.loss_scale == 65536.0 and rep.skipped_steps == 0
     assert ("boom", "overflow") in {(f.layer, f.kind) for f in rep.findings}
     assert "keep_in_float32('boom')" in {f.code for f in rep.findings}  # the backend's words for the fix
@@ -146,7 +147,8 @@ def test_cli_runs_a_registered_backend_in_its_child(cli, tmp_path, capsys):
     assert doc["loss_scale"] == 512.0 and doc["initial_loss_scale"] == 65536.0 and doc["skipped_steps"] == 7
     assert [lay["name"] for lay in doc["layers"]] == ["enc", "mid", "head"] and doc["steps_completed"] == 2
     assert cli("--workload", "hot", "--json", str(out)) == 1
-    assert json.loads(out.read_text())["first_nonfinite"] == {"name": "boom", "phase": "forward", "step": 0}
+    assert json.loads(out.read_text())["first_nonfinite"] == {"name": "boom", "phase": "forward", "step": 0, "op": None,
+                                                              "in_reference": False}
     capsys.readouterr()
     assert cli("--model", "toy_backend:broken_line") == 2
     err = capsys.readouterr().err

@@ -41,7 +41,8 @@ def test_planted_overflow_named_and_documented(fits, case, name):
     if case not in res:
         pytest.skip("tf_keras is not installed")
     r = res[case]
-    assert r["summary"]["first_nonfinite"] == {"name": name, "phase": "forward", "step": PLANT_FROM}
+    assert r["summary"]["first_nonfinite"] == {"name": name, "phase": "forward", "step": PLANT_FROM,
+                                                  "op": None, "in_reference": False}
     doc = json.loads((out / f"{case}.json").read_text())
     assert doc["command"] == "audit" and doc["framework"] == "tensorflow" and doc["mode"] == "fp16"
     ring = doc["ring_buffer"]

@@ -31,7 +31,7 @@ def test_without_a_scaler_the_backward_origin_is_the_latest_module_in_forward_or
     rec = _record(tmp_path, scaler=False)
     rec.add(StepRow(1, 0.5, [1.0, 1.0, 1.0], [0.1, 0.2]))
     assert rec.add(StepRow(2, 0.5, [1.0, 1.0, 1.0], [NAN, INF]))
-    assert rec.first == {"name": "c", "phase": "backward", "step": 2}
+    assert rec.first == {"name": "c", "phase": "backward", "step": 2, "op": None, "in_reference": False}
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["ring_buffer"]["grad_norm"]["c"] == [0.2, "inf"] and doc["ring_buffer"]["steps"] == [1, 2]
 
@@ -41,7 +41,7 @@ def test_forward_origin_is_the_first_module_that_went_non_finite_and_the_ring_ke
     for s in range(1, 5):
         rec.add(StepRow(s, 0.5, [1.0, 2.0, 3.0], [0.1, 0.1], 8.0, 8.0, False))
     assert rec.add(StepRow(5, NAN, [1.0, INF, NAN], [NAN, NAN], 8.0, 4.0, True))
-    assert rec.first == {"name": "b", "phase": "forward", "step": 5}
+    assert rec.first == {"name": "b", "phase": "forward", "step": 5, "op": None, "in_reference": False}
     assert [r.step for r in rec.failure_rows] == [3, 4, 5]      # k = 3
     assert not rec.add(StepRow(6, NAN, [INF, INF, INF], [NAN, NAN], 4.0, 2.0, True))   # only the first
     report = load(str(tmp_path / "r.json"))[0].report
@@ -82,7 +82,7 @@ def test_an_unwritable_json_path_is_one_logged_line_and_the_run_goes_on(tmp_path
     with caplog.at_level("WARNING"):
         assert rec.add(StepRow(1, NAN, [1.0, NAN, NAN], [NAN, NAN]))
         assert rec.write(rec.json_path) is None
-    assert rec.first == {"name": "b", "phase": "forward", "step": 1} and rec.failure_path is None
+    assert rec.first == {"name": "b", "phase": "forward", "step": 1, "op": None, "in_reference": False} and rec.failure_path is None
     said = [r.getMessage() for r in caplog.records if "could not write" in r.getMessage()]
     assert len(said) == 2 and "NotADirectoryError" in said[0] and "the run goes on" in said[0]
     assert not any("steps before it are in" in r.getMessage() for r in caplog.records)

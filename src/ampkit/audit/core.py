@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FloatFormat
+from .origin import nonfinite_finding, once_per_cause
 from .report import SEVERITY, Finding, LayerStats
 
 #: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
@@ -122,26 +123,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     out: list[Finding] = []
     for lay in layers:
         lay.grad_headroom_log2 = fmt.headroom_log2(lay.grad_amax * scale) if lay.grad_amax else math.inf
-    if first_nonfinite is not None:
-        name, phase = first_nonfinite["name"], first_nonfinite["phase"]
-        lay = by_name.get(name)
-        code = None
-        if reference_nonfinite:
-            advice = (f"the first inf/NaN appears in the {phase} of {name or '(model)'}, and the fp32 reference is "
-                      "non-finite too: this is not a precision problem — look for log/sqrt/division at 0 or an "
-                      "exploding input in that module")
-        elif phase == "forward":
-            advice = (f"the first inf/NaN of the {mode} run appears in the forward output of {name or '(model)'}"
-                      + (f" (its fp32 outputs reach {lay.fwd_amax:.3g}, {fmt.name}'s max is {fmt.max_finite:g})" if lay else "")
-                      + f": run it in float32 ({_fp32(name)})"
-                      + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
-            code = fp32_hint(name)
-        else:
-            advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
-                      + (f"{scaler} skips such a step and halves the scale; if it happens every step, lower "
-                         f"{init_arg} or train in bf16" if mode == "fp16" else
-                         "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
-        out.append(Finding(name, "nonfinite", advice, SEVERITY["nonfinite"], code))
+    if first_nonfinite is not None:  # at its origin, advice only where it can help (.origin)
+        out.append(nonfinite_finding(first_nonfinite, by_name.get(first_nonfinite["name"]), fmt, mode, scale,
+                                     reference_nonfinite, advice))
     # overflow: the innermost modules whose fp32 outputs exceed the format's range
     over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite and lay.in_format(fmt)]
     for lay in over:
@@ -205,6 +189,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            f"(findings from {PRECISION_UNITS}x, {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
                            f"mantissa this module cancels or amplifies rounding; keep it in float32: {_fp32(lay.name)}",
                            SEVERITY["precision"], fp32_hint(lay.name)))
+    out = once_per_cause(out, layers, reference_nonfinite, UNDERFLOW_THRESHOLD)
     out.sort(key=lambda f: f.severity)
     return out, suggested
 

@@ -108,7 +108,9 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         session.train(scale)
         reference_nonfinite = reference_nonfinite or outcome.reference_nonfinite
         if first_nonfinite is None and outcome.first_nonfinite is not None:
-            first_nonfinite = {**outcome.first_nonfinite, "step": step}
+            # "op" and "in_reference" (issue #34) as the backend says, else: no op, the reference's verdict
+            first_nonfinite = {"op": None, "in_reference": outcome.reference_nonfinite, **outcome.first_nonfinite,
+                               "step": step}
         done += 1
     layers = session.layers() if done else []
     for lay in layers:

@@ -92,6 +92,7 @@ class Finding:
     advice: str
     severity: int = 0
     code: str | None = None
+    cause: dict | None = None   # {"name", "why"}: the upstream module where it began (issue #34)
 
     @property
     def level(self) -> str:
@@ -99,8 +100,11 @@ class Finding:
         return SEVERITY_LABEL.get(self.severity, "note")
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "kind": self.kind, "severity": self.level, "advice": self.advice,
-                "code": self.code}
+        out = {"layer": self.layer, "kind": self.kind, "severity": self.level, "advice": self.advice,
+               "code": self.code}
+        if self.cause is not None:
+            out["cause"] = dict(self.cause)
+        return out
 
 
 @dataclass
@@ -174,7 +178,8 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
         if d["first_nonfinite"] is not None:
             check(d["first_nonfinite"], FIRST_SCHEMA, "first_nonfinite")
         layers = [LayerStats(**known(LayerStats, lay)) for lay in d["layers"]]
-        findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9), f.get("code"))
+        findings = [Finding(f["layer"], f["kind"], f["advice"], SEVERITY.get(f["kind"], 9), f.get("code"),
+                            f.get("cause"))
                     for f in d["findings"]]
         env = d.get("environment")
         what_if = d.get("what_if")

@@ -148,6 +148,13 @@ class ModuleSummary:
     fwd: TensorSummary = field(default_factory=TensorSummary)
     grad: TensorSummary = field(default_factory=TensorSummary)
     fp8_input: TensorSummary | None = None
+    #: tensors computed in the module's own code (matmul/bmm/einsum/sdpa outputs, sums, functional
+    #: activations) that autocast holds in the low format, and the op whose output reached the largest
+    inner: TensorSummary | None = None
+    inner_op: str | None = None
+    #: whether autocast holds its outputs in the low format (False: float32 there, as timm's drop_path
+    #: after a float32 layer scale; unknown: True)
+    fwd_low: bool = True
 
     @property
     def fp8_eligible(self) -> bool:
@@ -180,8 +187,11 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
     first = first_phase = None
     for m in mods:
         f, g = m.fwd, m.grad
-        over = f.amax >= inf_at or not math.isfinite(f.amax)
+        inner_over = m.inner is not None and (m.inner.amax >= inf_at or not math.isfinite(m.inner.amax))
+        over = m.fwd_low and (f.amax >= inf_at or not math.isfinite(f.amax)) or inner_over
         row = {"name": m.name, "type": m.type, "leaf": m.leaf, "fwd_amax": _r(f.amax),
+               "inner_amax": _r(m.inner.amax) if m.inner is not None else None, "inner_op": m.inner_op,
+               "autocast_float32": not m.fwd_low,
                "overflow_frac": _r(f.at_least(2.0**16) / f.nonzero if f.nonzero else 0.0),
                "flushed_frac": _r(f.share_below(2.0**-25)), "subnormal_frac": _r(f.share_below(fmt.smallest_normal)),
                "lost_frac": _r(f.share_below(lost_below(fmt))), "grad_amax": _r(g.amax),
@@ -193,7 +203,7 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
             row["reasons"].append("overflow")
             if first is None:
                 first, first_phase = m.name, "forward"
-        if m.leaf and row["lost_frac"] > UNDERFLOW_THRESHOLD:
+        if m.leaf and m.fwd_low and row["lost_frac"] > UNDERFLOW_THRESHOLD:
             row["reasons"].append("underflow")
         rows.append(row)
     # the innermost overflowing modules are the ones to keep in float32 (a container holding one passes it on)
@@ -204,13 +214,17 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
             flagged.append(r["name"])
     lo = hi = None
     gmax = max((m.grad.amax for m in leaves), default=0.0)
+    # every module whose gradients the format holds (leaf or not: a container's own code makes its
+    # output, so its gradient is a tensor of its own) must keep its share within the threshold the
+    # rows below show: the range never contradicts the document's per-module shares
+    held = [m for m in mods if m.fwd_low and m.grad.nonzero]
     for k in SCALE_EXPONENTS:
         s = 2.0**k
         if gmax * s >= inf_at or (scale_limit is not None and s > scale_limit):
             break
         hi = s
         if lo is None and lost_share_at(leaves, fmt, s) <= RANGE_LOST and all(
-                m.grad.share_below(lost_below(fmt), s) <= UNDERFLOW_THRESHOLD for m in leaves):
+                m.grad.share_below(lost_below(fmt), s) <= UNDERFLOW_THRESHOLD for m in held):
             lo = s
     if first is None and gmax * 1.0 >= inf_at:  # gradients overflow even unscaled
         first_g = next((m for m in reversed(leaves) if m.grad.amax >= inf_at), None)
@@ -240,11 +254,13 @@ def bf16_prediction(mods: list[ModuleSummary]) -> dict:
         row = {"name": m.name, "type": m.type, "leaf": m.leaf, "rel_error": _r(noise[0], 8),
                "noise_to_spread": _r(noise[1], 6), "lost_frac": _r(f.share_below(lost_below(fmt))),
                "grad_lost_frac": _r(g.share_below(lost_below(fmt))), "reasons": []}
-        if m.leaf and noise[1] is not None and noise[1] > NOISE_TO_SPREAD:
+        if m.leaf and m.fwd_low and noise[1] is not None and noise[1] > NOISE_TO_SPREAD:
             row["reasons"].append("precision")
-        if m.leaf and (row["lost_frac"] > UNDERFLOW_THRESHOLD or row["grad_lost_frac"] > UNDERFLOW_THRESHOLD):
+        if m.leaf and m.fwd_low and (row["lost_frac"] > UNDERFLOW_THRESHOLD or row["grad_lost_frac"] > UNDERFLOW_THRESHOLD):
             row["reasons"].append("underflow")
-        if not math.isfinite(f.amax) or f.amax >= overflow_at(fmt):
+        inner = m.inner.amax if m.inner is not None else 0.0
+        if (m.fwd_low and (not math.isfinite(f.amax) or f.amax >= overflow_at(fmt))
+                or not math.isfinite(inner) or inner >= overflow_at(fmt)):
             row["reasons"].append("overflow")
         if row["reasons"]:
             flagged.append(m.name)
@@ -311,4 +327,18 @@ def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: flo
     for f in formats:
         out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else
                   bf16_prediction(mods) if f == "bf16" else fp8_prediction(mods))
+    bad = float32_nonfinite(mods)
+    for p in out.values():  # float32 itself fails: no format, and no module kept in float32, can help
+        p["float32_nonfinite"] = bad
+        if bad is not None:
+            p.update(verdict="unsafe", keep_in_fp32=[])
     return out
+
+
+def float32_nonfinite(mods: list[ModuleSummary]) -> str | None:
+    """The first module whose float32 output, own computation or gradient held an inf/NaN, or None."""
+    def bad(t: TensorSummary | None) -> bool:
+        return t is not None and not math.isfinite(t.amax)
+
+    return next((m.name for m in mods if bad(m.fwd) or bad(m.inner)), None) or \
+        next((m.name for m in reversed(mods) if bad(m.grad)), None)

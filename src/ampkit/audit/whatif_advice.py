@@ -96,4 +96,10 @@ def add_advice(predictions: dict, advice: Advice) -> None:
         if p["verdict"] == "not_measured":
             p["advice"], p["code"] = f"not measured: {p['reason']}", None
             continue
+        bad = p.get("float32_nonfinite")
+        if bad is not None:  # advice that would work: none of float32, bf16 or a float32 island (issue #34)
+            p["advice"], p["code"] = (f"the float32 run itself is non-finite (first in {bad or '(model)'}): this is not "
+                                      f"a precision problem, and no format or module kept in float32 fixes it — look "
+                                      f"for an exp/log/sqrt/division out of range or an exploding input there"), None
+            continue
         p["advice"], p["code"] = ADVISE[fmt](p, advice)

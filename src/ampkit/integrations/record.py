@@ -225,32 +225,76 @@ class TrainRecord(ResultDisplay, command="callback"):
         return fwd_bad or (grad_bad and not self.scaler)
 
     def _origin(self, row: StepRow) -> dict:
+        # "op"/"in_reference" (issue #34): unknown from module outputs; a backend's op-level trace of a
+        # later forward fills them (locate_origin)
         for (name, _t), v in zip(self.fwd_modules, row.fwd):
             if _bad(v):
-                return {"name": name, "phase": "forward", "step": row.step}
+                return {"name": name, "phase": "forward", "step": row.step, "op": None, "in_reference": False}
         if _bad(row.loss):
-            return {"name": "(loss)", "phase": "loss", "step": row.step}
+            return {"name": "(loss)", "phase": "loss", "step": row.step, "op": None, "in_reference": False}
         bad = [name for name, v in zip(self.grad_modules, row.grad) if _bad(v)]
         # backward runs in reverse: the module latest in the forward order is where it began
-        return {"name": bad[-1] if bad else "", "phase": "backward", "step": row.step}
+        return {"name": bad[-1] if bad else "", "phase": "backward", "step": row.step, "op": None,
+                "in_reference": False}
+
+    def _advice(self, row: StepRow) -> str:
+        first = self.first
+        name, phase = first["name"], first["phase"]
+        seen = first.get("received_by", name)   # the ring holds module outputs: the recipient's
+        history = ", ".join(_fmt(r.fwd[i]) if phase == "forward" else _fmt(r.grad[j]) if phase == "backward"
+                            else _fmt(r.loss) for r in self.failure_rows
+                            for i in [self._index(self.fwd_modules, seen)] for j in [self._grad_index(seen)])
+        what = {"forward": "output amax", "backward": "gradient norm", "loss": "loss"}[phase]
+        made = (f", made by {first['op']} in its own code" + (f" and passed on to {seen}" if seen != name else "")
+                if first.get("op") else "")
+        fix = ("float32 computes it non-finite too (the op on the same inputs): this is not a precision problem"
+               + (f"; it began upstream in {first['cause']['name']}: {first['cause']['why']}" if first.get("cause")
+                  else " — look for log/sqrt/division at 0 or an exploding input") + "."
+               if first.get("in_reference") else
+               ("Find the layer that produced it" if phase == "loss" or not self.fwd_modules else
+                f"Keep {'this module' if not first.get('op') else name} in float32, or find the cause")
+               + f" with `ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
+        where = "in the loss" if phase == "loss" else f"in the {phase} of {name or '(model)'}"
+        return (f"first inf/NaN at step {row.step} {where}{made} ({self.mode}"
+                f"{', loss scale ' + _fmt(row.scale_used) if row.scale_used is not None else ''}); "
+                f"{'the output amax of ' + seen if seen != name else 'its ' + what} over "
+                f"the last {len(self.failure_rows)} step(s): {history}. {fix}")
+
+    def locate_origin(self, origin: dict | None) -> None:
+        """An op-level trace of a training forward after the first failure (the backend's) names the
+        module whose own code made the inf/NaN, the op and whether float32 fails there too: the first
+        failure, its finding and its document say so (one more line is logged)."""
+        first = self.first
+        if origin is None or first is None or first.get("phase") != "forward" or first.get("op"):
+            return
+        recipient = origin.get("recipient")
+        if recipient not in (None, first["name"]) and any(n == recipient for n, _t in self.fwd_modules):
+            return   # that forward failed elsewhere (weights a non-finite step updated): it explains nothing here
+        received = first["name"]
+        first.update(name=origin["name"], op=origin.get("op"), in_reference=bool(origin.get("in_reference")))
+        if received != origin["name"]:
+            first["received_by"] = received
+        finding = next((f for f in self.findings if f["kind"] == "nonfinite"), None)
+        if origin.get("cause"):
+            first["cause"] = dict(origin["cause"])
+        if finding is not None and self.failure_rows:
+            finding.update(layer=origin["name"], advice=self._advice(self.failure_rows[-1]))
+            if origin.get("cause"):
+                finding["cause"] = dict(origin["cause"])
+            log.warning("%s: origin traced in a later forward: %s made the inf/NaN with %s in its own code%s%s",
+                        self.source, origin["name"], origin.get("op"),
+                        f" ({received} received it)" if received != origin["name"] else "",
+                        "; float32 fails there too" if first["in_reference"] else "")
+        if self.failure_path:
+            self.write(self.failure_path)
 
     def _failure(self, row: StepRow) -> None:
         self.first = self._origin(row)
         if self.world > 1:
             self.first["rank"] = self.rank
         self.failure_rows = list(self.ring)
-        name, phase = self.first["name"], self.first["phase"]
-        history = ", ".join(_fmt(r.fwd[i]) if phase == "forward" else _fmt(r.grad[j]) if phase == "backward"
-                            else _fmt(r.loss) for r in self.failure_rows
-                            for i in [self._index(self.fwd_modules, name)] for j in [self._grad_index(name)])
-        what = {"forward": "output amax", "backward": "gradient norm", "loss": "loss"}[phase]
-        where = "in the loss" if phase == "loss" else f"in the {phase} of {name or '(model)'}"
-        todo = ("Find the layer that produced it" if phase == "loss" or not self.fwd_modules
-                else "Keep this module in float32, or find the cause")
-        advice = (f"first inf/NaN at step {row.step} {where} ({self.mode}"
-                  f"{', loss scale ' + _fmt(row.scale_used) if row.scale_used is not None else ''}); its {what} over "
-                  f"the last {len(self.failure_rows)} step(s): {history}. {todo} with "
-                  f"`ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")
+        name = self.first["name"]
+        advice = self._advice(row)
         self.findings.insert(0, {"layer": name, "kind": "nonfinite", "severity": "error", "advice": advice,
                                  "code": None})
         line = f"{self.source}: {advice}"

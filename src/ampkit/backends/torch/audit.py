@@ -29,6 +29,7 @@ from .engine import MixedPrecision
 from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
+from .numerics.origin import step_origin
 from .numerics.probes import InputProbe, StepProbe
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
@@ -183,7 +184,14 @@ class TorchAuditSession:
                       if any(s[0] > 0 for s in run.fwd.get(k, []))), None)
         if first is None:
             first = origin_backward(run.events, run.meta["depth"], {k: i for i, k in enumerate(run.order)})
+        first = step_origin(self.model, first, run, lambda engine: self._replay(engine, step),
+                            MixedPrecision("fp32", self.dev))
         return StepOutcome(run.forward_nonfinite, run.backward_nonfinite, run.reference_nonfinite, first)
+
+    def _replay(self, engine: MixedPrecision, step: int) -> None:
+        """The measured step's forward again (same randomness), for :func:`.numerics.origin.step_origin`."""
+        with _same_randomness(self.dev, self.seed + step), engine.autocast():
+            self.workload_obj.loss(self.batch)
 
     def rewind(self) -> None:
         _restore(self._buffers)

@@ -21,6 +21,7 @@ from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
 from .numerics.summary import parse, summarize
+from .whatif_inner import InnerOps, autocast_dtypes
 
 #: module types an fp8 recipe converts (torchao's convert_to_float8_training: nn.Linear)
 FP8_TYPES = (nn.Linear,)
@@ -36,6 +37,10 @@ class _Probe:
         self._seen: dict = {}
 
     def add(self, name: str, part: str, t: torch.Tensor, fp8: str | None = None, basic: bool = True) -> None:
+        with torch._C.DisableTorchFunction():   # its own kernels are not the model's ops (whatif_inner.InnerOps)
+            self._add(name, part, t, fp8, basic)
+
+    def _add(self, name: str, part: str, t: torch.Tensor, fp8: str | None, basic: bool) -> None:
         key = (id(t), t._version)
         seen = self._seen.get(key)
         if seen is None or seen[0]() is not t or (fp8 and seen[2] != fp8) or (basic and not seen[3]):
@@ -59,6 +64,7 @@ class TorchWhatIfSession(TorchAuditSession):
         self._order: list[str] = []
         self.fp32 = MixedPrecision("fp32", self.dev)
         self._fp8 = {name for name, m in self.model.named_modules() if isinstance(m, FP8_TYPES)}
+        self._dtypes = None   # (module -> outputs low, (module, op) -> low) under fp16 autocast (whatif_inner)
 
     def observe(self, step: int) -> None:
         """One float32 training step, its forward outputs and output gradients summarized."""
@@ -82,11 +88,17 @@ class TorchWhatIfSession(TorchAuditSession):
                         probe.add(name, "in", t, "e4m3", basic=False)
             return hook
 
+        if self._dtypes is None:  # what autocast holds in float32 (the same for fp16 and bf16)
+            def fp16_forward():
+                with _same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
+                    self.workload_obj.loss(self.batch)
+            self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
+        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1])
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
             with _same_randomness(self.dev, self.seed + step):
                 with Recorder(self.model, on_forward, on_grad, grad_inputs=False, keep_grad_targets=False) as rec:
-                    with self.fp32.autocast():
+                    with self.fp32.autocast(), inner:
                         loss = self.workload_obj.loss(self.batch)
                     loss.backward()
         finally:
@@ -97,7 +109,8 @@ class TorchWhatIfSession(TorchAuditSession):
         for name in dict.fromkeys(k[0] for k in rec.order):
             if name not in self._mods:
                 self._order.append(name)
-                self._mods[name] = ModuleSummary(name, rec.types.get(name, "?"), leaf=rec.leaf.get(name, True))
+                self._mods[name] = ModuleSummary(name, rec.types.get(name, "?"), leaf=rec.leaf.get(name, True),
+                                                 fwd_low=self._dtypes[0].get(name, True))
         for name, part, vec in probe.host():
             mod = self._mods.get(name)
             if mod is None:
@@ -108,6 +121,12 @@ class TorchWhatIfSession(TorchAuditSession):
                 mod.fwd.merge(summary)
             elif part == "grad":
                 mod.grad.merge(summary)
+            elif part.startswith("inner:"):
+                if mod.inner is None:
+                    mod.inner = type(summary)()
+                if not mod.inner.amax >= summary.amax:   # larger, or NaN
+                    mod.inner_op = part[len("inner:"):]
+                mod.inner.merge(summary)
             else:
                 if mod.fp8_input is None:
                     mod.fp8_input = type(summary)()

@@ -110,6 +110,15 @@ class TorchWatch:
         for h in self._handles.values():
             h.remove()
         self._handles = {}
+        if getattr(self, "_tracer", None) is not None:
+            self._tracer.remove()
+
+    def _trace_origin(self) -> None:
+        """After the first forward failure: the next training forward runs under the op-level trace,
+        which names the module whose own code made the inf/NaN (issue #34; nothing before a failure)."""
+        from ..numerics.next_forward import NextForwardTrace
+
+        self._tracer = NextForwardTrace(self.model, self.record.locate_origin)
 
     def _hook(self, i: int):
         aminmax, tensor, stamp, views = torch.aminmax, torch.Tensor, self._stamp, self._vlist
@@ -267,9 +276,10 @@ class TorchWatch:
             grad = [None if sq[j] is None else math.sqrt(sq[j]) for j in gorder]
             used, after = vals[n + np_ + 1], vals[n + np_ + 2]
             scaled = after >= 0 and used >= 0
-            self.record.add(StepRow(step, vals[n + np_] if self._loss[r] else None, fwd, grad,
-                                    used if scaled else None, after if scaled else None,
-                                    bool(scaled and after < used), sched))
+            if self.record.add(StepRow(step, vals[n + np_] if self._loss[r] else None, fwd, grad,
+                                       used if scaled else None, after if scaled else None,
+                                       bool(scaled and after < used), sched)) and self.record.first["phase"] == "forward":
+                self._trace_origin()
         self._pending = []
 
     def _grad_order(self, order: list[int]) -> list[int]:

@@ -4,6 +4,12 @@ Nothing is installed unless asked for (zero cost when off). Installed, it adds o
 ``isfinite().all()`` reduction per module output in forward and per gradient in backward, kept
 on the device; the flags are read (a host-device sync) only after a step that was skipped.
 
+After a skipped step whose forward held the inf/NaN, the step's forward is replayed (its inputs,
+autocast state and random-number state are held by reference until the step ends; buffers are
+put back after the replay) under the op-level trace of :mod:`.origin`: the module whose own code
+made the first inf/NaN is named (not the leaf that received it), with the op and ``in_reference``
+(float32 fails there too). The trace costs a sync per op, once, after a failure only.
+
 It keeps nothing from one step to the next: :meth:`OverflowLocator.reset` (called by the engine
 after every step) drops the flags, the recorder's per-step records and any hook left on a leaf
 tensor, and forwards run without autograd (evaluation) are not recorded at all.
@@ -11,10 +17,13 @@ tensor, and forwards run without autograd (evaluation) are not recorded at all.
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 import torch.nn as nn
 
 from .hooks import Recorder, origin_backward
+from .origin import refine, trace_forward
 
 
 class OverflowLocator:
@@ -24,6 +33,36 @@ class OverflowLocator:
         # no grad targets: the locator must not keep module outputs alive past their backward
         self._rec = Recorder(model, self._on_forward, self._on_grad, keep_grad_targets=False)
         self._rec.__enter__()
+        self._model = model
+        # this step's training forwards (args, kwargs, device, autocast, rng states); the last few only, so
+        # forwards with gradients that no mp.step follows cannot pile up
+        self._calls: deque = deque(maxlen=8)
+        self._root = model.register_forward_pre_hook(self._seen, with_kwargs=True)
+
+    def _seen(self, module, args, kwargs) -> None:
+        if not torch.is_grad_enabled():
+            return
+        dev = next((t.device for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)), torch.device("cpu"))
+        on = torch.is_autocast_enabled(dev.type)
+        rng = (torch.get_rng_state(), torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None)
+        self._calls.append((args, kwargs, dev, on, torch.get_autocast_dtype(dev.type) if on else None, rng))
+
+    def _replay(self, call) -> None:
+        args, kwargs, dev, on, dtype, (cpu, cuda) = call
+        with torch.random.fork_rng(devices=[dev] if cuda is not None else []):
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state(cuda, dev)
+            with torch.autocast(dev.type, dtype=dtype, enabled=on):
+                self._model(*args, **kwargs)
+
+    def _traced(self) -> dict | None:
+        """The op-level origin from a replay of this step's forwards (the first that fails)."""
+        for call in self._calls:
+            origin = trace_forward(self._model, lambda c=call: self._replay(c))
+            if origin is not None:
+                return origin
+        return None
 
     def _on_forward(self, key, tensors) -> None:
         if not torch.is_grad_enabled():  # evaluation: cannot feed this step's gradients
@@ -41,17 +80,23 @@ class OverflowLocator:
             flags = torch.stack([f for _, f in self._fwd]).tolist()
             for (key, _), bad in zip(self._fwd, flags):
                 if bad:
-                    return {"name": key[0], "phase": "forward"}
+                    first = refine({"name": key[0], "phase": "forward"}, self._traced())
+                    return {k: first[k] for k in ("name", "phase", "op", "in_reference", "received_by", "cause")
+                            if k in first}
         if self._bwd:
             flags = torch.stack([e[3] for e in self._bwd]).tolist()
             events = [(k, kind, tid, bad) for (k, kind, tid, _), bad in zip(self._bwd, flags)]
-            return origin_backward(events, self._rec.depth, {})
+            first = origin_backward(events, self._rec.depth, {})
+            return None if first is None else {**first, "op": None, "in_reference": False}
         return None
 
     def reset(self) -> None:
         self._fwd.clear()
         self._bwd.clear()
+        self._calls.clear()
         self._rec.reset()  # call records, tensor tokens, grad targets, hooks on leaf tensors
 
     def remove(self) -> None:
         self._rec.__exit__(None, None, None)
+        self._root.remove()
+        self._calls.clear()
