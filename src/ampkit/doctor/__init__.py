@@ -7,8 +7,10 @@ from .report import DoctorReport, ModeReport
 __all__ = ["DoctorReport", "ModeReport", "run_doctor"]
 
 
-def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None) -> DoctorReport:
-    """Run the doctor for one framework on one device and return its report (:mod:`.driver`)."""
+def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None,
+               emulated: bool = False) -> DoctorReport:
+    """Run the doctor for one framework on one device and return its report (:mod:`.driver`).
+    ``emulated``: also self-test the modes this device can only emulate (fp8 without fp8 hardware)."""
     from .driver import run
 
-    return run(device, framework, quick=quick, progress=progress)
+    return run(device, framework, quick=quick, progress=progress, emulated=emulated)

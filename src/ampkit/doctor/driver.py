@@ -24,13 +24,16 @@ ACCELERATOR_PLAN = Plan(budget_s=10.0, op_box_s=0.1, max_reps=10)
 
 
 def run(device="auto", backend="auto", *, quick: bool = False, progress: Callable[[str], None] | None = None,
-        modes: tuple[str, ...] = MODES) -> DoctorReport:
+        modes: tuple[str, ...] = MODES, emulated: bool = False) -> DoctorReport:
     """The doctor's report on ``device`` (``--device``: auto, cpu, cuda, cuda:N) for ``backend`` (a
     Backend, or a framework name: ``auto``, ``torch``, ``tensorflow``, a registered one).
 
     ``quick``: self-tests only (no measurement, nothing cached for ``auto``). ``progress(msg)``
     hears each step, named by framework ("torch self-test bf16"). ``modes``: the rows of the
     report (every mode; a mode the device cannot run is reported unsupported, with the reason).
+    ``emulated``: also self-test a mode this device can only emulate (fp8 through torchao on a CPU);
+    deferred by default, since it cannot change the recommendation and loading the emulation takes
+    seconds (the row says so).
     """
     from ..backends import get_backend
 
@@ -47,7 +50,7 @@ def run(device="auto", backend="auto", *, quick: bool = False, progress: Callabl
             plan=ACCELERATOR_PLAN if target.accelerator else Plan(),
             sizes=GPU_SIZES if target.accelerator else CPU_SIZES,
             emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say,
-            training=lambda m: backend.training_support(m, target))
+            training=lambda m: backend.training_support(m, target), emulated_selftest=emulated)
         report = DoctorReport(backend.name, target.label, reports, recommended, reason, backend.environment(target),
                               quick)
         report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say))
