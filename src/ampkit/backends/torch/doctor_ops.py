@@ -9,6 +9,7 @@ Kept apart from :mod:`.doctor_work` (which trains through ``ampkit.MixedPrecisio
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 
 import torch
 import torch.nn as nn
@@ -94,7 +95,7 @@ class PlainSGD:
     def __init__(self, params, lr: float):
         self.param_groups = [{"params": [p for p in params if p.requires_grad], "lr": lr}]
         self.state: dict = {}
-        self._post_hooks: dict = {}
+        self._post_hooks: OrderedDict = OrderedDict()  # RemovableHandle holds it by weak reference
 
     def step(self) -> None:
         with torch.no_grad():
