@@ -58,6 +58,9 @@ class Plan:
     budget_s: float = 3.0      # for all rounds together, after warm-up
     op_box_s: float = 0.025    # reps of one op in one round fit this box (at least one rep)
     max_reps: int = 8
+    #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
+    #: they were before :mod:`.sequential`; what a test compares the sequential verdicts with)
+    sequential: bool = True
 
 
 @dataclass
@@ -134,7 +137,7 @@ def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *,
             s.error, s.stopped = _describe(exc), "error"
             if mode == "fp32":
                 return series
-    screen = _screen_op(works)
+    screen = _screen_op(works) if plan.sequential else None
     looks = planned_looks(plan.min_rounds, plan.max_rounds, screen is not None)
     rounds = _Rounds(series, works, plan, threshold, corrected_confidence(looks), say)
     rounds.active = [m for m in works if m != "fp32"]
@@ -243,7 +246,7 @@ class _Rounds:
             self.say(f"round {r + 1}")
             if not self._round(lambda m: {k: v for k, v in all_ops[m].items() if v}, lambda m: self.series[m]):
                 return
-            if r + 1 >= first:
+            if r + 1 >= first and self.plan.sequential:
                 self._look()
         for mode in self.active:
             self.series[mode].stopped = why

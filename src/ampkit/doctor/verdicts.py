@@ -137,6 +137,7 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
             parts = [describe("kernels", kern)] + ([describe("training", train)] if train else [])
             s = series[mode]
             if s.screened:
+                parts[0] = parts[0].replace(_what("kernels"), s.screened, 1)
                 parts.append(f"decided on the {s.screened} alone; its other kernels and training steps were not "
                              "timed (a slower mode cannot be recommended)")
             if rep.speedup_by_size:
