@@ -8,9 +8,9 @@ __all__ = ["DoctorReport", "ModeReport", "run_doctor"]
 
 
 def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None,
-               emulated: bool = False) -> DoctorReport:
+               thorough: bool = False) -> DoctorReport:
     """Run the doctor for one framework on one device and return its report (:mod:`.driver`).
-    ``emulated``: also self-test the modes this device can only emulate (fp8 without fp8 hardware)."""
+    ``thorough``: also the self-tests that cannot change the recommendation (:func:`.driver.run`)."""
     from .driver import run
 
-    return run(device, framework, quick=quick, progress=progress, emulated=emulated)
+    return run(device, framework, quick=quick, progress=progress, thorough=thorough)

@@ -34,7 +34,7 @@ PREFERENCE = ("bf16",)
 FP8_LOSS_GAP = 0.05
 #: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
 EMULATED_DEFERRED = ("its emulated self-test is deferred (it cannot change the recommendation, and loading "
-                     "the emulation takes seconds): `ampkit doctor --emulated` runs it")
+                     "the emulation takes seconds): `ampkit doctor --thorough` runs it")
 
 
 def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:

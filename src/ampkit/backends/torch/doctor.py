@@ -126,5 +126,5 @@ class TorchDoctor:
     def auto_fingerprint(self, target) -> dict:
         return auto_fingerprint(torch.device(target.device))
 
-    def doctor_variants(self, supported, target, say) -> dict[str, dict]:
+    def doctor_variants(self, supported, target, say, *, thorough: bool = False) -> dict[str, dict]:
         return {}  # one PyTorch: nothing beside the main table
