@@ -11,7 +11,8 @@ callable that has finished when it returns (or is timed by the backend's clock).
 4. pairs each mode's round with the fp32 of the same round (:mod:`ampkit.stats`), and
 5. lets each mode leave as soon as its verdict is decided (:mod:`.sequential`: the interval rule of
    :mod:`.verdicts` at a confidence corrected for looking after every round), and stops the rest at
-   ``max_rounds`` (the cap), or after ``min_rounds`` once the time budget is spent.
+   ``max_rounds`` (the cap), or after ``min_rounds`` once the time budget is spent (decided modes
+   leave from ``first_look`` on, undecided ones get the rounds as before).
 
 Before all that, a *screen look* (:meth:`_Rounds.screen`): two rounds of the cheapest kernel alone
 (the matmul), with only it warmed up. A mode it shows slower at the corrected confidence (an emulated
@@ -55,11 +56,13 @@ class Work:
 class Plan:
     """How long to measure: rounds and time boxes (CPU defaults; a GPU backend passes its own)."""
 
-    min_rounds: int = 3        # the first look (and the fewest rounds before the time budget may end them)
+    min_rounds: int = 5        # the fewest rounds before the time budget may end them (undecided modes)
     max_rounds: int = 9        # the cap
-    budget_s: float = 3.0      # for all rounds together, after warm-up
-    op_box_s: float = 0.025    # reps of one op in one round fit this box (at least one rep)
+    budget_s: float = 5.0      # for all rounds together, after warm-up
+    op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
     max_reps: int = 8
+    #: the first look (:mod:`.sequential`): a mode may leave decided from this round on
+    first_look: int = 3
     #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
     #: they were before :mod:`.sequential`; what a test compares the sequential verdicts with)
     sequential: bool = True
@@ -142,7 +145,7 @@ def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *,
             if mode == "fp32":
                 return series
     screen = _screen_op(works) if plan.sequential else None
-    looks = planned_looks(plan.min_rounds, plan.max_rounds, screen is not None)
+    looks = planned_looks(plan.first_look, plan.max_rounds, screen is not None)
     rounds = _Rounds(series, works, plan, threshold, corrected_confidence(looks), say)
     rounds.active = [m for m in works if m != "fp32"]
     if screen is not None and rounds.active:
@@ -239,12 +242,12 @@ class _Rounds:
             if not self._warm(mode, all_ops[mode]) and mode == "fp32":
                 return
         t0 = now()
-        first = min(self.plan.min_rounds, self.plan.max_rounds)
+        first, least = min(self.plan.first_look, self.plan.max_rounds), min(self.plan.min_rounds, self.plan.max_rounds)
         why = "cap"
         for r in range(self.plan.max_rounds):
             if not self.active:
                 return
-            if r >= first and now() - t0 > self.plan.budget_s:
+            if r >= least and now() - t0 > self.plan.budget_s:
                 why = "cap: time budget"
                 break
             self.say(f"round {r + 1}")

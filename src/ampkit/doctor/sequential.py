@@ -7,7 +7,7 @@ high end is below 1/T, *no measurable difference* when the interval lies within 
 in rounds and stopping at the first round whose interval decides would, at 95% per look, decide
 wrongly more often than one time in twenty. So every look reads the interval at the
 **Bonferroni-corrected** confidence ``1 - 0.05 / K``, ``K`` = the looks the plan allows (the screen
-look, then one after every round from ``min_rounds`` to ``max_rounds``): K looks at alpha/K each give
+look, then one after every round from ``first_look`` to ``max_rounds``): K looks at alpha/K each give
 a false decision in the whole sequence with probability at most alpha (the union bound), whatever
 the number of looks actually taken.
 
@@ -41,9 +41,9 @@ ACCELERATED, NO_DIFFERENCE = "accelerated", "no measurable difference"
 SCREEN_ROUNDS = 2
 
 
-def planned_looks(min_rounds: int, max_rounds: int, screen: bool) -> int:
-    """Looks the plan allows: one after each round from ``min_rounds`` to ``max_rounds``, and the screen's."""
-    return max(1, max_rounds - min(min_rounds, max_rounds) + 1) + (1 if screen else 0)
+def planned_looks(first_look: int, max_rounds: int, screen: bool) -> int:
+    """Looks the plan allows: one after each round from ``first_look`` to ``max_rounds``, and the screen's."""
+    return max(1, max_rounds - min(first_look, max_rounds) + 1) + (1 if screen else 0)
 
 
 def corrected_confidence(looks: int, confidence: float = CONFIDENCE) -> float:
