@@ -8,14 +8,22 @@ import subprocess
 import sys
 
 import pytest
+from test_verdicts_planted import make_work_for
 
 from ampkit.doctor import measure
 from ampkit.doctor.measure import Plan, Work, round_ratios, run_rounds
-from ampkit.doctor.sequential import (ACCELERATED, NO_DIFFERENCE, corrected_confidence, corrected_agrees, interval,
-                                      mode_decision, planned_looks, settle)
+from ampkit.doctor.sequential import (
+    ACCELERATED,
+    NO_DIFFERENCE,
+    corrected_agrees,
+    corrected_confidence,
+    interval,
+    mode_decision,
+    planned_looks,
+    settle,
+)
 from ampkit.doctor.verdicts import ACCEL_THRESHOLD, evaluate
 from ampkit.stats import CONFIDENCE, FASTER, SLOWER, Estimate, classify, ratio_estimate
-from test_verdicts_planted import make_work_for
 
 T = ACCEL_THRESHOLD
 

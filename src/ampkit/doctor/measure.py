@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from ..errors import one_line
 from ..stats import SLOWER, Estimate, ratio_estimate
 from ..timing import HOST, Clock
-from .sequential import (ACCELERATED, NO_DIFFERENCE, SCREEN_ROUNDS, corrected_confidence, mode_decision, pair_settled,
-                         planned_looks)
+from .sequential import ACCELERATED, NO_DIFFERENCE, SCREEN_ROUNDS, corrected_confidence, mode_decision, pair_settled, planned_looks
 
 KINDS = ("kernels", "training")
 

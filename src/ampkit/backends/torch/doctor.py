@@ -13,8 +13,8 @@ from ...doctor.verdicts import ACCEL_THRESHOLD
 from ...errors import one_line
 from ...precision import get_precision
 from . import doctor_work, tf32_probe
-from .doctor_ops import PlainSGD
 from .devices import auto_fingerprint, mode_support
+from .doctor_ops import PlainSGD
 from .engine import MixedPrecision
 
 __all__ = ["ACCEL_THRESHOLD", "TorchDoctor", "selftest"]

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from ...doctor.measure import Work
 from .doctor_ops import Block as _Block
-from .doctor_ops import conv_net as _conv_net
 from .doctor_ops import PlainSGD, conv_op, matmul_op, measuring_threads, size_work
+from .doctor_ops import conv_net as _conv_net
 from .engine import MixedPrecision
 from .timing import clock_for
 
