@@ -185,3 +185,13 @@ def test_the_quick_doctor_imports_neither_dynamo_nor_torchao(tmp_path):
     assert r.returncode == 0, r.stderr
     heavy, emulated, fp16 = r.stdout.strip().rsplit(" ", 2)
     assert heavy == "[]" and fp16 == "pass"
+
+
+def test_a_mode_without_the_screen_op_skips_the_screen_and_is_measured():
+    """TensorFlow's fp8 has no kernel to time (Keras float8 training steps only): the screen passes it by."""
+    only_training = {"train": [0.005]}
+    series = run_rounds(["fp32", "fp8", "fp16"], scripted({"fp32": FLAT, "fp8": only_training, "fp16": FLAT}),
+                        Plan(max_rounds=5), threshold=T)
+    fp8 = series["fp8"]
+    assert fp8.error is None and fp8.screened is None and len(fp8.rounds) >= 3
+    assert round_ratios(series["fp32"], fp8, "training") == pytest.approx([2.0] * len(fp8.rounds))

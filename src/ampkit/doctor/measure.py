@@ -192,11 +192,13 @@ class _Rounds:
         if mode in self.active:
             self.active.remove(mode)
 
-    def _round(self, ops_of: Callable[[str], dict[str, list[str]]], series_of: Callable[[str], Series]) -> bool:
-        """One interleaved round over fp32 and the active modes; False when fp32 failed."""
+    def _round(self, ops_of: Callable[[str], dict[str, list[str]]], series_of: Callable[[str], Series],
+               modes: list[str] | None = None) -> bool:
+        """One interleaved round over fp32 and ``modes`` (the active ones); False when fp32 failed."""
         r = self.index
         self.index += 1
-        order = ["fp32", *self.active] if r % 2 == 0 else [*reversed(self.active), "fp32"]
+        modes = self.active if modes is None else modes
+        order = ["fp32", *modes] if r % 2 == 0 else [*reversed(modes), "fp32"]
         for mode in order:
             try:
                 times = {kind: {op: self.timed[mode][kind][op]() for op in names} for kind, names in ops_of(mode).items()}
@@ -215,16 +217,17 @@ class _Rounds:
         mode pairs with them through ``Series.baseline``."""
         self.say(f"screen {op}")
         ops = {"kernels": [op]}
-        for mode in ["fp32", *self.active]:
+        for mode in ["fp32", *[m for m in self.active if op in self.works[m].kernels]]:
             if not self._warm(mode, ops) and mode == "fp32":
                 self.active = []
                 return
-        trial = {m: Series() for m in ["fp32", *self.active]}
+        screened = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
+        trial = {m: Series() for m in ["fp32", *screened]}
         for _ in range(SCREEN_ROUNDS):
-            if not self._round(lambda m: ops, lambda m: trial[m]):
+            if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active]):
                 self.active = []
                 return
-        for mode in list(self.active):
+        for mode in [m for m in screened if m in self.active]:
             ratios = round_ratios(trial["fp32"], trial[mode], "kernels")
             if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER:
                 self.series[mode].rounds, self.series[mode].baseline = trial[mode].rounds, trial["fp32"].rounds
