@@ -66,7 +66,7 @@ for label in "collect_env" "python -c 'import torch'" "ampkit doctor (torch, ful
   printf '  %-34s %6.2f s wall %6.2f s cpu\n' "$label" "$(echo "${WALL[$label]}" | median)" "$(echo "${CPU[$label]}" | median)"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
-if [ -n "${WALL[collect_env]:-}" ]; then
+if [ -n "${WALL[collect_env]:-}" ] && [ -n "${WALL[ampkit doctor (torch, full)]:-}" ]; then
   ce=$(echo "${WALL[collect_env]}" | median); cec=$(echo "${CPU[collect_env]}" | median)
   for kind in full --quick; do
     w=$(echo "${WALL[ampkit doctor (torch, $kind)]}" | median); c=$(echo "${CPU[ampkit doctor (torch, $kind)]}" | median)
@@ -74,8 +74,11 @@ if [ -n "${WALL[collect_env]:-}" ]; then
     echo "  doctor $kind / collect_env: $(ratio "$w" "$ce")x wall, $(ratio "$c" "$cec")x cpu (target <= ${target}x)"
   done
 fi
-if [ -n "${WALL[python -c 'import tensorflow']:-}" ]; then
-  it=$(echo "${WALL[python -c 'import tensorflow']}" | median); tf=$(echo "${WALL[ampkit doctor (tensorflow, full)]}" | median)
-  echo "  tensorflow doctor full: ${tf} s wall; target 1.5 x import tensorflow + 1 s = $(awk -v a="$it" 'BEGIN{printf "%.2f", 1.5*a+1}') s"
+itf="python -c 'import tensorflow'" dtf="ampkit doctor (tensorflow, full)"
+if [ -n "${WALL[$itf]:-}" ] && [ -n "${WALL[$dtf]:-}" ]; then
+  it=$(echo "${WALL[$itf]}" | median); tf=$(echo "${WALL[$dtf]}" | median)
+  itc=$(echo "${CPU[$itf]}" | median); tfc=$(echo "${CPU[$dtf]}" | median)
+  echo "  tensorflow doctor full: ${tf} s wall, ${tfc} s cpu; target 1.5 x import tensorflow + 1 s =" \
+       "$(awk -v a="$it" 'BEGIN{printf "%.2f", 1.5*a+1}') s wall, $(awk -v a="$itc" 'BEGIN{printf "%.2f", 1.5*a+1}') s cpu"
 fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
