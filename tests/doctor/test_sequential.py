@@ -195,3 +195,15 @@ def test_a_mode_without_the_screen_op_skips_the_screen_and_is_measured():
     fp8 = series["fp8"]
     assert fp8.error is None and fp8.screened is None and len(fp8.rounds) >= 3
     assert round_ratios(series["fp32"], fp8, "training") == pytest.approx([2.0] * len(fp8.rounds))
+
+
+def test_the_screen_sends_off_only_a_many_times_slower_mode():
+    """Two rounds of one op on a loaded machine can read a fast mode as 0.7x: the screen needs the
+    corrected interval below SCREEN_DROP (0.5), the main rounds decide the rest."""
+    calls: list = []
+    mild = {"matmul": [0.014], "conv": [0.014], "train": [0.014]}  # 0.71x: slower, but not many times
+    series = run_rounds(["fp32", "bf16"], scripted({"fp32": FLAT, "bf16": mild}, calls), Plan(max_rounds=9),
+                        threshold=T)
+    bf16 = series["bf16"]
+    assert bf16.screened is None and bf16.stopped == "decided: slower" and len(bf16.rounds) == 3
+    assert {name for mode, name in calls if mode == "bf16"} == {"matmul", "conv", "train"}

@@ -31,7 +31,17 @@ from dataclasses import dataclass, field
 from ..errors import one_line
 from ..stats import SLOWER, Estimate, ratio_estimate
 from ..timing import HOST, Clock
-from .sequential import ACCELERATED, NO_DIFFERENCE, SCREEN_ROUNDS, corrected_confidence, mode_decision, pair_settled, planned_looks
+from .sequential import (
+    ACCELERATED,
+    NO_DIFFERENCE,
+    SCREEN_DROP,
+    SCREEN_ROUNDS,
+    corrected_confidence,
+    interval,
+    mode_decision,
+    pair_settled,
+    planned_looks,
+)
 
 KINDS = ("kernels", "training")
 
@@ -212,7 +222,8 @@ class _Rounds:
 
     def screen(self, op: str) -> None:
         """The screen look: fp32 and every mode on ``op`` alone for SCREEN_ROUNDS rounds; a mode that
-        is slower on it at the corrected confidence leaves, decided. The others start afresh: their
+        is slower on it at the corrected confidence, and many times slower (high end < SCREEN_DROP),
+        leaves, decided. The others start afresh: their
         screen rounds are not counted (one kernel is not the kernels' mix), nor are fp32's: a screened
         mode pairs with them through ``Series.baseline``."""
         self.say(f"screen {op}")
@@ -229,7 +240,8 @@ class _Rounds:
                 return
         for mode in [m for m in screened if m in self.active]:
             ratios = round_ratios(trial["fp32"], trial[mode], "kernels")
-            if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER:
+            wide = interval(ratios, self.confidence)
+            if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER and wide.high < SCREEN_DROP:
                 self.series[mode].rounds, self.series[mode].baseline = trial[mode].rounds, trial["fp32"].rounds
                 self.series[mode].stopped = f"decided: {SLOWER}"
                 self.series[mode].screened = op

@@ -39,6 +39,10 @@ from ..stats import CONFIDENCE, FASTER, SLOWER, Estimate, ratio_estimate
 ACCELERATED, NO_DIFFERENCE = "accelerated", "no measurable difference"
 #: rounds for the screen look (the cheapest kernel alone, before anything else is warmed up)
 SCREEN_ROUNDS = 2
+#: the screen decides "slower" only when the corrected interval's high end is also below this: many
+#: times slower (an emulated mode: 0.01-0.05x), which two rounds of one op on a loaded machine cannot
+#: fake (measured under load 13: a 2x faster TensorFlow bf16 matmul read 0.67-0.84x in two rounds)
+SCREEN_DROP = 0.5
 
 
 def planned_looks(first_look: int, max_rounds: int, screen: bool) -> int:
