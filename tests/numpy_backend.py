@@ -169,7 +169,7 @@ class NumpyBackend:
     def doctor_session(self, target):
         return contextlib.nullcontext()
 
-    def doctor_variants(self, supported, target, say) -> dict:
+    def doctor_variants(self, supported, target, say, *, thorough: bool = False) -> dict:
         return {}
 
     def selftest(self, mode: str, target) -> tuple[str, str]:

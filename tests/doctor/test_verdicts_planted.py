@@ -67,9 +67,11 @@ def test_equal_distributions_are_no_measurable_difference():
     reports, recommended, reason = _doctor({"fp16": (1.0, 1.0), "bf16": (1.0, 1.0)})
     for mode in ("fp16", "bf16"):
         m = reports[mode]
-        assert m.speedup_ci[0] <= 1 <= m.speedup_ci[1], m.speedup_ci
-        assert m.accelerated is False and m.verdict == "usable" and m.rounds == 7
-        assert "no measurable difference" in m.reason
+        assert 1 / ACCEL_THRESHOLD < m.speedup_ci[0] and m.speedup_ci[1] < ACCEL_THRESHOLD, m.speedup_ci
+        assert m.accelerated is False and m.verdict == "usable"
+        # decided within (1/1.10, 1.10) at the corrected confidence: no need for the cap's 7 rounds
+        assert m.stopped == "decided: no measurable difference" and 3 <= m.rounds < 7
+        assert "no measurable difference" in m.reason or "within the 1.10x threshold" in m.reason
     assert recommended == "fp32" and "no low-precision mode measured faster" in reason
 
 
@@ -85,7 +87,9 @@ def test_a_clearly_slower_mode_is_slower_and_leaves_the_rounds_early():
     reports, recommended, _ = _doctor({"fp16": (0.1, 0.05), "bf16": (1.0, 1.0)})
     fp16 = reports["fp16"]
     assert fp16.verdict == "slower" and fp16.speedup_ci[1] < 1 / ACCEL_THRESHOLD
-    assert fp16.rounds == 2 and reports["bf16"].rounds == 7  # emulated modes cost seconds per step on a CPU
+    assert fp16.rounds == 2 and fp16.stopped == "decided: slower"  # emulated modes cost seconds per step on a CPU
+    assert fp16.training_speedup is None and "not timed" in fp16.reason  # decided by the screen's matmul
+    assert reports["bf16"].stopped == "decided: no measurable difference" and reports["bf16"].rounds >= 3
     assert recommended == "fp32"
 
 
@@ -114,8 +118,10 @@ def test_rounds_are_interleaved_and_reverse_every_round():
     order: list[str] = []
     run_rounds(["fp32", "bf16", "fp16"], make_work_for({}, order=order), Plan(min_rounds=2, max_rounds=2), threshold=1.1)
     ops = len(OPS["kernels"]) + len(OPS["training"])
-    # each op: one calibration reading after its warm-up, then one reading per round
-    rounds = order[3 * ops:]
+    # the screen: each mode's matmul warmed up (one calibration reading), then two rounds of it alone
+    assert order[:3] == ["fp32", "bf16", "fp16"] and order[3:9] == ["fp32", "bf16", "fp16", "fp16", "bf16", "fp32"]
+    # then the other ops warmed up, and one reading per op and round, still alternating
+    rounds = order[9 + 3 * (ops - 1):]
     assert [rounds[i] for i in range(0, len(rounds), ops)] == ["fp32", "bf16", "fp16", "fp16", "bf16", "fp32"]
 
 

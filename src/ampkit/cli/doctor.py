@@ -1,4 +1,4 @@
-"""ampkit doctor [--framework auto|torch|tensorflow|all] [--device DEV] [--quick] [--json PATH|-]"""
+"""ampkit doctor [--framework auto|torch|tensorflow|all] [--device DEV] [--quick] [--thorough] [--json PATH|-]"""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ def add_arguments(p) -> None:
     add_framework(p, allow_all=True)
     add_device(p)
     p.add_argument("--quick", action="store_true", help="skip the micro-benchmarks (speedup/accelerated are null)")
+    p.add_argument("--thorough", action="store_true",
+                   help="also the self-tests that cannot change the recommendation: a mode this device can only "
+                        "emulate (fp8 via torchao), tf_keras beside Keras 3")
     add_json(p)
 
 
@@ -30,7 +33,8 @@ def run(args) -> int:
     reports, cause = {}, None
     try:
         for fw in frameworks:
-            reports[fw] = run_doctor(fw, args.device, quick=args.quick, progress=progress_printer(con))
+            reports[fw] = run_doctor(fw, args.device, quick=args.quick, progress=progress_printer(con),
+                                     thorough=args.thorough)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the frameworks that finished, in one marked document
         cause = exc
     if cause is None and framework != "all":

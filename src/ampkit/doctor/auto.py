@@ -10,7 +10,7 @@ Every framework resolves ``auto`` the same way (:func:`resolve`):
    thresholds. First a small matmul; only when bf16's matmul interval clears
    :data:`~ampkit.doctor.verdicts.ACCEL_THRESHOLD` (a CPU with real bf16 instructions, so every op is
    cheap) a short training step confirms it as the doctor's would (:data:`TRAINING_GAIN`). An
-   emulated bf16 leaves after two rounds. Under a second in all; the result is cached for the next
+   emulated bf16 leaves at the first look (three rounds, :mod:`.sequential`). Under a second in all; the result is cached for the next
    call (``source: "quick"``) until the doctor measures fully.
 3. **A capability guess** where nothing is cached and measuring is not cheap (a GPU), labelled as
    such in the reason: "capability guess (...); run `ampkit doctor` to measure"
@@ -31,7 +31,7 @@ from ..stats import FASTER, SLOWER, Estimate, classify
 from .measure import Plan, Work, estimate, run_rounds
 from .verdicts import ACCEL_THRESHOLD, TRAINING_GAIN
 
-#: the quick check's rounds: small time boxes, a few rounds (an emulated mode leaves after two)
+#: the quick check's rounds: small time boxes, a few rounds (a decided mode leaves at the first look, round 3)
 QUICK_KERNELS = Plan(min_rounds=3, max_rounds=7, budget_s=0.3, op_box_s=0.02, max_reps=5)
 QUICK_TRAINING = Plan(min_rounds=3, max_rounds=7, budget_s=0.5, op_box_s=0.05, max_reps=3)
 

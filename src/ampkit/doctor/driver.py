@@ -24,13 +24,17 @@ ACCELERATOR_PLAN = Plan(budget_s=10.0, op_box_s=0.1, max_reps=10)
 
 
 def run(device="auto", backend="auto", *, quick: bool = False, progress: Callable[[str], None] | None = None,
-        modes: tuple[str, ...] = MODES) -> DoctorReport:
+        modes: tuple[str, ...] = MODES, thorough: bool = False) -> DoctorReport:
     """The doctor's report on ``device`` (``--device``: auto, cpu, cuda, cuda:N) for ``backend`` (a
     Backend, or a framework name: ``auto``, ``torch``, ``tensorflow``, a registered one).
 
     ``quick``: self-tests only (no measurement, nothing cached for ``auto``). ``progress(msg)``
     hears each step, named by framework ("torch self-test bf16"). ``modes``: the rows of the
     report (every mode; a mode the device cannot run is reported unsupported, with the reason).
+    ``thorough``: also the self-tests that cannot change the recommendation, deferred by default
+    (each says so where it would be): a mode this device can only emulate (fp8 through torchao on a
+    CPU: loading the emulation takes seconds), and a framework's other builds (``doctor_variants``:
+    tf_keras beside Keras 3, where ``tf.keras`` is not tf_keras).
     """
     from ..backends import get_backend
 
@@ -47,10 +51,11 @@ def run(device="auto", backend="auto", *, quick: bool = False, progress: Callabl
             plan=ACCELERATOR_PLAN if target.accelerator else Plan(),
             sizes=GPU_SIZES if target.accelerator else CPU_SIZES,
             emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say,
-            training=lambda m: backend.training_support(m, target))
+            training=lambda m: backend.training_support(m, target), emulated_selftest=thorough)
         report = DoctorReport(backend.name, target.label, reports, recommended, reason, backend.environment(target),
                               quick)
-        report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say))
+        report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say,
+                                                       thorough=thorough))
     report.elapsed_s = round(time.perf_counter() - t0, 3)
     remember_for_auto(report, backend.auto_fingerprint(target))  # auto follows this measurement from now on
     return report

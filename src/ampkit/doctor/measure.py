@@ -9,10 +9,16 @@ callable that has finished when it returns (or is timed by the backend's clock).
    a machine that slows down over the run does not favour whichever mode comes first),
 3. keeps, per op and round, the fastest of its reps (on a shared CPU other jobs only ever add time),
 4. pairs each mode's round with the fp32 of the same round (:mod:`ampkit.stats`), and
-5. stops after ``max_rounds``, or after ``min_rounds`` once the time budget is spent; a mode whose
-   interval already says "slower" (it can never be recommended) leaves the rounds early; from the
-   second round on when it is many times slower (an emulated mode can take a second per training
-   step on a CPU).
+5. lets each mode leave as soon as its verdict is decided (:mod:`.sequential`: the interval rule of
+   :mod:`.verdicts` at a confidence corrected for looking after every round), and stops the rest at
+   ``max_rounds`` (the cap), or after ``min_rounds`` once the time budget is spent (decided modes
+   leave from ``first_look`` on, undecided ones get the rounds as before).
+
+Before all that, a *screen look* (:meth:`_Rounds.screen`): two rounds of the cheapest kernel alone
+(the matmul), with only it warmed up. A mode it shows slower at the corrected confidence (an emulated
+fp16 on a CPU: 60x slower, and a second per training step) leaves decided, its convolution and
+training steps never warmed up or timed; it can never be recommended, and more rounds would not
+change that. Each Series says why it stopped (``stopped``).
 """
 
 from __future__ import annotations
@@ -23,17 +29,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import one_line
-from ..stats import SLOWER, Estimate, classify, ratio_estimate
+from ..stats import SLOWER, Estimate, ratio_estimate
 from ..timing import HOST, Clock
+from .sequential import (
+    ACCELERATED,
+    NO_DIFFERENCE,
+    SCREEN_DROP,
+    SCREEN_ROUNDS,
+    corrected_confidence,
+    interval,
+    mode_decision,
+    pair_settled,
+    planned_looks,
+)
 
 KINDS = ("kernels", "training")
-#: before min_rounds, a mode leaves the rounds only when its interval's high end is below this
-EARLY_DROP = 0.6
 
 
 @dataclass
 class Work:
-    """One mode's ops: ``{name: (callable, flops per call or None)}`` per kind."""
+    """One mode's ops: ``{name: (callable, flops per call or None)}`` per kind. A callable with a true
+    ``builds_on_first_call`` attribute builds itself on its first call (a traced training step: only
+    a mode that gets that far pays for it) and is warmed up by a second call."""
 
     kernels: dict[str, tuple[Callable[[], object], float | None]]
     training: dict[str, tuple[Callable[[], object], float | None]]
@@ -48,11 +65,16 @@ class Work:
 class Plan:
     """How long to measure: rounds and time boxes (CPU defaults; a GPU backend passes its own)."""
 
-    min_rounds: int = 5
-    max_rounds: int = 9
+    min_rounds: int = 5        # the fewest rounds before the time budget may end them (undecided modes)
+    max_rounds: int = 9        # the cap
     budget_s: float = 5.0      # for all rounds together, after warm-up
     op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
     max_reps: int = 8
+    #: the first look (:mod:`.sequential`): a mode may leave decided from this round on
+    first_look: int = 3
+    #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
+    #: they were before :mod:`.sequential`; what a test compares the sequential verdicts with)
+    sequential: bool = True
 
 
 @dataclass
@@ -62,6 +84,13 @@ class Series:
     rounds: list[tuple[int, dict[str, dict[str, float]]]] = field(default_factory=list)
     flops: dict[str, float | None] = field(default_factory=dict)
     error: str | None = None
+    #: why its rounds ended: "decided: slower" | "decided: accelerated" | "decided: no measurable
+    #: difference" | "cap" (max_rounds) | "cap: time budget" | "error"; None for fp32 (the baseline)
+    stopped: str | None = None
+    #: the op of the screen look that decided it (its other ops were never timed), else None
+    screened: str | None = None
+    #: fp32's rounds this series is paired with when not fp32's main ones (the screen's), else None
+    baseline: list[tuple[int, dict[str, dict[str, float]]]] | None = None
 
     def times(self, kind: str, op: str) -> list[float]:
         return [t[kind][op] for _, t in self.rounds if op in t.get(kind, {})]
@@ -70,6 +99,8 @@ class Series:
 class _Timed:
     def __init__(self, fn: Callable[[], object], clock: Clock, plan: Plan):
         self.fn, self.clock = fn, clock
+        if getattr(fn, "builds_on_first_call", False):  # a lazily built op (Work): the build is not the warm-up
+            fn()
         t0 = time.perf_counter()
         fn()  # warm-up: first-call costs (kernel selection, tracing, allocation) stay out
         clock.sync()
@@ -90,7 +121,7 @@ def round_ratios(base: Series, other: Series, kind: str) -> list[float]:
     """Per round both measured: the summed time of the kind's ops in ``base`` over that in ``other``
     (one fixed mix of work, each op weighted by its time: a 3 ms step's scheduling noise cannot
     swamp what a 50 ms step measured)."""
-    by_round = dict(base.rounds)
+    by_round = dict(other.baseline if other.baseline is not None else base.rounds)
     out = []
     for idx, times in other.rounds:
         b = by_round.get(idx, {}).get(kind, {})
@@ -107,48 +138,160 @@ def estimate(base: Series, other: Series, kind: str) -> Estimate | None:
 
 def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *, threshold: float,
                say: Callable[[str], None] | None = None, now: Callable[[], float] = time.perf_counter) -> dict[str, Series]:
-    """Interleaved rounds of fp32 and ``modes``; a mode whose work fails gets a Series with ``error``."""
+    """Interleaved rounds of fp32 and ``modes``, each mode leaving as soon as its verdict is decided
+    (:mod:`.sequential`); a mode whose work fails gets a Series with ``error``. Every Series says why
+    its rounds stopped (``stopped``)."""
     say = say or (lambda msg: None)
     series: dict[str, Series] = {}
-    timed: dict[str, dict[str, dict[str, _Timed]]] = {}
+    works: dict[str, Work] = {}
     for mode in ["fp32"] + [m for m in modes if m != "fp32"]:
-        say(f"warm-up {mode}")
         s = series[mode] = Series()
         try:
-            work = work_for(mode)
-            timed[mode] = {kind: {op: _Timed(fn, work.clock, plan) for op, (fn, _) in getattr(work, kind).items()}
-                           for kind in KINDS}
+            works[mode] = work = work_for(mode)
             s.flops = {op: fl for kind in KINDS for op, (_, fl) in getattr(work, kind).items()}
         except Exception as exc:  # reported on the mode, never fatal
-            s.error = _describe(exc)
+            s.error, s.stopped = _describe(exc), "error"
             if mode == "fp32":
                 return series
-    active = [m for m in timed if m != "fp32"]
-    t0 = now()
-    for r in range(plan.max_rounds):
-        if not active or (r >= plan.min_rounds and now() - t0 > plan.budget_s):
-            break
-        say(f"round {r + 1}")
-        order = ["fp32", *active] if r % 2 == 0 else [*reversed(active), "fp32"]
+    screen = _screen_op(works) if plan.sequential else None
+    looks = planned_looks(plan.first_look, plan.max_rounds, screen is not None)
+    rounds = _Rounds(series, works, plan, threshold, corrected_confidence(looks), say)
+    rounds.active = [m for m in works if m != "fp32"]
+    if screen is not None and rounds.active:
+        rounds.screen(screen)
+    rounds.main(now)
+    return series
+
+
+def _screen_op(works: dict[str, Work]) -> str | None:
+    """The op of the screen look: fp32's first kernel, where some mode has more to time than it
+    (an emulated mode then leaves after two rounds of its cheapest kernel, before its convolution and
+    training steps are even warmed up)."""
+    base = works.get("fp32")
+    if base is None or not base.kernels:
+        return None
+    op = next(iter(base.kernels))
+    has_more = any(m != "fp32" and op in w.kernels and len(w.kernels) + len(w.training) > 1 for m, w in works.items())
+    return op if has_more else None
+
+
+class _Rounds:
+    """The rounds of one :func:`run_rounds`: the timers (warmed up when first needed), the active modes."""
+
+    def __init__(self, series, works, plan: Plan, threshold: float, confidence: float, say):
+        self.series, self.works, self.plan, self.say = series, works, plan, say
+        self.threshold, self.confidence = threshold, confidence
+        self.timed: dict[str, dict[str, dict[str, _Timed]]] = {m: {kind: {} for kind in KINDS} for m in works}
+        self.active: list[str] = []
+        self.index = 0  # the next round's index (the screen's rounds come first)
+
+    def _warm(self, mode: str, ops: dict[str, list[str]]) -> bool:
+        work = self.works[mode]
+        try:
+            for kind, names in ops.items():
+                for op in names:
+                    if op not in self.timed[mode][kind]:
+                        self.timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock, self.plan)
+        except Exception as exc:
+            self._fail(mode, exc)
+            return False
+        return True
+
+    def _fail(self, mode: str, exc: BaseException) -> None:
+        self.series[mode].error, self.series[mode].stopped = _describe(exc), "error"
+        if mode in self.active:
+            self.active.remove(mode)
+
+    def _round(self, ops_of: Callable[[str], dict[str, list[str]]], series_of: Callable[[str], Series],
+               modes: list[str] | None = None) -> bool:
+        """One interleaved round over fp32 and ``modes`` (the active ones); False when fp32 failed."""
+        r = self.index
+        self.index += 1
+        modes = self.active if modes is None else modes
+        order = ["fp32", *modes] if r % 2 == 0 else [*reversed(modes), "fp32"]
         for mode in order:
             try:
-                times = {kind: {op: t() for op, t in ops.items()} for kind, ops in timed[mode].items()}
+                times = {kind: {op: self.timed[mode][kind][op]() for op in names} for kind, names in ops_of(mode).items()}
             except Exception as exc:
-                series[mode].error = _describe(exc)
+                self._fail(mode, exc)
                 if mode == "fp32":
-                    return series
-                active.remove(mode)
+                    return False
                 continue
-            series[mode].rounds.append((r, times))
-        if r + 1 >= 2:
-            for mode in list(active):
-                ests = [e for e in (estimate(series["fp32"], series[mode], kind) for kind in KINDS) if e is not None]
-                # from min_rounds: slower by the threshold; before: only many times slower (an emulated
-                # mode), which two noisy rounds cannot fake
-                if any(classify(e, threshold) == SLOWER and (r + 1 >= plan.min_rounds or e.high < EARLY_DROP)
-                       for e in ests):
-                    active.remove(mode)  # it can never be recommended; more rounds would not change that
-    return series
+            series_of(mode).rounds.append((r, times))
+        return True
+
+    def screen(self, op: str) -> None:
+        """The screen look: fp32 and every mode on ``op`` alone for SCREEN_ROUNDS rounds; a mode that
+        is slower on it at the corrected confidence, and many times slower (high end < SCREEN_DROP),
+        leaves, decided. The others start afresh: their
+        screen rounds are not counted (one kernel is not the kernels' mix), nor are fp32's: a screened
+        mode pairs with them through ``Series.baseline``."""
+        self.say(f"screen {op}")
+        ops = {"kernels": [op]}
+        for mode in ["fp32", *[m for m in self.active if op in self.works[m].kernels]]:
+            if not self._warm(mode, ops) and mode == "fp32":
+                self.active = []
+                return
+        screened = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
+        trial = {m: Series() for m in ["fp32", *screened]}
+        for _ in range(SCREEN_ROUNDS):
+            if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active]):
+                self.active = []
+                return
+        for mode in [m for m in screened if m in self.active]:
+            ratios = round_ratios(trial["fp32"], trial[mode], "kernels")
+            wide = interval(ratios, self.confidence)
+            if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER and wide.high < SCREEN_DROP:
+                self.series[mode].rounds, self.series[mode].baseline = trial[mode].rounds, trial["fp32"].rounds
+                self.series[mode].stopped = f"decided: {SLOWER}"
+                self.series[mode].screened = op
+                self.active.remove(mode)
+
+    def main(self, now: Callable[[], float]) -> None:
+        """Rounds of every op until each mode is decided, the cap (``max_rounds``), or the time budget
+        (after ``min_rounds``)."""
+        all_ops = {m: {kind: list(getattr(w, kind)) for kind in KINDS} for m, w in self.works.items()}
+        for mode in ["fp32", *self.active]:
+            self.say(f"warm-up {mode}")
+            if not self._warm(mode, all_ops[mode]) and mode == "fp32":
+                return
+        t0 = now()
+        first, least = min(self.plan.first_look, self.plan.max_rounds), min(self.plan.min_rounds, self.plan.max_rounds)
+        why = "cap"
+        for r in range(self.plan.max_rounds):
+            if not self.active:
+                return
+            if r >= least and now() - t0 > self.plan.budget_s:
+                why = "cap: time budget"
+                break
+            self.say(f"round {r + 1}")
+            if not self._round(lambda m: {k: v for k, v in all_ops[m].items() if v}, lambda m: self.series[m]):
+                return
+            if r + 1 >= first and self.plan.sequential:
+                self._look()
+        for mode in self.active:
+            self.series[mode].stopped = why
+
+    def _ratios(self, mode: str, kind: str) -> list[float]:
+        return round_ratios(self.series["fp32"], self.series[mode], kind)
+
+    def _look(self) -> None:
+        decided = {m: mode_decision(self._ratios(m, "kernels"), self._ratios(m, "training"), self.threshold,
+                                    self.confidence) for m in self.active}
+        for mode, d in decided.items():
+            if d in (SLOWER, NO_DIFFERENCE):
+                self._leave(mode, d)
+        for mode, d in decided.items():
+            if d != ACCELERATED:
+                continue
+            rivals = [m for m in self.active if m != mode]  # still measured: each may yet be recommended
+            if all(pair_settled(round_ratios(self.series[r], self.series[mode], "training"), self.threshold,
+                                self.confidence) for r in rivals):
+                self._leave(mode, d)
+
+    def _leave(self, mode: str, decision: str) -> None:
+        self.series[mode].stopped = f"decided: {decision}"
+        self.active.remove(mode)
 
 
 def op_table(base: Series, s: Series) -> dict:

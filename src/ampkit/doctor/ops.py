@@ -39,7 +39,9 @@ class DoctorOps(Protocol):
         key ``auto`` finds the doctor's verdict under later."""
 
     def doctor_variants(self, supported: Collection[str], target: Target,
-                        say: Callable[[str], None]) -> dict[str, dict]:
+                        say: Callable[[str], None], *, thorough: bool = False) -> dict[str, dict]:
         """Other builds of the framework self-tested beside the main one, as the report's
         ``variants`` (``{"tf_keras": {"label", "version", "modes": {mode: {"selftest", "detail"}}}}``);
-        ``{}`` where there are none. ``supported``: the modes the main table found supported."""
+        ``{}`` where there are none. ``supported``: the modes the main table found supported. A
+        variant that cannot change the recommendation may be deferred unless ``thorough``: then
+        ``{"label", "version", "modes": {}, "deferred": why}``."""

@@ -24,6 +24,9 @@ class ModeReport:
     speedup: float | None = None
     speedup_ci: list[float] | None = None  # 95% interval of speedup over the paired rounds
     rounds: int | None = None              # interleaved rounds measured
+    #: why its rounds ended (doctor.sequential): "decided: slower" | "decided: accelerated" | "decided:
+    #: no measurable difference" | "cap" | "cap: time budget"; fp32: "baseline"; None: not measured
+    stopped: str | None = None
     selftest: str = "skip"  # pass | fail | skip
     verdict: str = "unsupported"
     reason: str = ""

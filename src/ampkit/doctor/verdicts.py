@@ -32,6 +32,9 @@ TRAINING_GAIN = 1.05
 PREFERENCE = ("bf16",)
 #: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
 FP8_LOSS_GAP = 0.05
+#: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
+EMULATED_DEFERRED = ("its emulated self-test is deferred (it cannot change the recommendation, and loading "
+                     "the emulation takes seconds): `ampkit doctor --thorough` runs it")
 
 
 def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:
@@ -70,7 +73,7 @@ def describe(kind: str, est: Estimate, threshold: float = ACCEL_THRESHOLD) -> st
 def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *, quick: bool,
              emulation_note: Callable[[str], str] = lambda mode: "", say=None,
              plan: Plan | None = None, sizes: tuple[int, ...] | None = None,
-             training: Callable | None = None) -> tuple[dict, str, str]:
+             training: Callable | None = None, emulated_selftest: bool = True) -> tuple[dict, str, str]:
     """Reports per mode, the recommended mode and the reason.
 
     ``support(mode) -> (ok, why)``, ``selftest(mode) -> ("pass"|"fail"|"skip", detail)``,
@@ -82,6 +85,12 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
     Work has ``at_size``; :mod:`ampkit.doctor.sizes`). ``training(mode) -> (ok, emulated, why)``: a
     mode the hardware cannot run that the engine trains in emulation (fp8 through torchao) is
     self-tested and marked ``emulated``; it stays unsupported, never timed or recommended.
+    ``emulated_selftest=False`` defers that self-test (it cannot change the recommendation, and
+    loading the emulation costs seconds): the row says so.
+
+    Time goes where it can change the answer: each mode's rounds end when its verdict is decided
+    (:mod:`.sequential`), and ``speedup_by_size`` is measured only for a mode that may be recommended
+    (accelerated, not slower); the reasons say what was not measured and why.
     """
     say = say or (lambda msg: None)
     reports: dict[str, ModeReport] = {}
@@ -91,7 +100,9 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
         if not ok:
             rep.verdict, rep.reason, rep.selftest = "unsupported", why, "skip"
             trains, emulated, how = training(mode) if training else (False, False, "")
-            if trains and emulated:  # numerics without speed: self-tested, never timed
+            if trains and emulated and not emulated_selftest:
+                rep.emulated, rep.reason = True, f"{how}; {EMULATED_DEFERRED}"
+            elif trains and emulated:  # numerics without speed: self-tested, never timed
                 say(f"self-test {mode} (emulated)")
                 rep.emulated, (rep.selftest, rep.selftest_detail) = True, selftest(mode)
                 rep.reason = how if rep.selftest == "pass" else f"emulated self-test failed: {rep.selftest_detail}"
@@ -124,8 +135,15 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
         else:
             kern, train = _estimates(series, mode)
             parts = [describe("kernels", kern)] + ([describe("training", train)] if train else [])
+            s = series[mode]
+            if s.screened:
+                parts[0] = parts[0].replace(_what("kernels"), s.screened, 1)
+                parts.append(f"decided on the {s.screened} alone; its other kernels and training steps were not "
+                             "timed (a slower mode cannot be recommended)")
             if rep.speedup_by_size:
                 parts.append("by size: " + size_words(mode, rep.speedup_by_size_detail))
+            elif sizes and not _may_be_recommended(rep, s):
+                parts.append("no size table (measured only for a mode that may be recommended)")
             if classify(kern, ACCEL_THRESHOLD) == SLOWER or (train and classify(train, ACCEL_THRESHOLD) == SLOWER):
                 rep.verdict = "slower"
                 rep.reason = f"{mode} is slower than fp32 here{emulation_note(mode)}: " + "; ".join(parts)
@@ -152,6 +170,7 @@ def _fill_measurements(reports: dict[str, ModeReport], series: dict[str, Series]
             continue
         if mode == "fp32":
             rep.benchmark, rep.speedup, rep.accelerated, rep.rounds = op_table(s, s), 1.0, False, len(s.rounds)
+            rep.stopped = "baseline"  # timed in every round while any mode was
             rep.speedup_ci = rep.training_speedup_ci = [1.0, 1.0]  # the baseline against itself
             rep.training_speedup = 1.0
             continue
@@ -159,7 +178,7 @@ def _fill_measurements(reports: dict[str, ModeReport], series: dict[str, Series]
         if kern is None:
             continue
         rep.benchmark = op_table(base, s)
-        rep.speedup, rep.speedup_ci, rep.rounds = round(kern.point, 4), kern.ci, kern.n
+        rep.speedup, rep.speedup_ci, rep.rounds, rep.stopped = round(kern.point, 4), kern.ci, kern.n, s.stopped
         rep.accelerated = classify(kern, ACCEL_THRESHOLD) == FASTER
         if train is not None:
             rep.training_speedup, rep.training_speedup_ci = round(train.point, 4), train.ci
@@ -172,7 +191,7 @@ def _fill_sizes(reports: dict[str, ModeReport], series: dict[str, Series], works
         return
     for mode, s in series.items():
         w = works.get(mode)
-        if mode == "fp32" or w is None or w.at_size is None or not s.rounds:
+        if mode == "fp32" or w is None or w.at_size is None or not s.rounds or not _may_be_recommended(reports[mode], s):
             continue
         say(f"measure sizes {mode}")
         table = measure_sizes(mode, lambda m, n, w=w: (base if m == "fp32" else w).at_size(n), sizes)
@@ -180,6 +199,12 @@ def _fill_sizes(reports: dict[str, ModeReport], series: dict[str, Series], works
         rep.speedup_by_size_detail = table
         rep.speedup_by_size = {n: v["speedup"] for n, v in table.items() if "speedup" in v} or None
         rep.speedup_by_size_ci = {n: v["ci"] for n, v in table.items() if "speedup" in v} or None
+
+
+def _may_be_recommended(rep: ModeReport, s: Series) -> bool:
+    """Accelerated kernels and a training step that is not slower: a size table could matter to it."""
+    train = rep.training_speedup_ci
+    return bool(rep.accelerated) and not s.screened and not (train and train[1] <= 1 / ACCEL_THRESHOLD)
 
 
 def _training_faster(rep: ModeReport) -> bool:

@@ -19,7 +19,9 @@ def doctor_selftests():
         assert m.speedup is not None and m.speedup > 0
         if mode != "fp32":
             low, high = m.speedup_ci
-            assert low <= m.speedup <= high and m.rounds >= 2 and m.training_speedup is not None
+            assert low <= m.speedup <= high and m.rounds >= 2
+            # the screen look decides a many times slower mode on its matmul: no training step timed (#41)
+            assert m.training_speedup is not None or (m.stopped == "decided: slower" and "not timed" in m.reason)
     assert "inf gradient skipped, scale 256 -> 128" in rep.modes["fp16"].selftest_detail
     assert "float32 output layer" in rep.modes["bf16"].selftest_detail
     assert rep.framework == "tensorflow"

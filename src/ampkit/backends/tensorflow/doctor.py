@@ -96,8 +96,9 @@ class TensorFlowDoctor:
 
         return auto_fingerprint_tf(cpu=not target.accelerator)
 
-    def doctor_variants(self, supported, target, say) -> dict[str, dict]:
-        """tf_keras's mixed-precision path self-tested beside Keras 3's, where tf_keras is installed."""
+    def doctor_variants(self, supported, target, say, *, thorough: bool = False) -> dict[str, dict]:
+        """tf_keras's mixed-precision path self-tested beside Keras 3's, where tf_keras is installed:
+        always where ``tf.keras`` is tf_keras (``TF_USE_LEGACY_KERAS=1``), else only when ``thorough``."""
         from . import keras2
 
-        return keras2.variants(supported, selftest, say)
+        return keras2.variants(supported, selftest, say, thorough=thorough)

@@ -46,6 +46,26 @@ def _block(keras, seq: int, d: int):
     return keras.Model(inputs, keras.layers.Dense(10, dtype="float32")(h))
 
 
+def _lazy(make):
+    """A step built (model, optimizer, the traced ``tf.function``: seconds) on its first call, which is
+    the doctor's warm-up: a mode the screen look decides slower never builds its training steps."""
+    step = []
+
+    def call():
+        if not step:
+            logger = import_tf().get_logger()
+            level = logger.level
+            logger.setLevel("ERROR")  # one tf.function per model by design: TF's "retracing" warning does not apply
+            try:
+                step.append(make())
+            finally:
+                logger.setLevel(level)
+            return None  # built and traced (measure._Timed then warms it up with a second call)
+        return step[0]()
+    call.builds_on_first_call = True
+    return call
+
+
 def _train_step(mode: str, build, x, y):
     from .keras_engine import MixedPrecision
 
@@ -79,8 +99,8 @@ def training(mode: str, s: dict) -> dict:
     x_seq = tf.random.stateless_normal((b2, seq, d), seed=(2, 2))
     y1 = tf.constant([i % 10 for i in range(bs)])
     y2 = tf.constant([i % 10 for i in range(b2)])
-    return {"train_convnet": (_train_step(mode, lambda: _conv_net(keras, c, hw), x_img, y1), None),
-            "train_transformer": (_train_step(mode, lambda: _block(keras, seq, d), x_seq, y2), None)}
+    return {"train_convnet": (_lazy(lambda: _train_step(mode, lambda: _conv_net(keras, c, hw), x_img, y1)), None),
+            "train_transformer": (_lazy(lambda: _train_step(mode, lambda: _block(keras, seq, d), x_seq, y2)), None)}
 
 
 def work(mode: str, gpu: bool) -> Work:

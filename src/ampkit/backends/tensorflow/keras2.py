@@ -33,10 +33,22 @@ def selftest_variant(supported_modes, selftest) -> dict | None:
     return {"label": f"tf_keras {tf_keras_version()}", "version": tf_keras_version(), "modes": modes}
 
 
-def variants(supported_modes, selftest, say) -> dict[str, dict]:
+#: why a tf_keras self-test was deferred (the doctor without ``--thorough``, where tf.keras is Keras 3)
+DEFERRED = ("self-test deferred: tf.keras is Keras 3 here, and tf_keras's path cannot change the recommendation "
+            "(`ampkit doctor --thorough`, or TF_USE_LEGACY_KERAS=1, runs it)")
+
+
+def variants(supported_modes, selftest, say, *, thorough: bool = True) -> dict[str, dict]:
     """The doctor report's ``variants`` for TensorFlow: ``{"tf_keras": ...}`` where tf_keras is
-    installed (``say`` hears that its self-test runs), else ``{}``."""
+    installed (``say`` hears that its self-test runs), else ``{}``. Unless ``thorough`` or ``tf.keras``
+    is tf_keras, the self-test is deferred and the entry says so (``"deferred"``, no modes)."""
     if not tf_keras_installed():
         return {}
+    if not thorough:
+        from .flavor import TF_KERAS, tf_keras_target
+
+        if not tf_keras_target().startswith(TF_KERAS):
+            version = tf_keras_version()
+            return {"tf_keras": {"label": f"tf_keras {version}", "version": version, "modes": {}, "deferred": DEFERRED}}
     say("tf_keras self-test")
     return {"tf_keras": selftest_variant(supported_modes, selftest)}

@@ -14,6 +14,7 @@ from ...errors import one_line
 from ...precision import get_precision
 from . import doctor_work, tf32_probe
 from .devices import auto_fingerprint, mode_support
+from .doctor_ops import PlainSGD
 from .engine import MixedPrecision
 
 __all__ = ["ACCEL_THRESHOLD", "TorchDoctor", "selftest"]
@@ -42,7 +43,7 @@ def _selftest_training(mode: str, device: torch.device) -> tuple[str, str]:
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).to(device)
     seen: list[torch.dtype] = []
     hooks = [m.register_forward_hook(lambda mod, i, o: seen.append(o.dtype)) for m in model if isinstance(m, nn.Linear)]
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = PlainSGD(model.parameters(), lr=0.1)  # not torch.optim: see PlainSGD
     mp = MixedPrecision(mode, device, init_scale=2.0**8, model=model)
     x = torch.randn(16, 32, device=device)
     y = torch.randint(0, 8, (16,), device=device)
@@ -125,5 +126,5 @@ class TorchDoctor:
     def auto_fingerprint(self, target) -> dict:
         return auto_fingerprint(torch.device(target.device))
 
-    def doctor_variants(self, supported, target, say) -> dict[str, dict]:
+    def doctor_variants(self, supported, target, say, *, thorough: bool = False) -> dict[str, dict]:
         return {}  # one PyTorch: nothing beside the main table

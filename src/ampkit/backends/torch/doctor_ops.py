@@ -9,6 +9,7 @@ Kept apart from :mod:`.doctor_work` (which trains through ``ampkit.MixedPrecisio
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 
 import torch
 import torch.nn as nn
@@ -77,6 +78,48 @@ def conv_op(mode: str, device: torch.device, shape: tuple) -> tuple:
     if device.type == "cuda":
         x, k = x.to(memory_format=torch.channels_last), k.to(memory_format=torch.channels_last)
     return _in_mode(mode, lambda: F.conv2d(x, k, padding=1)), 2.0 * bs * cout * cin * 9 * h * w
+
+
+class PlainSGD:
+    """Plain SGD (``p -= lr * grad``) with what the engine and ``torch.amp.GradScaler`` ask of an
+    optimizer: ``param_groups``, ``step()``, ``zero_grad(set_to_none=True)`` and step post-hooks.
+
+    Why not ``torch.optim.SGD``: a process's first torch optimizer imports ``torch._dynamo``
+    (``Optimizer.add_param_group`` is wrapped by ``torch._disable_dynamo``): about a second on a CPU,
+    a third of ``import torch`` again, which the doctor (and ``auto``'s quick check) must not pay to
+    learn what a precision does. The engine's path is the same as for any for-loop optimizer
+    (GradScaler unscales ``param_groups`` and calls ``step()`` only when no inf was found)."""
+
+    _step_supports_amp_scaling = False
+
+    def __init__(self, params, lr: float):
+        self.param_groups = [{"params": [p for p in params if p.requires_grad], "lr": lr}]
+        self.state: dict = {}
+        self._post_hooks: OrderedDict = OrderedDict()  # RemovableHandle holds it by weak reference
+
+    def step(self) -> None:
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.add_(p.grad, alpha=-group["lr"])
+        for hook in list(self._post_hooks.values()):
+            hook(self, (), {})
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+
+    def register_step_post_hook(self, hook):
+        from torch.utils.hooks import RemovableHandle
+
+        handle = RemovableHandle(self._post_hooks)
+        self._post_hooks[handle.id] = hook
+        return handle
 
 
 class Block(nn.Module):

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from ...doctor.measure import Work
 from .doctor_ops import Block as _Block
+from .doctor_ops import PlainSGD, conv_op, matmul_op, measuring_threads, size_work
 from .doctor_ops import conv_net as _conv_net
-from .doctor_ops import conv_op, matmul_op, measuring_threads, size_work
 from .engine import MixedPrecision
 from .timing import clock_for
 
@@ -40,8 +40,9 @@ def _train_step(model: nn.Module, x: torch.Tensor, mode: str, device: torch.devi
     torch.manual_seed(0)
     model = model.to(device)
     y = torch.randint(0, 10, (x.shape[0],), device=device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     mp = MixedPrecision(mode, device, model=model)
+    # torch.optim would import torch._dynamo (PlainSGD); fp8 imports torchao, which imports it anyway
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3) if mode == "fp8" else PlainSGD(model.parameters(), lr=1e-3)
 
     def step():  # autocast forward, (scaled) backward, unscale + step + update: no host sync here
         with mp.autocast():

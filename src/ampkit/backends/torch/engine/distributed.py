@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 
@@ -18,7 +19,7 @@ __all__ = ["is_fsdp", "scaling_for_model", "no_gradient_sync", "clip_grad_norm"]
 
 def is_fsdp(model) -> bool:
     """Whether ``model`` is sharded by FSDP1 (``FullyShardedDataParallel``) or FSDP2 (``fully_shard``)."""
-    if model is None:
+    if model is None or "torch.distributed.fsdp" not in sys.modules:  # never imported: nothing is sharded by it
         return False
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel

@@ -12,6 +12,7 @@ by ``verify``). Nothing is recorded, and nothing costs anything, in the steps af
 
 from __future__ import annotations
 
+import sys
 import weakref
 
 import torch
@@ -61,7 +62,11 @@ def _weight_dtype(module) -> torch.dtype | None:
 
 
 def fsdp_units(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, object]]:
-    """(name, module, its FSDP2 param group) for every FSDP2 unit of ``model`` that holds parameters."""
+    """(name, module, its FSDP2 param group) for every FSDP2 unit of ``model`` that holds parameters.
+    Empty where FSDP was never imported: no model can be sharded by it then, and importing it costs
+    seconds (torch.distributed.tensor, sympy) on a first step that needs none of it."""
+    if "torch.distributed.fsdp" not in sys.modules:
+        return []
     try:
         from torch.distributed.fsdp import FSDPModule
     except Exception:  # pragma: no cover - torch without distributed
