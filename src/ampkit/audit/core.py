@@ -166,8 +166,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
                                            "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
                                _scale(fit if fit and fit >= 1 else None) or bf16_code))
-    # gradient underflow at this loss scale
-    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
+    # gradient underflow at this loss scale (none when the parameters' gradients, measured, show it costs nothing)
+    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)
+             and not parameter_gradients_hold(layers, fmt)]
     suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
     for lay in under:
         if mode == "fp16":
@@ -207,6 +208,15 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            SEVERITY["precision"], fp32_hint(lay.name)))
     out.sort(key=lambda f: f.severity)
     return out, suggested
+
+
+def parameter_gradients_hold(layers: list[LayerStats], fmt: FloatFormat) -> bool:
+    """Whether every layer with parameters got gradients within the format's precision threshold of the
+    float32 reference's (``param_grad_rel_error``, measured by the backend on the unscaled gradients the
+    optimizer applies): then values lost in gradients w.r.t. outputs cost the step nothing, and no
+    underflow finding (nor "train in bf16") is raised for them. False when any is not measured."""
+    errs = [lay.param_grad_rel_error for lay in layers if lay.param_grad_amax]
+    return bool(errs) and all(e is not None and e <= precision_threshold(fmt) for e in errs)
 
 
 def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:

@@ -50,6 +50,9 @@ class LayerStats:
     #: {"params": [qualified names], "loss_scale": S}: parameters whose gradient was inf/NaN in a measured pass
     #: (at the audited scale or one the scaler backed off from), S the largest such scale
     param_grad_overflow: dict | None = None
+    #: ||its parameters' unscaled gradients - the float32 reference's|| / ||reference's||: what the optimizer
+    #: gets, the measure of whether a gradient underflow matters (None: not measured)
+    param_grad_rel_error: float | None = None
     # accumulators (not serialised)
     _fwd_nz: float = field(default=0.0, repr=False)
     _fwd_under: float = field(default=0.0, repr=False)

@@ -253,7 +253,7 @@ class KerasAuditSession:
                 grads = tape.gradient(loss, [*flat, *params.variables])
         n = len(flat)
         return ([_np(t) for t in flat], [None if g is None else _np(g) for g in grads[:n]], [t.dtype.name for t in flat],
-                params.reduce(grads[n:]))
+                params.reduce(grads[n:], None if scale is None else self.ref_params.last, scale or 1.0))
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         step_seed = self.seed * 7919 + step

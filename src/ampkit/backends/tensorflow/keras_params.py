@@ -39,34 +39,47 @@ class ParamGrads:
                 owner.setdefault(id(v), i)
         self.owner = [owner.get(id(v)) for v in self.variables]
         self.names = [variable_name(v) for v in self.variables]
+        self.last: list = []
 
     def __len__(self) -> int:
         return len(self.variables)
 
-    @staticmethod
-    def reduce(grads) -> np.ndarray:
-        """``(n, 2)`` float64: each gradient's amax (float32, NaN ignored) and its count of inf/NaN
-        (0 for a variable the loss does not reach). One host read for all of them."""
+    def reduce(self, grads, against=None, scale: float = 1.0) -> np.ndarray:
+        """``(n, 4)`` float64: each gradient's amax (float32, NaN ignored), its count of inf/NaN (0 for a
+        variable the loss does not reach), and against the reference's gradients ``against`` (the
+        float32 pass's, kept in :attr:`last`) ``||g / scale - ref||**2`` and ``||ref||**2`` (0 without).
+        One host read for all of them; the gradients are kept in :attr:`last` until the next call."""
         tf = import_tf()
+        self.last = list(grads)
         if not grads:
-            return np.zeros((0, 2))
+            return np.zeros((0, 4))
         rows = []
-        for g in grads:
+        for j, g in enumerate(grads):
             if g is None:
-                rows.append(tf.zeros((2,), tf.float32))
+                rows.append(tf.zeros((4,), tf.float32))
                 continue
-            if isinstance(g, tf.IndexedSlices):  # an Embedding's gradient: only the rows it saw
-                g = g.values
-            g = tf.cast(g, tf.float32)
+            g = _dense(g, tf)
             finite = tf.math.is_finite(g)
             amax = tf.reduce_max(tf.where(finite, tf.abs(g), tf.zeros_like(g))) if tf.size(g) > 0 else tf.constant(0.0)
             bad = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.float32))
-            rows.append(tf.stack([amax, bad]))
+            ref = against[j] if against is not None else None
+            if ref is None or tuple(ref.shape) != tuple(g.shape):
+                rows.append(tf.stack([amax, bad, 0.0, 0.0]))
+                continue
+            ref = _dense(ref, tf)
+            diff = g / scale - ref
+            rows.append(tf.stack([amax, bad, tf.reduce_sum(diff * diff), tf.reduce_sum(ref * ref)]))
         return tf.stack(rows).numpy().astype(np.float64)
 
     def bad_names(self, reduced: np.ndarray, layer: int) -> list[str]:
         """The variables of ``layer`` whose gradient held inf/NaN."""
         return [n for n, o, r in zip(self.names, self.owner, reduced) if o == layer and r[1] > 0]
+
+
+def _dense(g, tf):
+    if isinstance(g, tf.IndexedSlices):  # an Embedding's gradient: as the dense tensor the optimizer applies
+        g = tf.convert_to_tensor(g)
+    return tf.cast(g, tf.float32)
 
 
 class ParamLedger:
@@ -96,6 +109,10 @@ class ParamLedger:
             amax = float(max(reference[j][0] for j in mine))
             st.param_grad_amax = amax if st.param_grad_amax is None else max(st.param_grad_amax, amax)
             st.param_grad_nonfinite += int(sum(audited[j][1] for j in mine))
+            diff2, ref2 = sum(audited[j][2] for j in mine), sum(audited[j][3] for j in mine)
+            if ref2 > 0 and not any(audited[j][1] for j in mine):  # its gradients as the optimizer gets them
+                err = float(np.sqrt(diff2 / ref2))
+                st.param_grad_rel_error = err if st.param_grad_rel_error is None else max(st.param_grad_rel_error, err)
             if i in self.overflow:
                 names, top = self.overflow[i]
                 st.param_grad_overflow = {"params": list(names), "loss_scale": top}
