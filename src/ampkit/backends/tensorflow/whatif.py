@@ -9,10 +9,10 @@ the owning layer's ``param_grad_amax`` (what LossScaleOptimizer checks: a kernel
 the batch, sets the top of the loss-scale range where it exceeds every output gradient). A custom
 layer's own code is replayed with its operations recorded (:func:`.keras_origin.inner_amax`): its
 ``fwd.amax`` is the largest of its output and the tensors its ``call`` computes between its
-sublayers, so unscaled attention scores that overflow fp16 are predicted at that layer. Summaries are the neutral :class:`~ampkit.audit.whatif.TensorSummary`,
-computed here with numpy: the exponent histogram from ``np.frexp``, rounding and fp8 quantization
-as ``ml_dtypes`` round trips (float16, bfloat16, float8_e4m3fn, float8_e5m2). Nothing of a tensor
-is kept past its summary.
+sublayers, so unscaled attention scores that overflow fp16 are predicted at that layer.
+Summaries are the neutral :class:`~ampkit.audit.whatif.TensorSummary`, computed here with numpy:
+the exponent histogram from ``np.frexp``, rounding and fp8 quantization as ``ml_dtypes`` round
+trips (float16, bfloat16, float8_e4m3fn, float8_e5m2). Nothing of a tensor is kept past its summary.
 """
 
 from __future__ import annotations
