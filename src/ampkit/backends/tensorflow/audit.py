@@ -15,7 +15,9 @@ The relative error of a layer is norm-based, ``||audited - reference|| / max(||r
 (:func:`relative_error`), over all of the layer's output values. Functional and Sequential models
 are supported (subclassed models expose no per-layer outputs), of Keras 3 or of Keras 2 (tf_keras):
 each is audited and trained with its own Keras's mixed-precision API, and the fix for a layer is
-given as code for that Keras (:func:`keras_fp32_hint`).
+given as code for that Keras (:func:`keras_fp32_hint`). The same tape gives every trainable variable's
+gradient, what LossScaleOptimizer checks (:mod:`.keras_params`); a forward failure is looked at inside
+its layer, operation by operation (:mod:`.keras_origin`).
 """
 
 from __future__ import annotations
