@@ -218,10 +218,10 @@ def kernel_gradient(flavor: str) -> None:
 
 def harmless_underflow(flavor: str) -> None:
     """Half the batch weighs 1e-10 in the loss: its share of the gradients w.r.t. outputs is lost in fp16
-    at 2**15 (over 5%: an underflow finding until now, "train in bf16" when no scale fits), yet the
+    at 2**15 (over 5%: an underflow warning until now, "train in bf16" when no scale fits), yet the
     kernel gradients, sums over the batch dominated by the other half, are within fp16's precision of
-    float32 (measured: param_grad_rel_error): no underflow finding. With the whole batch at 1e-10 the
-    kernel gradients are lost too, and the finding stays."""
+    float32 (measured: param_grad_rel_error): the underflow is a note saying so, never "train in bf16".
+    With the whole batch at 1e-10 the kernel gradients are lost too, and the warning stays."""
     import tensorflow as tf
 
     from ampkit.backends.tensorflow.audit import audit_keras
@@ -244,10 +244,13 @@ def harmless_underflow(flavor: str) -> None:
     assert max(lay.grad_lost_frac for lay in half.layers) > 0.05, [lay.grad_lost_frac for lay in half.layers]
     errs = {lay.name: lay.param_grad_rel_error for lay in half.layers if lay.param_grad_amax}
     assert errs and all(e is not None and e < 0.031 for e in errs.values()), errs
-    assert not [f for f in half.findings if f.kind == "underflow"], [f.advice for f in half.findings]
+    notes = [f for f in half.findings if f.kind == "underflow"]
+    assert notes and all(f.level == "note" and "bf16" not in f.advice and "within" in f.advice for f in notes), \
+        [(f.level, f.advice) for f in notes]
+    assert not [f for f in half.findings if f.level != "note" and f.kind != "contract"], half.findings
     tiny = audit_keras(build, x, y, weighted([1e-10] * 64), mode="fp16", loss_scale=2.0**15)
     assert max(lay.param_grad_rel_error for lay in tiny.layers if lay.param_grad_amax) > 0.031
-    assert [f for f in tiny.findings if f.kind == "underflow"], tiny.findings
+    assert [f for f in tiny.findings if f.kind == "underflow" and f.level == "warning"], tiny.findings
     print(f"{flavor} harmless underflow: ok (kernel gradients within {max(errs.values()):.2%} of float32)")
 
 
