@@ -153,19 +153,25 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     # gradient underflow at this loss scale
     under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
     suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
+    held = parameter_gradients_hold(layers, fmt) if under else None
     for lay in under:
-        if mode == "fp16":
+        if held is not None:  # measured: what the optimizer gets is fine, so a note, and never "train in bf16"
+            fix = (f"the parameters' gradients the optimizer gets stay within {held:.2%} of float32 (measured), so "
+                   "this costs the step little" + (f"; {init_arg}={suggested:g} would lose less" if suggested else ""))
+        elif mode == "fp16":
             fix = (f"the loss scale {scale:g} is too small for this model; {init_arg}={suggested:g} would fit "
                    "(or train in bf16)" if suggested else
                    "no single loss scale fits both its smallest and largest gradients: train in bf16")
         else:
             fix = "keep this module in float32"
+        code = _scale(suggested) if held is not None else \
+            (_scale(suggested) or bf16_code) if mode == "fp16" else fp32_hint(lay.name)
         out.append(Finding(lay.name, "underflow",
                            f"{lay.grad_lost_frac:.0%} of its nonzero gradients are lost at loss scale {scale:g}: "
                            f"flushed to zero or below {lost_below(fmt):.2g} in {fmt.name}, where fewer than {LOST_BITS} "
                            f"significant bits remain ({lay.grad_underflow_frac:.0%} below the smallest normal "
-                           f"{fmt.smallest_normal:.2g}): {fix}", SEVERITY["underflow"],
-                           (_scale(suggested) or bf16_code) if mode == "fp16" else fp32_hint(lay.name)))
+                           f"{fmt.smallest_normal:.2g}): {fix}",
+                           SEVERITY["precision"] if held is not None else SEVERITY["underflow"], code))
     for lay in layers:
         if lay.fwd_lost_frac > UNDERFLOW_THRESHOLD and lay.leaf and lay.in_format(fmt):
             out.append(Finding(lay.name, "underflow",
@@ -192,6 +198,18 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     out = once_per_cause(out, layers, reference_nonfinite, UNDERFLOW_THRESHOLD)
     out.sort(key=lambda f: f.severity)
     return out, suggested
+
+
+def parameter_gradients_hold(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
+    """The largest relative error of a layer's parameter gradients against the float32 reference's
+    (``param_grad_rel_error``, measured by the backend on the unscaled gradients the optimizer applies)
+    when every layer with parameters is within the format's precision threshold, else None (also when
+    any is not measured). Then values lost in gradients w.r.t. outputs cost the step little: the
+    underflow is a note, and its advice never "train in bf16" (whose gradients are coarser still)."""
+    errs = [lay.param_grad_rel_error for lay in layers if lay.param_grad_amax]
+    if not errs or any(e is None or e > precision_threshold(fmt) for e in errs):
+        return None
+    return max(errs)
 
 
 def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:

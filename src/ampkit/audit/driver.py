@@ -98,7 +98,7 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         outcome = session.measure(step, scale)
         # GradScaler's / LossScaleOptimizer's own start: gradients that overflow only at the scale
         # make it skip the step and halve the scale; unless the scale was given, the audit does too
-        while (mode == "fp16" and not scale_fixed and outcome.backward_nonfinite and not outcome.forward_nonfinite
+        while (mode == "fp16" and not scale_fixed and outcome.skips and not outcome.forward_nonfinite
                and not outcome.reference_nonfinite and scale / 2 >= 1.0):
             scale /= 2
             backoffs += 1
@@ -135,6 +135,7 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         report.initial_loss_scale, report.skipped_steps = initial_scale, backoffs
         notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs))
     report.note = "; ".join(notes) or None
+    report.input = getattr(session, "input", None)  # what the batch was drawn as, when the backend says
     return report
 
 
@@ -166,6 +167,7 @@ def run_whatif(session, config: AuditConfig, framework: str = "") -> AuditReport
     report = AuditReport("fp32", scale, layers, None, [], session.device, config.steps, session.environment(),
                          session.workload, interrupted=stop_requested(), steps_completed=done)
     report.what_if = predictions
+    report.input = getattr(session, "input", None)
     report.note = "; ".join(["what-if: float32 steps only; fp16, bf16 and fp8 predicted from them", *session.notes])
     return report
 

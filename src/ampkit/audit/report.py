@@ -44,6 +44,16 @@ class LayerStats:
     calls: int = 0
     leaf: bool = True
     fp8: dict | None = None                # --mode fp8: the Linear's fp8 errors, casts and advice (torch audit_fp8)
+    # its own parameters' gradients (what the scaler checks before the optimizer; None: it has none, or not measured)
+    param_grad_amax: float | None = None           # the float32 reference's, max over its parameters
+    param_grad_headroom_log2: float | None = None  # log2(format max / (amax * loss scale))
+    param_grad_nonfinite: int = 0                  # inf/NaN in its parameters' gradients at the audited loss scale
+    #: {"params": [qualified names], "loss_scale": S}: parameters whose gradient was inf/NaN in a measured pass
+    #: (at the audited scale or one the scaler backed off from), S the largest such scale
+    param_grad_overflow: dict | None = None
+    #: ||its parameters' unscaled gradients - the float32 reference's|| / ||reference's||: what the optimizer
+    #: gets, the measure of whether a gradient underflow matters (None: not measured)
+    param_grad_rel_error: float | None = None
     # accumulators (not serialised)
     _fwd_nz: float = field(default=0.0, repr=False)
     _fwd_under: float = field(default=0.0, repr=False)
@@ -127,6 +137,7 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
     initial_loss_scale: float | None = None  # fp16 without a fixed scale: where the scaler started...
     skipped_steps: int = 0                   # ...and the steps it skipped (halving) before loss_scale
     what_if: dict | None = None              # --what-if: {format: prediction} (ampkit.audit.whatif)
+    input: dict | None = None                # what the audit fed: {"kind", "range": [lo, hi] | None, "why"}
 
     @property
     def failed(self) -> bool:
@@ -142,6 +153,7 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
                         initial_loss_scale=self.initial_loss_scale or self.loss_scale,
                         skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error,
                         **({"what_if": self.what_if} if self.what_if is not None else {}),
+                        **({"input": self.input} if self.input is not None else {}),
                         **({"verdict": "not_measured", "not_measured": self.not_measured} if self.not_measured else {}))
 
     @property
@@ -191,4 +203,4 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
                    d.get("reference_nonfinite", False), d.get("suggested_loss_scale"), d.get("resolved_from"),
                    d.get("note"), bool(d.get("interrupted", False)), d.get("steps_completed"),
                    d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0,
-                   what_if)
+                   what_if, d.get("input") if isinstance(d.get("input"), dict) else None)

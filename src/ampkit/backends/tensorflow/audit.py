@@ -15,7 +15,9 @@ The relative error of a layer is norm-based, ``||audited - reference|| / max(||r
 (:func:`relative_error`), over all of the layer's output values. Functional and Sequential models
 are supported (subclassed models expose no per-layer outputs), of Keras 3 or of Keras 2 (tf_keras):
 each is audited and trained with its own Keras's mixed-precision API, and the fix for a layer is
-given as code for that Keras (:func:`keras_fp32_hint`).
+given as code for that Keras (:func:`keras_fp32_hint`). The same tape gives every trainable variable's
+gradient, what LossScaleOptimizer checks (:mod:`.keras_params`); a forward failure is looked at inside
+its layer, operation by operation (:mod:`.keras_origin`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError
 from ...formats import BF16, FloatFormat
 from .common import import_tf, tf_device_name, tf_environment
+from .keras_origin import composite, fp32_code, origin_of
+from .keras_params import ParamGrads, ParamLedger
 
 #: Keras's LossScaleOptimizer's default initial_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**15
@@ -61,6 +65,15 @@ def keras_fp32_hint(name: str, flavor=None) -> str:
     from .flavor import keras3
 
     return (flavor or keras3()).fp32_layer_code(name)
+
+
+def layer_fp32_hint(model, flavor, name: str) -> str:
+    """:func:`keras_fp32_hint`, for a layer holding sublayers every one of them (:func:`.keras_origin.fp32_code`)."""
+    try:
+        lay = model.get_layer(name)
+    except (ValueError, KeyError):
+        lay = None
+    return fp32_code(name, flavor, lay is not None and composite(lay))
 
 
 def keras_scale_code(scale: float, flavor=None) -> str:
@@ -205,11 +218,14 @@ class KerasAuditSession:
             self.aud = build_model()
         self.flavor = flavor_of(self.aud) or keras3()
         self.aud.set_weights(self.ref.get_weights())
-        _, ref_counts, self.ref_inter, _ = _outputs_model(self.ref)
+        ref_layers, ref_counts, self.ref_inter, _ = _outputs_model(self.ref)
         aud_layers, self.counts, self.aud_inter, self.sources = _outputs_model(self.aud)
-        if self.counts != ref_counts:
+        self.params, self.ref_params = ParamGrads(aud_layers, self.aud_inter), ParamGrads(ref_layers, self.ref_inter)
+        if self.counts != ref_counts or len(self.params) != len(self.ref_params):
             raise UsageError("the model's factory built different models under float32 and the mode's policy; "
                              "the audit needs it to build the same model each time")
+        self.ledger = ParamLedger(self.params)
+        self.aud_layers, self.ref_layers = aud_layers, ref_layers
         self.names = [lay.name for lay in aud_layers]
         self.stats = {n: LayerStats(n, type(lay).__name__) for n, lay in zip(self.names, aud_layers)}
         self.rng = MatchedRandomness()
@@ -223,10 +239,11 @@ class KerasAuditSession:
             self._engines[scale] = MixedPrecision(self.mode, initial_scale=scale, keras="keras")
         return self._engines[scale]
 
-    def _pass(self, model, engine, step_seed: int, scale: float | None) -> tuple[list, list, list]:
+    def _pass(self, model, engine, step_seed: int, scale: float | None, params) -> tuple[list, list, list, np.ndarray]:
         """A forward and backward as training runs, with this step's random draws, in ``engine``'s
         scope: outputs, gradients (of the loss times ``scale``, as LossScaleOptimizer scales it;
-        None: the loss itself) and the outputs' dtypes."""
+        None: the loss itself), the outputs' dtypes, and the variables' gradients reduced
+        (:meth:`.keras_params.ParamGrads.reduce`: amax and inf/NaN count each)."""
         tf = import_tf()
         with self.rng.active():
             self.rng.start(step_seed)
@@ -235,28 +252,48 @@ class KerasAuditSession:
                     flat = _call(model, self.x)
                     loss = self.loss_fn(self.y, flat[-1])
                     loss = loss if scale is None else loss * scale
-                grads = tape.gradient(loss, flat)
-        return [_np(t) for t in flat], [None if g is None else _np(g) for g in grads], [t.dtype.name for t in flat]
+                grads = tape.gradient(loss, [*flat, *params.variables])
+        n = len(flat)
+        return ([_np(t) for t in flat], [None if g is None else _np(g) for g in grads[:n]], [t.dtype.name for t in flat],
+                params.reduce(grads[n:], None if scale is None else self.ref_params.last, scale or 1.0))
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         step_seed = self.seed * 7919 + step
         if self._step != step:  # the reference, once per step (a back-off retry reuses it)
             self.ref.set_weights(self.aud.get_weights())  # weights and moving statistics: both passes start alike
             # the reference runs with TF32 off, as fp32 means
-            self.flat_r, self.grads_r, _ = self._pass(self.ref_inter, self.mp_ref, step_seed, None)
+            self.flat_r, self.grads_r, _, self.vars_r = self._pass(self.ref_inter, self.mp_ref, step_seed, None,
+                                                                   self.ref_params)
             self._step = step
         before = _snapshot(self.aud)
-        self.flat_a, self.grads_a, self.dtypes = self._pass(self.aud_inter, self._engine(scale), step_seed, scale)
+        self.flat_a, self.grads_a, self.dtypes, self.vars_a = self._pass(self.aud_inter, self._engine(scale),
+                                                                         step_seed, scale, self.params)
         _restore(before)  # the audit's pass updated moving statistics: the training step does that
         self.scale = scale
+        self.ledger.saw(self.vars_a, scale)
+        first = self._first(step_seed)
+        params_bad = bool((self.vars_a[:, 1] > 0).any()) if len(self.params) else False
+        ref_bad = _nonfinite(self.flat_r) or _nonfinite(self.grads_r) or bool((self.vars_r[:, 1] > 0).any())
+        return StepOutcome(_nonfinite(self.flat_a), _nonfinite(self.grads_a) or params_bad, ref_bad, first,
+                           params_nonfinite=params_bad)
+
+    def _first(self, step_seed: int) -> dict | None:
+        """Where the audited pass first held inf/NaN (:mod:`.keras_origin` looks inside a forward's layer)."""
         outs_a, g_a = _split(self.flat_a, self.counts), _split(self.grads_a, self.counts)
-        fwd_bad = next((n for n, a in zip(self.names, outs_a) if _nonfinite(a)), None)
-        # backward order: the last layer's gradient comes first
-        bwd_bad = next((n for n, g in reversed(list(zip(self.names, g_a))) if _nonfinite(g)), None)
-        first = {"name": fwd_bad, "phase": "forward"} if fwd_bad else \
-            ({"name": bwd_bad, "phase": "backward"} if bwd_bad else None)
-        return StepOutcome(_nonfinite(self.flat_a), _nonfinite(self.grads_a),
-                           _nonfinite(self.flat_r) or _nonfinite(self.grads_r), first)
+        outs_r = _split(self.flat_r, self.counts)
+        fwd = next((i for i, a in enumerate(outs_a) if _nonfinite(a)), None)
+        if fwd is not None:
+            return {"name": self.names[fwd], "phase": "forward", "op": None, "in_reference": _nonfinite(outs_r[fwd]),
+                    **origin_of(self, fwd, step_seed)}
+        # backward order: the last layer's gradient comes first; a layer's variables' after its output's
+        for i in reversed(range(len(self.names))):
+            bad = self.params.bad_names(self.vars_a, i)
+            if _nonfinite(g_a[i]) or bad:
+                first = {"name": self.names[i], "phase": "backward", "op": None,
+                         "in_reference": bool(self.ref_params.bad_names(self.vars_r, i))
+                         or _nonfinite(_split(self.grads_r, self.counts)[i])}
+                return {**first, "param": bad[0]} if bad and not _nonfinite(g_a[i]) else first
+        return None
 
     def rewind(self) -> None:
         """Nothing to undo: the audited pass put the model's state back and left no gradients."""
@@ -293,6 +330,7 @@ class KerasAuditSession:
                 st.count_grad(int(gnz.sum()), int((gnz & (g * scale < fmt.smallest_normal)).sum()),
                               int((gnz & (g * scale < lost_fwd)).sum()))
             st.grad_nonfinite += sum(int((~np.isfinite(t)).sum()) for t in g_a[i] if t is not None)
+        self.ledger.record([self.stats[n] for n in self.names], self.vars_r, self.vars_a)
 
     def train(self, scale: float) -> None:
         # one training step in the mode (a fresh optimizer keeps the loss scale where it was asked);
@@ -308,8 +346,14 @@ class KerasAuditSession:
         return [self.stats[n] for n in self.names]
 
     def advice(self) -> Advice:
-        return Advice(partial(keras_fp32_hint, flavor=self.flavor), "LossScaleOptimizer", "initial_scale",
+        return Advice(partial(layer_fp32_hint, self.aud, self.flavor), "LossScaleOptimizer", "initial_scale",
                       partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")')
+
+    def contract_findings(self) -> list:
+        """A float16/bfloat16 output layer and float16 variables (:func:`.keras_contract.audit_findings`)."""
+        from .keras_contract import audit_findings
+
+        return audit_findings(self.aud, self.mode, partial(layer_fp32_hint, self.aud, self.flavor))
 
     def environment(self) -> dict:
         return tf_environment(self.flavor)
@@ -343,5 +387,8 @@ class TensorFlowAudit:
         loss = probe.keras_loss()
         if isinstance(loss, str):
             loss = probe.flavor.module.losses.get(loss)
-        return session(lambda: build_tf_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
-                       lr=probe.lr, name=probe.name, seed=config.seed)
+        opened = session(lambda: build_tf_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
+                         lr=probe.lr, name=probe.name, seed=config.seed,
+                         notes=(f"input: {probe.input['why']}",) if probe.input and probe.input["kind"] != "normal" else ())
+        opened.input = dict(probe.input or {"kind": "normal", "range": None, "why": "standard-normal values"})
+        return opened

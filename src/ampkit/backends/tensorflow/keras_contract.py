@@ -64,27 +64,7 @@ def verify(model, compute_dtype: str, mode: str, optimizer=None) -> list[dict]:
     findings = []
     outputs = {id(lay) for lay in _output_layers(model)}
     for layer in layers_of(model):
-        expected, actual, advice = [], [], []
-        low_vars = [v for v in _own_variables(layer) if _dtype(v) in LOW]
-        if low_vars:
-            names = ", ".join(getattr(v, "path", None) or v.name for v in low_vars[:3])
-            expected.append("float32 variables (master weights)")
-            actual.append(f"{_dtype(low_vars[0])} variables ({names}{', ...' if len(low_vars) > 3 else ''})")
-            advice.append("keep variables float32: give the layer a mixed policy (mixed_float16/mixed_bfloat16) "
-                          "or float32, not a bare float16/bfloat16 dtype")
-        compute = None if _is_input(layer) else getattr(layer, "compute_dtype", None)  # an input computes nothing
-        if id(layer) in outputs and compute in LOW:
-            expected.append("float32 compute (the output layer)")
-            actual.append(f"{compute} compute")
-            advice.append(fp32_hint(model, layer))
-        elif compute in LOW and compute != compute_dtype:
-            expected.append(f"{compute_dtype} compute (mode {mode})")
-            actual.append(f"{compute} compute")
-            advice.append("build the model inside mp.scope() so the layer takes the mode's policy "
-                          "(a layer given an explicit dtype keeps it)")
-        if expected:
-            findings.append({"where": f"layer {layer.name!r}" + (" (output)" if id(layer) in outputs else ""),
-                             "expected": "; ".join(expected), "actual": "; ".join(actual), "advice": "; ".join(advice)})
+        findings += verify_layer(layer, compute_dtype, mode, id(layer) in outputs)
     unapplied = policy_unapplied_finding(model, compute_dtype, mode)
     if unapplied:
         findings.append(unapplied)
@@ -92,6 +72,32 @@ def verify(model, compute_dtype: str, mode: str, optimizer=None) -> list[dict]:
     if scaling:
         findings.append(scaling)
     return findings
+
+
+def verify_layer(layer, compute_dtype: str, mode: str, is_output: bool) -> list[dict]:
+    """One layer's breaches of the contract (at most one finding)."""
+    expected, actual, advice = [], [], []
+    low_vars = [v for v in _own_variables(layer) if _dtype(v) in LOW]
+    if low_vars:
+        names = ", ".join(getattr(v, "path", None) or v.name for v in low_vars[:3])
+        expected.append("float32 variables (master weights)")
+        actual.append(f"{_dtype(low_vars[0])} variables ({names}{', ...' if len(low_vars) > 3 else ''})")
+        advice.append("keep variables float32: give the layer a mixed policy (mixed_float16/mixed_bfloat16) "
+                      "or float32, not a bare float16/bfloat16 dtype")
+    compute = None if _is_input(layer) else getattr(layer, "compute_dtype", None)  # an input computes nothing
+    if is_output and compute in LOW:
+        expected.append("float32 compute (the output layer)")
+        actual.append(f"{compute} compute")
+        advice.append(fp32_hint(None, layer))
+    elif compute in LOW and compute != compute_dtype:
+        expected.append(f"{compute_dtype} compute (mode {mode})")
+        actual.append(f"{compute} compute")
+        advice.append("build the model inside mp.scope() so the layer takes the mode's policy "
+                      "(a layer given an explicit dtype keeps it)")
+    if not expected:
+        return []
+    return [{"where": f"layer {layer.name!r}" + (" (output)" if is_output else ""),
+             "expected": "; ".join(expected), "actual": "; ".join(actual), "advice": "; ".join(advice)}]
 
 
 def _is_input(layer) -> bool:
@@ -127,3 +133,24 @@ def loss_scaling_finding(model, optimizer=None) -> dict | None:
             "actual": f"{type(opt).__name__} without loss scaling; float16 layers: {shown}",
             "advice": "wrap it: mp.optimizer(opt) (any mode: it scales when the model computes in float16); "
                       "small float16 gradients underflow to zero without it"}
+
+
+def audit_findings(model, mode: str, fp32_hint) -> list:
+    """The contract of the audited model as ``ampkit audit`` findings of kind ``"contract"``: an output
+    layer computing in float16/bfloat16 (keras.applications' softmax under ``mixed_float16``: the
+    probabilities and the loss's log lose precision, and small ones flush), float16 variables. Each
+    names its layer, with ``fp32_hint(name)`` as the code for an output layer."""
+    from ...audit.report import SEVERITY, Finding
+
+    compute = {"fp16": "float16", "bf16": "bfloat16"}.get(mode)
+    if compute is None:
+        return []
+    outputs = {id(lay): lay.name for lay in _output_layers(model)}
+    found = []
+    for layer in layers_of(model):
+        name = layer.name
+        for f in verify_layer(layer, compute, mode, id(layer) in outputs):
+            code = fp32_hint(name) if "output layer" in f["expected"] else None
+            found.append(Finding(name, "contract", f"expected {f['expected']}, found {f['actual']}: {f['advice']}",
+                                 SEVERITY["contract"], code))
+    return found

@@ -4,10 +4,15 @@ The model is built once, under the float32 policy. Each step runs it as training
 (``training=True``, the audit's matched random draws per step), takes the gradient of the loss
 w.r.t. every layer's output and the trainable variables in one tape, summarizes each layer's
 output and output gradient, and the input of every Dense/EinsumDense (what Keras 3's float8
-quantizes), then applies SGD. Summaries are the neutral :class:`~ampkit.audit.whatif.TensorSummary`,
-computed here with numpy: the exponent histogram from ``np.frexp``, rounding and fp8 quantization
-as ``ml_dtypes`` round trips (float16, bfloat16, float8_e4m3fn, float8_e5m2). Nothing of a tensor
-is kept past its summary.
+quantizes), then applies SGD. The same tape gives every trainable variable's gradient: its amax is
+the owning layer's ``param_grad_amax`` (what LossScaleOptimizer checks: a kernel gradient, a sum over
+the batch, sets the top of the loss-scale range where it exceeds every output gradient). A custom
+layer's own code is replayed with its operations recorded (:func:`.keras_origin.inner_amax`): its
+``fwd.amax`` is the largest of its output and the tensors its ``call`` computes between its
+sublayers, so unscaled attention scores that overflow fp16 are predicted at that layer.
+Summaries are the neutral :class:`~ampkit.audit.whatif.TensorSummary`, computed here with numpy:
+the exponent histogram from ``np.frexp``, rounding and fp8 quantization as ``ml_dtypes`` round
+trips (float16, bfloat16, float8_e4m3fn, float8_e5m2). Nothing of a tensor is kept past its summary.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import numpy as np
 from ...audit.core import Advice
 from ...audit.whatif import EMIN, FP8_ROWS, HIST_SAMPLE, NBINS, SAMPLE, ModuleSummary, TensorSummary
 from ...formats import FP8_E4M3, FP8_E5M2
-from .audit import DEFAULT_LOSS_SCALE, TensorFlowAudit, _call, _np, _outputs_model, _split, keras_fp32_hint, keras_scale_code
+from .audit import DEFAULT_LOSS_SCALE, TensorFlowAudit, _call, _np, _outputs_model, _split, keras_scale_code, layer_fp32_hint
 from .common import import_tf, tf_device_name, tf_environment
+from .keras_origin import inner_amax, is_custom
+from .keras_params import ParamGrads
 
 _ROUND = (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16))
 _FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, FP8_E4M3), "e5m2": (ml_dtypes.float8_e5m2, FP8_E5M2)}
@@ -119,6 +126,9 @@ class KerasWhatIfSession:
         self.flavor = flavor_of(self.model) or keras3()
         layers, self.counts, self.inter, self.sources = _outputs_model(self.model)
         self.mods = [ModuleSummary(lay.name, type(lay).__name__) for lay in layers]
+        self.params = ParamGrads(layers, self.inter)
+        #: custom layers (and Keras's own with sublayers) whose own code is replayed with its operations recorded
+        self.inside = {i: lay for i, lay in enumerate(layers) if is_custom(lay) and self.sources[i] is not None}
         self.fp8 = [type(lay).__name__ in FP8_LAYERS for lay in layers]
         self.rng = MatchedRandomness()
         self.opt = None
@@ -133,7 +143,7 @@ class KerasWhatIfSession:
                 with tf.GradientTape() as tape:
                     flat = _call(self.inter, self.x)
                     loss = self.loss_fn(self.y, flat[-1])
-                grads = tape.gradient(loss, [*flat, *variables])
+                grads = tape.gradient(loss, [*flat, *self.params.variables])
         if self.scale_limit is None and step == 0:
             self._loss_in_fp16(tf, flat[-1])
         outs = [_np(t) for t in flat]
@@ -151,11 +161,20 @@ class KerasWhatIfSession:
                 inp = outs[src[0]] if src[0] >= 0 else x_in[0]
                 m.fp8_input = m.fp8_input or TensorSummary()
                 m.fp8_input.merge(summarize(inp, "e4m3", basic=False))
+            if i in self.inside:  # what its own code computes between its sublayers (an attention's scores)
+                inner, _ = inner_amax(self.inside[i], [outs[j] if j >= 0 else x_in[0] for j in src],
+                                      self.mp.scope(), self.flavor.legacy)
+                m.fwd.amax = max(m.fwd.amax, inner) if math.isfinite(inner) else inner
+        reduced = self.params.reduce(grads[len(flat):])
+        for j, owner in enumerate(self.params.owner):
+            if owner is not None:
+                self.mods[owner].param_grad_amax = max(self.mods[owner].param_grad_amax, float(reduced[j][0]))
         if variables:
             if self.opt is None:
                 with self.mp.scope():
                     self.opt = self.flavor.module.optimizers.SGD(self.lr)
-            self.opt.apply_gradients([(g, v) for g, v in zip(grads[len(flat):], variables) if g is not None])
+            self.opt.apply_gradients([(g, v) for g, v in zip(grads[len(flat):], self.params.variables)
+                                      if g is not None])
 
     def _loss_in_fp16(self, tf, output) -> None:
         """Whether the loss function computes in float16 on a float16 output (tf_keras's losses do;
@@ -173,7 +192,7 @@ class KerasWhatIfSession:
         return list(self.mods)
 
     def advice(self) -> Advice:
-        return Advice(partial(keras_fp32_hint, flavor=self.flavor), "LossScaleOptimizer", "initial_scale",
+        return Advice(partial(layer_fp32_hint, self.model, self.flavor), "LossScaleOptimizer", "initial_scale",
                       partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")',
                       partial(keras_fp8_code, flavor=self.flavor))
 

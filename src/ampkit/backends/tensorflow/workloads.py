@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import UsageError
 from .flavor import Flavor, flavor_of, keras3
+from .keras_inputs import input_plan, make_inputs
 
 TF_WORKLOADS = ("mlp", "cnn", "resnet50", "bert-base")
 
@@ -45,6 +46,7 @@ class KerasWorkload:
     lr: float = 1e-4
     input_shape: tuple | None = None   # per sample (a bare model: given or read from the model)
     num_classes: int | None = None
+    input: dict | None = None          # what make_batch feeds (.keras_inputs.input_plan; None: N(0, 1))
 
     @property
     def flavor(self) -> Flavor:
@@ -65,13 +67,13 @@ class KerasWorkload:
 
 
 def _classification(shape, classes, target_shape=(), loss="sparse_categorical_crossentropy_logits",
-                    one_unit=False):
-    """Standard-normal inputs and targets for ``loss``: class indices in ``[0, classes)`` of shape
-    ``(n, *target_shape)``; for binary cross-entropy 0/1 (``one_unit``: one output) or one-hot floats
-    (multi-label sigmoid outputs)."""
+                    one_unit=False, plan=None):
+    """Standard-normal inputs (or as ``plan`` says: :func:`.keras_inputs.make_inputs`) and targets for
+    ``loss``: class indices in ``[0, classes)`` of shape ``(n, *target_shape)``; for binary cross-entropy
+    0/1 (``one_unit``: one output) or one-hot floats (multi-label sigmoid outputs)."""
     def make(n, seed):
         rng = np.random.default_rng(seed)
-        x = rng.standard_normal((n, *shape)).astype("float32")
+        x = make_inputs(plan, rng, n, shape) if plan else rng.standard_normal((n, *shape)).astype("float32")
         if loss.startswith("binary"):
             if one_unit:  # one output unit: a 0/1 target of the output's shape
                 return x, rng.integers(0, 2, (n, *target_shape, 1)).astype("float32")
@@ -138,7 +140,8 @@ def _bert_base(seq: int = 128, vocab: int = 30522, hidden: int = 768, layers: in
         x = rng.integers(0, vocab, (n, seq)).astype("int32")
         return x, rng.integers(0, vocab, (n, seq))
 
-    return KerasWorkload(keras.Model(ids, out), make, name="bert-base", batch_size=32)
+    return KerasWorkload(keras.Model(ids, out), make, name="bert-base", batch_size=32,
+                         input={"kind": "token_ids", "range": [0, vocab - 1], "why": "uniform valid token ids"})
 
 
 _BUILTIN = {"mlp": _mlp, "cnn": _cnn, "resnet50": _resnet50, "bert-base": _bert_base}
@@ -317,8 +320,9 @@ def bare_model_workload(model, model_spec: str, input_shape=None, num_classes: i
         raise UsageError(f"--num-classes {num_classes} contradicts {model_spec}, whose output has "
                          f"{1 if one_unit else classes} unit(s) ({_loss_words(loss)}, {classes} classes): "
                          "drop --num-classes or make it match")
-    return KerasWorkload(model, _classification(shape, classes, target_shape, loss, one_unit), loss=loss,
-                         name=model_spec, input_shape=shape, num_classes=classes)
+    plan = input_plan(model)
+    return KerasWorkload(model, _classification(shape, classes, target_shape, loss, one_unit, plan), loss=loss,
+                         name=model_spec, input_shape=shape, num_classes=classes, input=plan)
 
 
 def _loss_words(loss: str) -> str:
