@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import tempfile
@@ -122,6 +123,9 @@ def atomic_path(path: str):
     it is removed. For writers that want a file name (matplotlib's savefig)."""
     if os.path.islink(path):  # write through a link to its target (os.replace would swap the link itself)
         path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        yield path  # a device or a FIFO (/dev/null, /dev/full, a pipe): written into, never replaced by a file
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     os.close(fd)
@@ -155,14 +159,21 @@ def reserve_stdout() -> None:
     global _reserved_fd
     if _reserved_fd is not None or not _may_reserve:
         return
+    if sys.stdout is None:  # started with stdout closed: nothing to keep (writing it fails, and is salvaged)
+        return
     sys.stdout.flush()
-    _reserved_fd = os.dup(1)
+    try:
+        _reserved_fd = os.dup(1)
+    except OSError:
+        return
     os.dup2(2, 1)
 
 
 def write_stdout(text: str) -> None:
     """Write the document to the real stdout (the reserved copy when :func:`reserve_stdout` ran)."""
     if _reserved_fd is None:
+        if sys.stdout is None:  # a closed stdout: an OS-level failure like a full one (outputs.salvage)
+            raise OSError(errno.EBADF, "stdout is closed")
         sys.stdout.write(text)
         sys.stdout.flush()
         return

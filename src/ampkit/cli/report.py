@@ -38,7 +38,7 @@ def run(args) -> int:
     import os
     import sys
 
-    from ..outputs import check_distinct, check_output, check_output_dir, salvage, write_text
+    from ..outputs import check_distinct, check_output, check_output_dir, salvage, write_stdout, write_text
     from ..report import build, load_all
     from ..report import render as render_report
 
@@ -73,8 +73,7 @@ def run(args) -> int:
 
         def write_md(path: str) -> None:
             if path == "-":
-                sys.stdout.write(text)
-                sys.stdout.flush()
+                write_stdout(text)
             else:
                 write_text(path, text)
 
