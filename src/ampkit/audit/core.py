@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FloatFormat
+from .gradients import fitting_scale, param_findings, set_param_headroom
 from .report import SEVERITY, Finding, LayerStats
 
 #: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
@@ -60,10 +61,13 @@ def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) ->
     return float(dist / max(ref_norm, floor))
 
 
-def backoff_note(scaler: str, initial: float, final: float, skipped: int) -> str:
+def backoff_note(scaler: str, initial: float, final: float, skipped: int, params: list[str] | None = None) -> str:
     """What a default fp16 run does at its start, said as the audit saw it (not a finding: it is how
-    dynamic loss scaling is meant to work)."""
-    return (f"at {scaler}'s initial scale {initial:g} some gradients overflow fp16, as dynamic loss scaling "
+    dynamic loss scaling is meant to work). ``params``: the parameters whose gradient overflowed."""
+    which = ""
+    if params:
+        which = f" (the gradient of {', '.join(params[:3])}{f' and {len(params) - 3} more' if len(params) > 3 else ''})"
+    return (f"at {scaler}'s initial scale {initial:g} some gradients overflow fp16{which}, as dynamic loss scaling "
             f"expects: a default run skips its first {skipped} step(s), halving the scale each time, and trains at "
             f"{final:g}; the audit follows it and reports loss scale {final:g}")
 
@@ -122,6 +126,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     out: list[Finding] = []
     for lay in layers:
         lay.grad_headroom_log2 = fmt.headroom_log2(lay.grad_amax * scale) if lay.grad_amax else math.inf
+    set_param_headroom(layers, fmt, scale)
     if first_nonfinite is not None:
         name, phase = first_nonfinite["name"], first_nonfinite["phase"]
         lay = by_name.get(name)
@@ -137,7 +142,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                       + (" or train in bf16, which has float32's range" if mode == "fp16" else ""))
             code = fp32_hint(name)
         else:
-            advice = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
+            where = (f"the gradient of its parameter {first_nonfinite['param']}" if first_nonfinite.get("param") else
+                     "the backward")
+            advice = (f"the first inf/NaN appears in {where} of {name or '(model)'} at loss scale {scale:g}: "
                       + (f"{scaler} skips such a step and halves the scale; if it happens every step, lower "
                          f"{init_arg} or train in bf16" if mode == "fp16" else
                          "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
@@ -166,9 +173,11 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
                                            "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
                                _scale(fit if fit and fit >= 1 else None) or bf16_code))
+    # parameter gradients at this loss scale: what the scaler itself checks (ampkit.audit.gradients)
+    out += param_findings(layers, fmt, mode, scale, scaler, init_arg, scale_code)
     # gradient underflow at this loss scale
     under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
-    suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
+    suggested = _suggest_scale(layers, fmt, scale) if under and mode == "fp16" else None
     for lay in under:
         if mode == "fp16":
             fix = (f"the loss scale {scale:g} is too small for this model; {init_arg}={suggested:g} would fit "
@@ -209,17 +218,19 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     return out, suggested
 
 
-def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
-    """A power-of-two scale lifting the gradients above the smallest normal without overflow.
+def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat, scale: float) -> float | None:
+    """A power-of-two scale above ``scale`` lifting the gradients above the smallest normal without overflow.
 
-    Judged from magnitudes only: the smallest gradient amax must land above the smallest normal
-    with 2**10 to spare, the largest must stay 2 bits below the max. None when no scale fits.
+    Judged from magnitudes only: the smallest gradient amax should land above the smallest normal
+    with 2**10 to spare; the largest gradient -- w.r.t. an output or of a parameter, which a scaler
+    checks -- must stay 2 bits below the max (:func:`~ampkit.audit.gradients.fitting_scale`). When
+    ``scale`` already lifts the smallest amax, the largest scale that fits, if above ``scale``. None
+    when no scale above ``scale`` fits: a smaller one loses more, so none is suggested.
     """
     amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0]
-    if not amaxes:
+    hi = fitting_scale(layers, fmt)
+    if not amaxes or hi is None:
         return None
-    lo = fmt.smallest_normal * 2**10 / min(amaxes)
-    hi = fmt.max_finite / 4 / max(amaxes)
-    if lo > hi:
-        return None
-    return float(2 ** math.ceil(math.log2(lo)))
+    lo = float(2 ** math.ceil(math.log2(fmt.smallest_normal * 2**10 / min(amaxes))))
+    best = lo if lo > scale else hi
+    return best if scale < best <= hi else None

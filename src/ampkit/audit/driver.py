@@ -23,6 +23,7 @@ from ..isolation import PartialResult, run_isolated, stop_requested
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
 from .fp8 import fp8_findings
+from .gradients import backoff_params, scale_that_fits
 from .ops import AuditSession, LiveModel
 from .report import AuditReport
 
@@ -96,7 +97,7 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         outcome = session.measure(step, scale)
         # GradScaler's / LossScaleOptimizer's own start: gradients that overflow only at the scale
         # make it skip the step and halve the scale; unless the scale was given, the audit does too
-        while (mode == "fp16" and not scale_fixed and outcome.backward_nonfinite and not outcome.forward_nonfinite
+        while (mode == "fp16" and not scale_fixed and outcome.skips and not outcome.forward_nonfinite
                and not outcome.reference_nonfinite and scale / 2 >= 1.0):
             scale /= 2
             backoffs += 1
@@ -129,7 +130,8 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         notes += [note] if note else []
     if backoffs:
         report.initial_loss_scale, report.skipped_steps = initial_scale, backoffs
-        notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs))
+        notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs, backoff_params(layers)))
+    report.suggested_loss_scale = scale_that_fits(layers, fmt, mode, scale, backoffs, suggested)
     report.note = "; ".join(notes) or None
     return report
 

@@ -48,12 +48,21 @@ class LiveModel:
 class StepOutcome:
     """What one measured step saw: inf/NaN in the audited pass's forward, in its backward, in the
     float32 reference; and where the audited pass first held one (``{"name", "phase"}``: the
-    forward's first, else the module whose backward produced it), or None."""
+    forward's first, else the module whose backward produced it, with ``"param"`` when only a
+    parameter's gradient held it), or None."""
 
     forward_nonfinite: bool
     backward_nonfinite: bool
     reference_nonfinite: bool
     first_nonfinite: dict | None = None
+    #: whether a parameter's gradient held inf/NaN: exactly what makes the framework's scaler skip the
+    #: step (GradScaler.unscale_, LossScaleOptimizer); None: not measured, ``backward_nonfinite`` stands for it
+    params_nonfinite: bool | None = None
+
+    @property
+    def skips(self) -> bool:
+        """Whether a real fp16 step with a dynamic scaler skips this step."""
+        return self.backward_nonfinite if self.params_nonfinite is None else self.params_nonfinite
 
 
 @runtime_checkable

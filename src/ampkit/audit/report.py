@@ -43,6 +43,13 @@ class LayerStats:
     calls: int = 0
     leaf: bool = True
     fp8: dict | None = None                # --mode fp8: the Linear's fp8 errors, casts and advice (torch audit_fp8)
+    # its own parameters' gradients (what the scaler checks before the optimizer; None: it has none, or not measured)
+    param_grad_amax: float | None = None           # the float32 reference's, max over its parameters
+    param_grad_headroom_log2: float | None = None  # log2(format max / (amax * loss scale))
+    param_grad_nonfinite: int = 0                  # inf/NaN in its parameters' gradients at the audited loss scale
+    #: {"params": [qualified names], "loss_scale": S}: parameters whose gradient was inf/NaN in a measured pass
+    #: (at the audited scale or one the scaler backed off from), S the largest such scale
+    param_grad_overflow: dict | None = None
     # accumulators (not serialised)
     _fwd_nz: float = field(default=0.0, repr=False)
     _fwd_under: float = field(default=0.0, repr=False)

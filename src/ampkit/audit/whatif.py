@@ -148,6 +148,8 @@ class ModuleSummary:
     fwd: TensorSummary = field(default_factory=TensorSummary)
     grad: TensorSummary = field(default_factory=TensorSummary)
     fp8_input: TensorSummary | None = None
+    #: the largest gradient of its own parameters (what a loss scaler checks); 0: none, or not observed
+    param_grad_amax: float = 0.0
 
     @property
     def fp8_eligible(self) -> bool:
@@ -188,7 +190,8 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
                "grad_underflow_frac": _r(g.share_below(fmt.smallest_normal, scale)),
                "grad_lost_frac": _r(g.share_below(lost_below(fmt), scale)),
                "grad_flushed_frac": _r(g.share_below(2.0**-25, scale)),
-               "grad_overflow": bool(g.amax * scale >= inf_at), "reasons": []}
+               "grad_overflow": bool(g.amax * scale >= inf_at), "param_grad_amax": _r(m.param_grad_amax),
+               "param_grad_overflow": bool(m.param_grad_amax * scale >= inf_at), "reasons": []}
         if over:
             row["reasons"].append("overflow")
             if first is None:
@@ -203,7 +206,9 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
         if r["reasons"] and not (inner and r["reasons"] == ["overflow"]):
             flagged.append(r["name"])
     lo = hi = None
-    gmax = max((m.grad.amax for m in leaves), default=0.0)
+    # the largest gradient a scaled backward holds: w.r.t. an output or of a parameter (a weight
+    # gradient, a sum over the batch, can be far larger than any output's): a scale beyond it skips
+    gmax = max([m.grad.amax for m in leaves] + [m.param_grad_amax for m in mods], default=0.0)
     for k in SCALE_EXPONENTS:
         s = 2.0**k
         if gmax * s >= inf_at or (scale_limit is not None and s > scale_limit):
@@ -213,7 +218,8 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
                 m.grad.share_below(lost_below(fmt), s) <= UNDERFLOW_THRESHOLD for m in leaves):
             lo = s
     if first is None and gmax * 1.0 >= inf_at:  # gradients overflow even unscaled
-        first_g = next((m for m in reversed(leaves) if m.grad.amax >= inf_at), None)
+        first_g = next((m for m in reversed(mods) if m.param_grad_amax >= inf_at or (m.leaf and m.grad.amax >= inf_at)),
+                       None)
         first, first_phase = (first_g.name, "backward") if first_g else (None, None)
     rng = [lo, hi] if lo is not None and hi is not None else None
     by_scale = {str(2**k): _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}

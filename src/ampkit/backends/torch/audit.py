@@ -29,6 +29,7 @@ from .engine import MixedPrecision
 from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
+from .numerics.params import ParamGrads, add_param_stats, param_origin
 from .numerics.probes import InputProbe, StepProbe
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
@@ -38,20 +39,24 @@ from .workloads import Workload, build_workload, cross_entropy
 DEFAULT_LOSS_SCALE = 2.0**16
 
 
-def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe) -> tuple[list, dict]:
+def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe, params: ParamGrads | None = None):
+    """One pass; the reference (``params`` given) returns its parameters' gradient amaxes too."""
     reference = probe.reference is None
+    param_amax: dict = {}
     with Recorder(model, probe.on_forward, probe.on_grad, grad_inputs=not reference) as rec:
         with mp.autocast():
             loss = workload.loss(batch)
         if reference:
-            # the reference needs gradients w.r.t. module outputs only: no weight gradients,
-            # which saves the weight-gradient matmuls of a full backward
+            # the reference takes gradients w.r.t. module outputs and parameters (the true gradients the
+            # scaled ones are judged by) in one call, leaving .grad alone
             targets = rec.grad_targets
-            if targets and loss.requires_grad:
-                torch.autograd.grad(loss, targets, allow_unused=True)
+            weights = params.tensors if params is not None else []
+            if (targets or weights) and loss.requires_grad:
+                grads = torch.autograd.grad(loss, [*targets, *weights], allow_unused=True)
+                param_amax = params.reference(grads[len(targets):]) if weights else {}
         else:
             mp.backward(loss)
-    return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types}
+    return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types, "param_amax": param_amax}
 
 
 def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
@@ -102,6 +107,7 @@ class _StepRun:
     events: list
     mp: MixedPrecision
     dtypes: dict
+    param_bad: dict    # {parameter name: inf/NaN count} of the audited pass's (scaled) .grad
 
     @property
     def forward_nonfinite(self) -> bool:
@@ -116,14 +122,14 @@ class _StepRun:
         return any(not math.isfinite(st[0]) for d in (self.ref_fwd, self.ref_grad) for v in d.values() for st in v)
 
 
-def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffers) -> _StepRun:
+def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffers, params: ParamGrads) -> _StepRun:
     """One step at loss scale ``scale``: the fp32 reference (same weights, same random numbers, no
     optimizer step; the buffers it updates, BatchNorm's running statistics, are put back), then the
     audited mode at that fixed scale (a fresh engine keeps the scale where it was asked); a pass
     that saw inf/NaN runs again counting them exactly. Gradients are left in ``.grad``."""
     ref_probe = StepProbe(fmt, scale, None)
     with _same_randomness(device, seed):
-        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
+        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe, params)
     _restore(buffers)
     model.zero_grad(set_to_none=True)
     ref_fwd, ref_grad, _ = ref_probe.host()
@@ -136,7 +142,7 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
         fwd, grad, events = probe.host()
         if exact or not probe.saw_nonfinite:
             return _StepRun(order2, order, meta, ref_fwd, ref_grad, fwd,
-                            grad, events, mp, probe.dtypes)
+                            grad, events, mp, probe.dtypes, params.nonfinite())
         exact = True
         _restore(buffers)
         model.zero_grad(set_to_none=True)
@@ -168,13 +174,16 @@ class TorchAuditSession:
         self._names: list[str] = []
         self._step, self._buffers, self._run, self._scale = None, None, None, 1.0
         self._contract: list | None = None  # the precision contract after the first trained step (#22)
+        self._params = ParamGrads(model)
+        self._param_overflow: dict[str, float] = {}  # parameter -> largest measured scale its gradient was inf/NaN at
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         if self._step != step:  # what the reference and each retry start from
             self._step, self._buffers = step, [(b, b.detach().clone()) for b in self.model.buffers()]
         args = (self.model, self.workload_obj, self.batch)
         try:
-            run = _audited_step(*args, self.mode, self.fmt, scale, self.dev, self.seed + step, self._buffers)
+            run = _audited_step(*args, self.mode, self.fmt, scale, self.dev, self.seed + step, self._buffers,
+                                self._params)
         except Exception as exc:
             _fails_in_fp32_too(*args, self.dev, self.seed + step, self._buffers, exc)
             raise
@@ -183,7 +192,12 @@ class TorchAuditSession:
                       if any(s[0] > 0 for s in run.fwd.get(k, []))), None)
         if first is None:
             first = origin_backward(run.events, run.meta["depth"], {k: i for i, k in enumerate(run.order)})
-        return StepOutcome(run.forward_nonfinite, run.backward_nonfinite, run.reference_nonfinite, first)
+        for name in run.param_bad:
+            self._param_overflow[name] = max(self._param_overflow.get(name, 0.0), scale)
+        if first is None and run.param_bad:  # only a parameter's gradient: what GradScaler alone would see
+            first = param_origin(run.param_bad)
+        return StepOutcome(run.forward_nonfinite, run.backward_nonfinite or bool(run.param_bad), run.reference_nonfinite,
+                           first, params_nonfinite=bool(run.param_bad))
 
     def rewind(self) -> None:
         _restore(self._buffers)
@@ -206,6 +220,7 @@ class TorchAuditSession:
         if not self._names:
             self._names = list(dict.fromkeys(name for name, _ in run.ref_order))
         _accumulate(layers, meta, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
+        add_param_stats(layers, meta["param_amax"], run.param_bad, self._param_overflow, self._scale)
         for name, kinds in run.dtypes.items():
             if name in layers:
                 merge_dtypes(layers[name], kinds)
