@@ -67,7 +67,12 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     try:
         session = backend.audit_session(config, target, live)
         try:
+            fed = getattr(session, "input", None)  # what the batch was (ampkit.audit.ops.AuditSession.input)
+            if config.data and (fed or {}).get("kind") != "data":  # never a silent default batch instead
+                raise UsageError(f"--data is not available for --framework {backend.name} yet: its audit session "
+                                 "does not read the user's batch")
             report = run_whatif(session, config, backend.name) if config.what_if else run_session(session, config)
+            report.input = fed
         finally:
             session.close()
     except UsageError:

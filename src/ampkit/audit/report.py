@@ -129,6 +129,9 @@ class AuditReport(Enveloped):
     initial_loss_scale: float | None = None  # fp16 without a fixed scale: where the scaler started...
     skipped_steps: int = 0                   # ...and the steps it skipped (halving) before loss_scale
     what_if: dict | None = None              # --what-if: {format: prediction} (ampkit.audit.whatif)
+    #: what the audited batch's inputs were: {"kind": "token_ids" | "normal(0,1)" | "data" | "given" |
+    #: "workload", "dtype", "shape", "min", "max", ...} ("range": [0, vocab) for token ids); None: not said
+    input: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -142,7 +145,7 @@ class AuditReport(Enveloped):
                         suggested_loss_scale=self.suggested_loss_scale, resolved_from=self.resolved_from,
                         note=self.note, interrupted=self.interrupted, steps_completed=self.completed,
                         initial_loss_scale=self.initial_loss_scale or self.loss_scale,
-                        skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error,
+                        skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error, input=self.input,
                         **({"what_if": self.what_if} if self.what_if is not None else {}))
 
     @property
@@ -177,4 +180,4 @@ class AuditReport(Enveloped):
                    d.get("reference_nonfinite", False), d.get("suggested_loss_scale"), d.get("resolved_from"),
                    d.get("note"), bool(d.get("interrupted", False)), d.get("steps_completed"),
                    d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0,
-                   what_if)
+                   what_if, d.get("input") if isinstance(d.get("input"), dict) else None)

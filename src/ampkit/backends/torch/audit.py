@@ -25,15 +25,17 @@ from ...audit.core import Advice, format_of, merge_dtypes, precision_threshold
 from ...audit.ops import StepOutcome
 from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError, one_line
+from .audit_batch import live_workload, session_inputs
 from .engine import MixedPrecision
 from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
+from .numerics.output import output_finding
 from .numerics.params import ParamGrads, add_param_stats, param_origin
 from .numerics.probes import InputProbe, StepProbe
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
-from .workloads import Workload, build_workload, cross_entropy
+from .workloads import Workload, cross_entropy
 
 #: GradScaler's default init_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**16
@@ -133,6 +135,7 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
     _restore(buffers)
     model.zero_grad(set_to_none=True)
     ref_fwd, ref_grad, _ = ref_probe.host()
+    meta["ref_dtypes"] = ref_probe.dtypes
     exact = False
     while True:
         mp = MixedPrecision(mode, device, init_scale=scale, model=model)
@@ -176,6 +179,7 @@ class TorchAuditSession:
         self._contract: list | None = None  # the precision contract after the first trained step (#22)
         self._params = ParamGrads(model)
         self._param_overflow: dict[str, float] = {}  # parameter -> largest measured scale its gradient was inf/NaN at
+        self._ref_out: set = set()  # the model output's dtypes in the float32 reference
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         if self._step != step:  # what the reference and each retry start from
@@ -221,6 +225,7 @@ class TorchAuditSession:
             self._names = list(dict.fromkeys(name for name, _ in run.ref_order))
         _accumulate(layers, meta, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
         add_param_stats(layers, meta["param_amax"], run.param_bad, self._param_overflow, self._scale)
+        self._ref_out |= meta["ref_dtypes"].get("", set())
         for name, kinds in run.dtypes.items():
             if name in layers:
                 merge_dtypes(layers[name], kinds)
@@ -240,8 +245,11 @@ class TorchAuditSession:
         return compile_check(self.model, self.batch[0], self.mode, self.fmt, self.dev, self.seed)
 
     def contract_findings(self) -> list:
-        """Findings of kind ``"contract"`` (engine.contract.audit_findings), read by the driver."""
-        return self._contract or []
+        """Findings of kind ``"contract"`` (engine.contract.audit_findings, and a low-precision output
+        layer: numerics.output), read by the driver."""
+        out = output_finding(self.layers(), self._ref_out, self.model, lambda n: module_expr(self.model, n),
+                             torch_fp32_hint(self.model, self.dev.type))
+        return (self._contract or []) + ([out] if out else [])
 
     def advice(self) -> Advice:
         kind = self.dev.type
@@ -333,24 +341,6 @@ def torch_fp32_hint(model: nn.Module, device_type: str):
     return hint
 
 
-#: the default batch of an audit of a zoo workload on a CPU: an audited step keeps a float32 copy of
-#: every module's output besides two graphs (measured: bert-base at batch 4, sequence 128, peaks at
-#: 4.5 GB; at its bench batch of 32 it was killed for memory on a 24 GiB machine)
-CPU_ZOO_AUDIT_BATCH = 4
-ZOO = ("resnet50", "vit_b_16", "bert-base", "gpt2")
-
-
-def audit_batch_size(workload: Workload, name: str | None, device) -> tuple[int, str | None]:
-    """The batch to audit at and a note when it is not the workload's own: the zoo's on a CPU is
-    capped (``--batch-size`` overrides it). Gradient magnitudes depend on the batch (a mean loss),
-    so the note says so."""
-    if device.type == "cpu" and name in ZOO and workload.batch_size > CPU_ZOO_AUDIT_BATCH:
-        return CPU_ZOO_AUDIT_BATCH, (f"audited at batch {CPU_ZOO_AUDIT_BATCH}, not {name}'s {workload.batch_size}, "
-                                     "to fit a CPU's memory; gradients scale with 1/batch, so pass --batch-size "
-                                     "to audit the batch you train with")
-    return workload.batch_size, None
-
-
 class TorchAudit:
     """:class:`ampkit.audit.ops.AuditOps` for PyTorch."""
 
@@ -366,27 +356,10 @@ class TorchAudit:
         if config.mode == "fp8" and not config.what_if:  # torchao's fp8 layers against bf16 and fp32: a session of its own
             from .audit_fp8 import Fp8AuditSession as cls
         if live is not None:
-            return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
-        workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,
-                                  seed=config.seed, seq_len=config.seq_len, image_size=config.image_size)
-        bs, note = ((config.batch_size, None) if config.batch_size
-                    else audit_batch_size(workload, config.workload, device))
-        batch = workload.make_batch(bs, device, torch.Generator().manual_seed(config.seed))
-        return cls(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else ())
-
-
-def _live_workload(live, device) -> tuple[Workload, Any]:
-    """The library's model or Workload on ``device``, and the batch to audit (a Workload makes its
-    own when none was given)."""
-    if isinstance(live.model, Workload):
-        workload = live.model
-        workload.model.to(device)
-        if live.batch is not None:
-            return workload, live.batch
-        return workload, workload.make_batch(workload.batch_size, device, torch.Generator().manual_seed(0))
-    if not isinstance(live.model, nn.Module):
-        raise UsageError(f"audit() takes a torch.nn.Module or an ampkit.Workload; received {type(live.model).__name__}")
-    if live.batch is None:
-        raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
-    batch = live.batch
-    return Workload(live.model.to(device), lambda *a: batch, loss_fn=live.loss_fn or cross_entropy), batch
+            workload, batch, fed = live_workload(live, device)
+            session = cls(workload, batch, config.mode, device, lr=live.lr, seed=config.seed)
+        else:
+            workload, batch, notes, fed = session_inputs(config, device)
+            session = cls(workload, batch, config.mode, device, seed=config.seed, notes=notes)
+        session.input = fed
+        return session
