@@ -116,6 +116,8 @@ def test_cli_document_says_what_was_fed(models):
              cwd=models)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["input"]["kind"] == "token_ids"
+    # stderr is a pipe here, as in a log: a plain line per pass, while it runs
+    assert "ampkit audit: step 1/1: float32 reference and bf16 measured (" in r.stderr
 
 
 def test_float_inputs_are_said_to_be_normal():

@@ -68,7 +68,7 @@ def run(args) -> int:
     backend = get_backend(framework)  # a missing framework: one line here, not from the child
     cause = None
     try:
-        report = driver.run(cfg, backend)
+        report = driver.run(cfg, backend, progress=True)  # a line per pass on stderr (a long audit in a log)
     except PartialResult as stopped:  # Ctrl-C or SIGTERM: the steps that finished are kept
         report, cause = stopped.result, stopped.cause
     return finish(report, args, con, render_audit.render, kept=f"the {report.completed} audited step(s) that finished",
