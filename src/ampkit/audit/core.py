@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FloatFormat
 from .gradients import fitting_scale, param_findings, set_param_headroom
+from .model_error import gradual_error_finding
 from .report import SEVERITY, Finding, LayerStats
 
 #: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
@@ -200,9 +201,10 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"], fp32_hint(lay.name)))
     # precision: leaf modules whose output differs from the fp32 reference by more than the format's
     # threshold and that make that error themselves (at least twice what their inputs bring: a module
-    # that passes on an upstream error is not the one to keep in float32)
+    # that passes on an upstream error is not the one to keep in float32); fp8's layers have their own
+    # advice against bf16 (ampkit.audit.fp8), not bf16's threshold
     for lay in layers:
-        if not (lay.leaf and lay.rel_error is not None and lay.rel_error > limit and lay.fwd_nonfinite == 0):
+        if mode == "fp8" or not (lay.leaf and lay.rel_error is not None and lay.rel_error > limit and lay.fwd_nonfinite == 0):
             continue
         received = lay.input_rel_error
         if received is not None and received * AMPLIFICATION > lay.rel_error:
@@ -214,6 +216,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            f"(findings from {PRECISION_UNITS}x, {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
                            f"mantissa this module cancels or amplifies rounding; keep it in float32: {_fp32(lay.name)}",
                            SEVERITY["precision"], fp32_hint(lay.name)))
+    # the model's output: an error far beyond the format's that grew without a module to name (.model_error)
+    gradual = gradual_error_finding(layers, fmt, mode, limit, rounding_unit(fmt), out)
+    out += [gradual] if gradual else []
     out.sort(key=lambda f: f.severity)
     return out, suggested
 
