@@ -42,3 +42,48 @@ def test_a_shallow_model_within_the_formats_error_has_no_such_finding():
     batch = torch.randn(6, 16, generator=g), torch.randint(0, 4, (6,), generator=g)
     rep = ampkit.audit(batchnorm_chain(depth=2), batch, mode="bf16", device="cpu")
     assert rep.output_rel_error < MODEL_UNITS * 2.0**-8 and rep.findings == []
+
+
+class OneTokenAttention(nn.Module):
+    """timm's Attention (qkv, q_norm/k_norm Identity, fused sdpa) over a single token, as mobilevit_xxs's
+    last stage runs at 64 px: the true q/k gradients are exactly zero, float32's are rounding noise."""
+
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.q_norm, self.k_norm, self.proj = nn.Linear(dim, 3 * dim), nn.Identity(), nn.Identity(), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        return self.proj(nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
+
+
+class OneTokenNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.attn, self.head = nn.Linear(16, 64), OneTokenAttention(), nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.head(self.attn(self.embed(x).unsqueeze(1)).squeeze(1))
+
+
+def test_float32_rounding_noise_is_not_lost_gradient(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    torch.manual_seed(0)
+    rep = ampkit.audit(OneTokenNet(), batch, mode="fp16", device="cpu")
+    lays = {lay.name: lay for lay in rep.layers}
+    q = lays["attn.q_norm"]
+    assert q.grad_lost_frac > 0.05  # fp16 at 65536 "loses" 18% of them...
+    assert q.grad_noise_frac == 1.0 and q.grad_signal_lost_frac == 0.0  # ...all of them noise against float64
+    assert lays["attn.qkv"].grad_noise_frac > 0.5 and lays["embed"].grad_noise_frac is None  # checked where needed
+    assert rep.findings == []
+    # without the float64 check the same measurement would be three underflow warnings and "train in bf16"
+    from ampkit.backends.torch import audit as torch_audit
+
+    monkeypatch.setattr(torch_audit, "noise_shares", lambda *a, **k: {})
+    torch.manual_seed(0)
+    rep = ampkit.audit(OneTokenNet(), batch, mode="fp16", device="cpu")
+    assert {f.layer for f in rep.findings if f.kind == "underflow"} >= {"attn.q_norm", "attn.k_norm"}

@@ -177,7 +177,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     # parameter gradients at this loss scale: what the scaler itself checks (ampkit.audit.gradients)
     out += param_findings(layers, fmt, mode, scale, scaler, init_arg, scale_code)
     # gradient underflow at this loss scale
-    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
+    under = [lay for lay in layers if lost_signal(lay) > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
     suggested = _suggest_scale(layers, fmt, scale) if under and mode == "fp16" else None
     for lay in under:
         if mode == "fp16":
@@ -187,7 +187,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         else:
             fix = "keep this module in float32"
         out.append(Finding(lay.name, "underflow",
-                           f"{lay.grad_lost_frac:.0%} of its nonzero gradients are lost at loss scale {scale:g}: "
+                           f"{lost_signal(lay):.0%} of its nonzero gradients are lost at loss scale {scale:g}"
+                           + (f" (besides {lay.grad_noise_frac:.0%} that are float32 rounding noise, against float64)"
+                              if lay.grad_noise_frac else "") + ": "
                            f"flushed to zero or below {lost_below(fmt):.2g} in {fmt.name}, where fewer than {LOST_BITS} "
                            f"significant bits remain ({lay.grad_underflow_frac:.0%} below the smallest normal "
                            f"{fmt.smallest_normal:.2g}): {fix}", SEVERITY["underflow"],
@@ -221,6 +223,13 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     out += [gradual] if gradual else []
     out.sort(key=lambda f: f.severity)
     return out, suggested
+
+
+def lost_signal(lay: LayerStats) -> float:
+    """The share of its nonzero gradients lost at the loss scale, rounding noise of float32 itself left
+    out where a float64 pass checked it (``grad_signal_lost_frac``): losing noise loses nothing."""
+    return lay.grad_lost_frac if lay.grad_signal_lost_frac is None else min(lay.grad_lost_frac,
+                                                                           lay.grad_signal_lost_frac)
 
 
 def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat, scale: float) -> float | None:

@@ -50,6 +50,11 @@ class LayerStats:
     #: {"params": [qualified names], "loss_scale": S}: parameters whose gradient was inf/NaN in a measured pass
     #: (at the audited scale or one the scaler backed off from), S the largest such scale
     param_grad_overflow: dict | None = None
+    #: of its nonzero float32 output gradients, the share that is rounding noise (off by half or more from a
+    #: float64 pass), and the share that is not noise yet lost at the loss scale; None: not checked (checked
+    #: only where the gradients' lost share is large enough for a finding)
+    grad_noise_frac: float | None = None
+    grad_signal_lost_frac: float | None = None
     # accumulators (not serialised)
     _fwd_nz: float = field(default=0.0, repr=False)
     _fwd_under: float = field(default=0.0, repr=False)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ...audit.core import Advice, format_of, merge_dtypes, precision_threshold
+from ...audit.core import UNDERFLOW_THRESHOLD, Advice, format_of, lost_below, merge_dtypes, precision_threshold
 from ...audit.ops import StepOutcome
 from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError, one_line
@@ -30,6 +30,7 @@ from .engine import MixedPrecision
 from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
+from .numerics.noise import noise_shares, underflow_candidates
 from .numerics.output import output_finding
 from .numerics.params import ParamGrads, add_param_stats, param_origin
 from .numerics.probes import InputProbe, StepProbe
@@ -180,6 +181,7 @@ class TorchAuditSession:
         self._params = ParamGrads(model)
         self._param_overflow: dict[str, float] = {}  # parameter -> largest measured scale its gradient was inf/NaN at
         self._ref_out: set = set()  # the model output's dtypes in the float32 reference
+        self._noise_checked: set = set()  # modules whose gradients were checked against float64
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         if self._step != step:  # what the reference and each retry start from
@@ -229,6 +231,20 @@ class TorchAuditSession:
         for name, kinds in run.dtypes.items():
             if name in layers:
                 merge_dtypes(layers[name], kinds)
+        self._check_noise(run)
+
+    def _check_noise(self, run) -> None:
+        """Underflow candidates' float32 gradients against float64, once per module (numerics.noise)."""
+        names = underflow_candidates(run.ref_grad, UNDERFLOW_THRESHOLD) - self._noise_checked
+        if not names:
+            return
+        self._noise_checked |= names
+        shares = noise_shares(self.model, self.workload_obj, self.batch, names, self.dev, self.seed + self._step,
+                              self._buffers, lost_below(self.fmt) / self._scale)
+        for name, (noise, lost) in shares.items():
+            lay = self._layers.get(name)
+            if lay is not None:
+                lay.grad_noise_frac, lay.grad_signal_lost_frac = noise, lost
 
     def train(self, scale: float) -> None:
         self._run.mp.step(self.opt, zero_grad=True)  # the engine of the measured pass: at ``scale``
