@@ -6,7 +6,7 @@ of many layers adds to it a little less than twice (measured on torchvision's re
 train mode, 2x2 feature maps: the output 17-18% from float32, 127 modules above the threshold, no
 module doubling its input's error). The verdict must not then be "healthy": when the model's output
 (the last layer, what every module's error adds up to) differs from the reference by more than the
-format's threshold and no module was named, this finding says so at the model level.
+format's threshold, modules exceed theirs and none was named, this finding says so at the model level.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ MODEL_UNITS = 32
 def gradual_error_finding(layers: list[LayerStats], fmt: FloatFormat, mode: str, limit: float, unit: float,
                           findings: list[Finding]) -> Finding | None:
     """The finding for a model whose output error exceeds :data:`MODEL_UNITS` rounding units (``unit``:
-    the format's) while no precision finding names a module, or None. ``limit``: the per-module
-    threshold, for the count of modules above it."""
+    the format's) while modules exceed the per-module threshold ``limit`` and no precision finding names
+    one of them (none doubles its inputs' error), or None."""
     if mode == "fp8" or not layers or any(f.kind in ("precision", "nonfinite") for f in findings):
         return None
     out = layers[-1]
@@ -33,6 +33,8 @@ def gradual_error_finding(layers: list[LayerStats], fmt: FloatFormat, mode: str,
     if err is None or err <= beyond or out.fwd_nonfinite:
         return None
     above = [lay for lay in layers if lay.leaf and lay.rel_error is not None and lay.rel_error > limit]
+    if not above:  # deep networks reach 30-35 units at their output with every module within its threshold
+        return None  # (torchvision resnet18, 32 px, batch 4, train mode: 35 in fp16, 29 in bf16): no finding
     grows = [lay for lay in layers if lay.leaf and lay.rel_error is not None and lay.rel_error > beyond]
     first = grows[0] if grows else None
     where = (f"; it passes {beyond:.1%} first at {first.type} {first.name} ({first.rel_error:.1%}), and {len(above)} "
