@@ -186,7 +186,8 @@ def _pass_line(step: int, config: AuditConfig, scale: float, outcome) -> str:
     """One pass said in words: the step, the mode and scale, and what a scaler would do with it."""
     at = f" at loss scale {scale:g}" if config.mode == "fp16" else ""
     seen = ("; inf/NaN in the forward" if outcome.forward_nonfinite else
-            "; a gradient is inf/NaN: a scaler skips this step" if outcome.skips else "")
+            "; a gradient is inf/NaN: a scaler skips this step" if outcome.skips and config.mode == "fp16" else
+            "; a gradient is inf/NaN" if outcome.skips else "")
     return f"step {step + 1}/{config.steps}: float32 reference and {config.mode}{at} measured{seen}"
 
 

@@ -4,7 +4,10 @@ Each step runs the model twice on the same batch and the same weights: an fp32 r
 (TF32 off) and the audited mode through ``ampkit.MixedPrecision`` at a FIXED loss scale. Hooks
 record, per module call: forward output magnitude, the share of the reference's nonzero values
 that the mode's format flushes to zero or subnormal, non-finite values, relative error against
-the reference; and the same for gradients w.r.t. module outputs, at the given loss scale.
+the reference; and the same for gradients w.r.t. module outputs, at the given loss scale. Parameter
+gradients are watched as ``GradScaler.unscale_`` checks them (:mod:`.numerics.params`): the reference
+takes the true ones (their amax), the audited pass's ``.grad`` is checked for inf/NaN, and a step
+with one is a step a real scaler skips.
 After the audited step the optimizer steps (through the engine), so later steps see later weights.
 
 Memory: the reference run's outputs are kept (float32) to compare against, so an audited step
