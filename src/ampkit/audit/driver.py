@@ -75,7 +75,6 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
             if config.data and (fed or {}).get("kind") != "data":  # never a silent default batch instead
                 raise UsageError(f"--data is not available for --framework {backend.name} yet: its audit session "
                                  "does not read the user's batch")
-            say(f"model and batch ready ({session.workload or 'model'} on {session.device})")
             report = (run_whatif(session, config, backend.name, say) if config.what_if else
                       run_session(session, config, say))
             report.input = fed

@@ -3,7 +3,8 @@
 An audit step is an fp32 reference and the audited pass (again at each halved scale while loss
 scaling backs off); a what-if step is one float32 step. Each is one line, with its time and the time
 since the audit started, written by the process that runs the passes (the CLI's isolated child) and
-flushed at once. The library (``ampkit.audit(...)``) prints nothing.
+flushed at once -- after the pass, never before: a model that fails in its first pass (bad input,
+a crash) still ends in the one ``ampkit: error:`` line. The library (``ampkit.audit(...)``) prints nothing.
 """
 
 from __future__ import annotations
