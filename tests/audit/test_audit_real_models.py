@@ -129,7 +129,8 @@ def test_advice_code_reaches_nested_modules_the_python_way():
 def test_default_fp16_scale_backs_off_like_gradscaler_and_a_fixed_scale_does_not():
     """Gradients of 1.5 overflow fp16 at GradScaler's 2**16 (98304 > 65504), not at 2**15: a default
     run skips one step and trains at 32768, which the audit reports without a finding; a scale the
-    user fixes is audited as given."""
+    user fixes is audited as given. One sample: the bias gradient (a sum over the batch, which GradScaler
+    checks too) is 1.5 as well -- at batch 8 it is 12, and a real step then skips down to 4096."""
     def loss(out, y):
         return out.float().sum() * 1.5
 
@@ -138,7 +139,13 @@ def test_default_fp16_scale_backs_off_like_gradscaler_and_a_fixed_scale_does_not
         return nn.Sequential(nn.Linear(16, 4))
 
     g = torch.Generator().manual_seed(0)
-    batch = torch.randn(8, 16, generator=g) * 0.1, None
+    batch = torch.randn(1, 16, generator=g) * 0.1, None
+    m, scaler = model(), torch.amp.GradScaler("cpu")  # a real default step on the same batch
+    with torch.autocast("cpu", dtype=torch.float16):
+        scaler.scale(loss(m(batch[0]), None)).backward()
+    scaler.step(torch.optim.SGD(m.parameters(), lr=0.0))
+    scaler.update()
+    assert scaler.get_scale() == 32768.0
     rep = ampkit.audit(model(), batch, loss_fn=loss, mode="fp16", device="cpu")
     assert (rep.loss_scale, rep.skipped_steps) == (32768.0, 1)
     assert rep.to_dict()["initial_loss_scale"] == 65536.0

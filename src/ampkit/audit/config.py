@@ -59,6 +59,7 @@ class AuditConfig:
     what_if: bool = False            # --what-if: float32 steps only, predictions for ``formats``
     formats: tuple[str, ...] = WHAT_IF_FORMATS  # --formats of a what-if run (canonical names, each once)
     compile: bool = False            # --compile: also compare torch.compile's forward with eager, per module
+    data: str | None = None          # --data MODULE:FACTORY: audit on the first batch of the user's own data
 
     def __post_init__(self) -> None:
         mode = parse_mode(self.mode)
@@ -91,6 +92,9 @@ class AuditConfig:
             raise UsageError("give either --workload or --model, not both")
         if self.model:
             size_kwargs("", None, self.model, self.seq_len, self.image_size)  # sizes are for built-ins only
+        if self.data is not None and (not isinstance(self.data, str) or self.data.count(":") != 1
+                                      or not all(self.data.split(":"))):
+            raise UsageError(f"--data must look like MODULE:FACTORY (e.g. mydata:batches); received {self.data!r}")
         if self.input_shape and math.prod(self.input_shape) > MAX_SAMPLE_ELEMENTS:
             shape = ",".join(map(str, self.input_shape))
             raise UsageError(f"--input-shape {shape} is {math.prod(self.input_shape):,} values per sample; "

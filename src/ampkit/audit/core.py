@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..formats import BF16, FP16, FloatFormat
+from .gradients import fitting_scale, param_findings, set_param_headroom
+from .model_error import gradual_error_finding
 from .origin import nonfinite_finding, once_per_cause
 from .report import SEVERITY, Finding, LayerStats
 
@@ -61,10 +63,13 @@ def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) ->
     return float(dist / max(ref_norm, floor))
 
 
-def backoff_note(scaler: str, initial: float, final: float, skipped: int) -> str:
+def backoff_note(scaler: str, initial: float, final: float, skipped: int, params: list[str] | None = None) -> str:
     """What a default fp16 run does at its start, said as the audit saw it (not a finding: it is how
-    dynamic loss scaling is meant to work)."""
-    return (f"at {scaler}'s initial scale {initial:g} some gradients overflow fp16, as dynamic loss scaling "
+    dynamic loss scaling is meant to work). ``params``: the parameters whose gradient overflowed."""
+    which = ""
+    if params:
+        which = f" (the gradient of {', '.join(params[:3])}{f' and {len(params) - 3} more' if len(params) > 3 else ''})"
+    return (f"at {scaler}'s initial scale {initial:g} some gradients overflow fp16{which}, as dynamic loss scaling "
             f"expects: a default run skips its first {skipped} step(s), halving the scale each time, and trains at "
             f"{final:g}; the audit follows it and reports loss scale {final:g}")
 
@@ -123,6 +128,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     out: list[Finding] = []
     for lay in layers:
         lay.grad_headroom_log2 = fmt.headroom_log2(lay.grad_amax * scale) if lay.grad_amax else math.inf
+    set_param_headroom(layers, fmt, scale)
     if first_nonfinite is not None:  # at its origin, advice only where it can help (.origin)
         out.append(nonfinite_finding(first_nonfinite, by_name.get(first_nonfinite["name"]), fmt, mode, scale,
                                      reference_nonfinite, advice))
@@ -150,9 +156,11 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
                                            "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
                                _scale(fit if fit and fit >= 1 else None) or bf16_code))
+    # parameter gradients at this loss scale: what the scaler itself checks (ampkit.audit.gradients)
+    out += param_findings(layers, fmt, mode, scale, scaler, init_arg, scale_code)
     # gradient underflow at this loss scale
-    under = [lay for lay in layers if lay.grad_lost_frac > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
-    suggested = _suggest_scale(layers, fmt) if under and mode == "fp16" else None
+    under = [lay for lay in layers if lost_signal(lay) > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
+    suggested = _suggest_scale(layers, fmt, scale) if under and mode == "fp16" else None
     held = parameter_gradients_hold(layers, fmt) if under else None
     for lay in under:
         if held is not None:  # measured: what the optimizer gets is fine, so a note, and never "train in bf16"
@@ -167,7 +175,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         code = _scale(suggested) if held is not None else \
             (_scale(suggested) or bf16_code) if mode == "fp16" else fp32_hint(lay.name)
         out.append(Finding(lay.name, "underflow",
-                           f"{lay.grad_lost_frac:.0%} of its nonzero gradients are lost at loss scale {scale:g}: "
+                           f"{lost_signal(lay):.0%} of its nonzero gradients are lost at loss scale {scale:g}"
+                           + (f" (besides {lay.grad_noise_frac:.0%} that are float32 rounding noise, against float64)"
+                              if lay.grad_noise_frac else "") + ": "
                            f"flushed to zero or below {lost_below(fmt):.2g} in {fmt.name}, where fewer than {LOST_BITS} "
                            f"significant bits remain ({lay.grad_underflow_frac:.0%} below the smallest normal "
                            f"{fmt.smallest_normal:.2g}): {fix}",
@@ -181,9 +191,10 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"], fp32_hint(lay.name)))
     # precision: leaf modules whose output differs from the fp32 reference by more than the format's
     # threshold and that make that error themselves (at least twice what their inputs bring: a module
-    # that passes on an upstream error is not the one to keep in float32)
+    # that passes on an upstream error is not the one to keep in float32); fp8's layers have their own
+    # advice against bf16 (ampkit.audit.fp8), not bf16's threshold
     for lay in layers:
-        if not (lay.leaf and lay.rel_error is not None and lay.rel_error > limit and lay.fwd_nonfinite == 0):
+        if mode == "fp8" or not (lay.leaf and lay.rel_error is not None and lay.rel_error > limit and lay.fwd_nonfinite == 0):
             continue
         received = lay.input_rel_error
         if received is not None and received * AMPLIFICATION > lay.rel_error:
@@ -195,6 +206,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            f"(findings from {PRECISION_UNITS}x, {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
                            f"mantissa this module cancels or amplifies rounding; keep it in float32: {_fp32(lay.name)}",
                            SEVERITY["precision"], fp32_hint(lay.name)))
+    # the model's output: an error far beyond the format's that grew without a module to name (.model_error)
+    gradual = gradual_error_finding(layers, fmt, mode, limit, rounding_unit(fmt), out)
+    out += [gradual] if gradual else []
     out = once_per_cause(out, layers, reference_nonfinite, UNDERFLOW_THRESHOLD)
     out.sort(key=lambda f: f.severity)
     return out, suggested
@@ -212,17 +226,26 @@ def parameter_gradients_hold(layers: list[LayerStats], fmt: FloatFormat) -> floa
     return max(errs)
 
 
-def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
-    """A power-of-two scale lifting the gradients above the smallest normal without overflow.
+def lost_signal(lay: LayerStats) -> float:
+    """The share of its nonzero gradients lost at the loss scale, rounding noise of float32 itself left
+    out where a float64 pass checked it (``grad_signal_lost_frac``): losing noise loses nothing."""
+    return lay.grad_lost_frac if lay.grad_signal_lost_frac is None else min(lay.grad_lost_frac,
+                                                                           lay.grad_signal_lost_frac)
 
-    Judged from magnitudes only: the smallest gradient amax must land above the smallest normal
-    with 2**10 to spare, the largest must stay 2 bits below the max. None when no scale fits.
+
+def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat, scale: float) -> float | None:
+    """A power-of-two scale above ``scale`` lifting the gradients above the smallest normal without overflow.
+
+    Judged from magnitudes only: the smallest gradient amax should land above the smallest normal
+    with 2**10 to spare; the largest gradient -- w.r.t. an output or of a parameter, which a scaler
+    checks -- must stay 2 bits below the max (:func:`~ampkit.audit.gradients.fitting_scale`). When
+    ``scale`` already lifts the smallest amax, the largest scale that fits, if above ``scale``. None
+    when no scale above ``scale`` fits: a smaller one loses more, so none is suggested.
     """
     amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0]
-    if not amaxes:
+    hi = fitting_scale(layers, fmt)
+    if not amaxes or hi is None:
         return None
-    lo = fmt.smallest_normal * 2**10 / min(amaxes)
-    hi = fmt.max_finite / 4 / max(amaxes)
-    if lo > hi:
-        return None
-    return float(2 ** math.ceil(math.log2(lo)))
+    lo = float(2 ** math.ceil(math.log2(fmt.smallest_normal * 2**10 / min(amaxes))))
+    best = lo if lo > scale else hi
+    return best if scale < best <= hi else None

@@ -24,7 +24,9 @@ from ..isolation import PartialResult, run_isolated, stop_requested
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
 from .fp8 import fp8_findings
+from .gradients import backoff_params, scale_that_fits
 from .ops import AuditSession, LiveModel
+from .progress import PassLines, quiet
 from .report import AuditReport
 
 __all__ = ["STOP_GRACE_S", "audit_here", "run", "run_session"]
@@ -33,24 +35,27 @@ __all__ = ["STOP_GRACE_S", "audit_here", "run", "run_session"]
 STOP_GRACE_S = 60.0
 
 
-def run(config: AuditConfig, backend) -> AuditReport:
+def run(config: AuditConfig, backend, progress: bool = False) -> AuditReport:
     """The audit in a child process (``config.timeout``); raises :class:`PartialResult` holding the
-    finished steps' report (marked interrupted) when Ctrl-C or SIGTERM stopped it."""
+    finished steps' report (marked interrupted) when Ctrl-C or SIGTERM stopped it. ``progress``: a
+    line per pass on stderr (:mod:`.progress`)."""
     what = f"auditing {config.model or config.workload or 'the default workload'}"
     try:
-        return run_isolated(_in_child, backend_spec(backend), config, what=what, timeout=config.timeout,
+        return run_isolated(_in_child, backend_spec(backend), config, progress, what=what, timeout=config.timeout,
                             keep_partial=STOP_GRACE_S)
     except PartialResult as stopped:
         stopped.result.interrupted = True  # stopped as its last step finished: still a stopped command
         raise
 
 
-def _in_child(spec: str, config: AuditConfig) -> AuditReport:
-    return audit_here(config, load_backend(spec))
+def _in_child(spec: str, config: AuditConfig, progress: bool = False) -> AuditReport:
+    return audit_here(config, load_backend(spec), progress=PassLines() if progress else None)
 
 
-def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> AuditReport:
-    """The audit in this process: ``live``'s model when given, else the config's workload or model."""
+def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, progress=None) -> AuditReport:
+    """The audit in this process: ``live``'s model when given, else the config's workload or model.
+    ``progress(text)``: called once per pass (None: silent)."""
+    say = progress or quiet
     target = backend.target(config.device)
     auto_note = None
     if config.mode == "auto" and not config.what_if:
@@ -67,7 +72,13 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     try:
         session = backend.audit_session(config, target, live)
         try:
-            report = run_whatif(session, config, backend.name) if config.what_if else run_session(session, config)
+            fed = getattr(session, "input", None)  # what the batch was (ampkit.audit.ops.AuditSession.input)
+            if config.data and (fed or {}).get("kind") != "data":  # never a silent default batch instead
+                raise UsageError(f"--data is not available for --framework {backend.name} yet: its audit session "
+                                 "does not read the user's batch")
+            report = (run_whatif(session, config, backend.name, say) if config.what_if else
+                      run_session(session, config, say))
+            report.input = fed
         finally:
             session.close()
     except UsageError:
@@ -84,7 +95,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None) -> A
     return report
 
 
-def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
+def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditReport:
     """``config.steps`` audited steps of an open session (``config.mode`` fp16 or bf16), then the
     findings and the report. A stop request between steps ends the loop with what finished."""
     mode, fmt = config.mode, format_of(config.mode)
@@ -96,6 +107,7 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         if stop_requested():  # Ctrl-C or SIGTERM of ampkit: keep the steps that finished
             break
         outcome = session.measure(step, scale)
+        say(_pass_line(step, config, scale, outcome))
         # GradScaler's / LossScaleOptimizer's own start: gradients that overflow only at the scale
         # make it skip the step and halve the scale; unless the scale was given, the audit does too
         while (mode == "fp16" and not scale_fixed and outcome.skips and not outcome.forward_nonfinite
@@ -104,6 +116,7 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
             backoffs += 1
             session.rewind()
             outcome = session.measure(step, scale)
+            say(_pass_line(step, config, scale, outcome))
         session.record()
         session.train(scale)
         reference_nonfinite = reference_nonfinite or outcome.reference_nonfinite
@@ -133,13 +146,14 @@ def run_session(session: AuditSession, config: AuditConfig) -> AuditReport:
         notes += [note] if note else []
     if backoffs:
         report.initial_loss_scale, report.skipped_steps = initial_scale, backoffs
-        notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs))
+        notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs, backoff_params(layers)))
+    report.suggested_loss_scale = scale_that_fits(layers, fmt, mode, scale, backoffs, suggested)
     report.note = "; ".join(notes) or None
     report.input = getattr(session, "input", None)  # what the batch was drawn as, when the backend says
     return report
 
 
-def run_whatif(session, config: AuditConfig, framework: str = "") -> AuditReport:
+def run_whatif(session, config: AuditConfig, framework: str = "", say=quiet) -> AuditReport:
     """``--what-if``: ``config.steps`` float32 steps of a session that observes (``session.observe``),
     then the predictions per format (:mod:`.whatif`) with the framework's advice. A stop request
     between steps ends the loop with what finished."""
@@ -154,6 +168,7 @@ def run_whatif(session, config: AuditConfig, framework: str = "") -> AuditReport
         if stop_requested():
             break
         session.observe(step)
+        say(f"what-if: float32 step {step + 1}/{config.steps} observed")
         done += 1
     mods = session.summaries() if done else []
     default = float(session.initial_scale)
@@ -170,6 +185,15 @@ def run_whatif(session, config: AuditConfig, framework: str = "") -> AuditReport
     report.input = getattr(session, "input", None)
     report.note = "; ".join(["what-if: float32 steps only; fp16, bf16 and fp8 predicted from them", *session.notes])
     return report
+
+
+def _pass_line(step: int, config: AuditConfig, scale: float, outcome) -> str:
+    """One pass said in words: the step, the mode and scale, and what a scaler would do with it."""
+    at = f" at loss scale {scale:g}" if config.mode == "fp16" else ""
+    seen = ("; inf/NaN in the forward" if outcome.forward_nonfinite else
+            "; a gradient is inf/NaN: a scaler skips this step" if outcome.skips and config.mode == "fp16" else
+            "; a gradient is inf/NaN" if outcome.skips else "")
+    return f"step {step + 1}/{config.steps}: float32 reference and {config.mode}{at} measured{seen}"
 
 
 def _layer(m, scale: float):

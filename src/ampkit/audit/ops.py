@@ -71,7 +71,10 @@ class AuditSession(Protocol):
 
     ``device``: the reports' device label; ``workload``: the workload's name (None for a bare
     model); ``initial_scale``: the framework scaler's default initial scale (an fp16 audit starts
-    where a default run starts); ``notes``: what opening it decided (the batch it audits at)."""
+    where a default run starts); ``notes``: what opening it decided (the batch it audits at).
+    Optionally ``input``: what the audited batch's inputs were, for the document (``{"kind":
+    "token_ids", "range": [0, vocab), "dtype", "shape", ...}``; kind ``"data"`` when it came from the
+    user's ``config.data`` -- a session that does not read ``config.data`` leaves the run refused)."""
 
     device: str
     workload: str | None

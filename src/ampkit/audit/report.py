@@ -54,6 +54,11 @@ class LayerStats:
     #: ||its parameters' unscaled gradients - the float32 reference's|| / ||reference's||: what the optimizer
     #: gets, the measure of whether a gradient underflow matters (None: not measured)
     param_grad_rel_error: float | None = None
+    #: of its nonzero float32 output gradients, the share that is rounding noise (off by half or more from a
+    #: float64 pass), and the share that is not noise yet lost at the loss scale; None: not checked (checked
+    #: only where the gradients' lost share is large enough for a finding)
+    grad_noise_frac: float | None = None
+    grad_signal_lost_frac: float | None = None
     # accumulators (not serialised)
     _fwd_nz: float = field(default=0.0, repr=False)
     _fwd_under: float = field(default=0.0, repr=False)
@@ -137,7 +142,9 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
     initial_loss_scale: float | None = None  # fp16 without a fixed scale: where the scaler started...
     skipped_steps: int = 0                   # ...and the steps it skipped (halving) before loss_scale
     what_if: dict | None = None              # --what-if: {format: prediction} (ampkit.audit.whatif)
-    input: dict | None = None                # what the audit fed: {"kind", "range": [lo, hi] | None, "why"}
+    #: what the audited batch's inputs were: {"kind": "token_ids" | "normal(0,1)" | "data" | "given" |
+    #: "workload", "dtype", "shape", "min", "max", ...} ("range": [0, vocab) for token ids); None: not said
+    input: dict | None = None
 
     @property
     def failed(self) -> bool:

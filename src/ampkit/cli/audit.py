@@ -9,6 +9,9 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", default=None, metavar="NAME",
                    help="built-in workload (default: mlp on a CPU, resnet50 on a GPU)")
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY", help="your own Workload or model factory")
+    p.add_argument("--data", default=None, metavar="MODULE:FACTORY",
+                   help="audit on your own batch: the first batch of what FACTORY returns (a Dataset, DataLoader, "
+                        "(inputs, targets) tensors/arrays, or (train, validation) as for parity)")
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...", help="per-sample input shape for a bare model")
     p.add_argument("--num-classes", type=int, default=None, metavar="N",
                    help="classes for a bare model (default: what a Keras model's output declares, else 10)")
@@ -62,13 +65,14 @@ def run(args) -> int:
                       num_classes=args.num_classes, mode=args.mode or "fp16", steps=steps, loss_scale=args.loss_scale,
                       batch_size=args.batch_size, device=args.device, seq_len=args.seq_len,
                       image_size=args.image_size, timeout=args.timeout, what_if=args.what_if,
-                      formats=args.formats if args.formats is not None else WHAT_IF_FORMATS, compile=args.compile)
+                      formats=args.formats if args.formats is not None else WHAT_IF_FORMATS, compile=args.compile,
+                      data=args.data)
     v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     backend = get_backend(framework)  # a missing framework: one line here, not from the child
     cause = None
     try:
-        report = driver.run(cfg, backend)
+        report = driver.run(cfg, backend, progress=True)  # a line per pass on stderr (a long audit in a log)
     except PartialResult as stopped:  # Ctrl-C or SIGTERM: the steps that finished are kept
         report, cause = stopped.result, stopped.cause
     return finish(report, args, con, render_audit.render, kept=f"the {report.completed} audited step(s) that finished",

@@ -4,7 +4,10 @@ Each step runs the model twice on the same batch and the same weights: an fp32 r
 (TF32 off) and the audited mode through ``ampkit.MixedPrecision`` at a FIXED loss scale. Hooks
 record, per module call: forward output magnitude, the share of the reference's nonzero values
 that the mode's format flushes to zero or subnormal, non-finite values, relative error against
-the reference; and the same for gradients w.r.t. module outputs, at the given loss scale.
+the reference; and the same for gradients w.r.t. module outputs, at the given loss scale. Parameter
+gradients are watched as ``GradScaler.unscale_`` checks them (:mod:`.numerics.params`): the reference
+takes the true ones (their amax), the audited pass's ``.grad`` is checked for inf/NaN, and a step
+with one is a step a real scaler skips.
 After the audited step the optimizer steps (through the engine), so later steps see later weights.
 
 Memory: the reference run's outputs are kept (float32) to compare against, so an audited step
@@ -21,38 +24,46 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ...audit.core import Advice, format_of, merge_dtypes, precision_threshold
+from ...audit.core import UNDERFLOW_THRESHOLD, Advice, format_of, lost_below, merge_dtypes, precision_threshold
 from ...audit.ops import StepOutcome
 from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError, one_line
+from .audit_batch import live_workload, session_inputs
 from .engine import MixedPrecision
 from .engine.contract import audit_findings
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
+from .numerics.noise import noise_shares, underflow_candidates
 from .numerics.origin import step_origin
+from .numerics.output import output_finding
+from .numerics.params import ParamGrads, add_param_stats, param_origin
 from .numerics.probes import InputProbe, StepProbe
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
-from .workloads import Workload, build_workload, cross_entropy
+from .workloads import Workload, cross_entropy
 
 #: GradScaler's default init_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**16
 
 
-def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe) -> tuple[list, dict]:
+def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe, params: ParamGrads | None = None):
+    """One pass; the reference (``params`` given) returns its parameters' gradient amaxes too."""
     reference = probe.reference is None
+    param_amax: dict = {}
     with Recorder(model, probe.on_forward, probe.on_grad, grad_inputs=not reference) as rec:
         with mp.autocast():
             loss = workload.loss(batch)
         if reference:
-            # the reference needs gradients w.r.t. module outputs only: no weight gradients,
-            # which saves the weight-gradient matmuls of a full backward
+            # the reference takes gradients w.r.t. module outputs and parameters (the true gradients the
+            # scaled ones are judged by) in one call, leaving .grad alone
             targets = rec.grad_targets
-            if targets and loss.requires_grad:
-                torch.autograd.grad(loss, targets, allow_unused=True)
+            weights = params.tensors if params is not None else []
+            if (targets or weights) and loss.requires_grad:
+                grads = torch.autograd.grad(loss, [*targets, *weights], allow_unused=True)
+                param_amax = params.reference(grads[len(targets):]) if weights else {}
         else:
             mp.backward(loss)
-    return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types}
+    return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types, "param_amax": param_amax}
 
 
 def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
@@ -103,6 +114,7 @@ class _StepRun:
     events: list
     mp: MixedPrecision
     dtypes: dict
+    param_bad: dict    # {parameter name: inf/NaN count} of the audited pass's (scaled) .grad
 
     @property
     def forward_nonfinite(self) -> bool:
@@ -117,17 +129,18 @@ class _StepRun:
         return any(not math.isfinite(st[0]) for d in (self.ref_fwd, self.ref_grad) for v in d.values() for st in v)
 
 
-def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffers) -> _StepRun:
+def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffers, params: ParamGrads) -> _StepRun:
     """One step at loss scale ``scale``: the fp32 reference (same weights, same random numbers, no
     optimizer step; the buffers it updates, BatchNorm's running statistics, are put back), then the
     audited mode at that fixed scale (a fresh engine keeps the scale where it was asked); a pass
     that saw inf/NaN runs again counting them exactly. Gradients are left in ``.grad``."""
     ref_probe = StepProbe(fmt, scale, None)
     with _same_randomness(device, seed):
-        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe)
+        order, meta = _run(model, workload, batch, MixedPrecision("fp32", device), ref_probe, params)
     _restore(buffers)
     model.zero_grad(set_to_none=True)
     ref_fwd, ref_grad, _ = ref_probe.host()
+    meta["ref_dtypes"] = ref_probe.dtypes
     exact = False
     while True:
         mp = MixedPrecision(mode, device, init_scale=scale, model=model)
@@ -137,7 +150,7 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
         fwd, grad, events = probe.host()
         if exact or not probe.saw_nonfinite:
             return _StepRun(order2, order, meta, ref_fwd, ref_grad, fwd,
-                            grad, events, mp, probe.dtypes)
+                            grad, events, mp, probe.dtypes, params.nonfinite())
         exact = True
         _restore(buffers)
         model.zero_grad(set_to_none=True)
@@ -169,13 +182,18 @@ class TorchAuditSession:
         self._names: list[str] = []
         self._step, self._buffers, self._run, self._scale = None, None, None, 1.0
         self._contract: list | None = None  # the precision contract after the first trained step (#22)
+        self._params = ParamGrads(model)
+        self._param_overflow: dict[str, float] = {}  # parameter -> largest measured scale its gradient was inf/NaN at
+        self._ref_out: set = set()  # the model output's dtypes in the float32 reference
+        self._noise_checked: set = set()  # modules whose gradients were checked against float64
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         if self._step != step:  # what the reference and each retry start from
             self._step, self._buffers = step, [(b, b.detach().clone()) for b in self.model.buffers()]
         args = (self.model, self.workload_obj, self.batch)
         try:
-            run = _audited_step(*args, self.mode, self.fmt, scale, self.dev, self.seed + step, self._buffers)
+            run = _audited_step(*args, self.mode, self.fmt, scale, self.dev, self.seed + step, self._buffers,
+                                self._params)
         except Exception as exc:
             _fails_in_fp32_too(*args, self.dev, self.seed + step, self._buffers, exc)
             raise
@@ -186,7 +204,12 @@ class TorchAuditSession:
             first = origin_backward(run.events, run.meta["depth"], {k: i for i, k in enumerate(run.order)})
         first = step_origin(self.model, first, run, lambda engine: self._replay(engine, step),
                             MixedPrecision("fp32", self.dev))
-        return StepOutcome(run.forward_nonfinite, run.backward_nonfinite, run.reference_nonfinite, first)
+        for name in run.param_bad:
+            self._param_overflow[name] = max(self._param_overflow.get(name, 0.0), scale)
+        if first is None and run.param_bad:  # only a parameter's gradient: what GradScaler alone would see
+            first = param_origin(run.param_bad)
+        return StepOutcome(run.forward_nonfinite, run.backward_nonfinite or bool(run.param_bad), run.reference_nonfinite,
+                           first, params_nonfinite=bool(run.param_bad))
 
     def _replay(self, engine: MixedPrecision, step: int) -> None:
         """The measured step's forward again (same randomness), for :func:`.numerics.origin.step_origin`."""
@@ -214,9 +237,25 @@ class TorchAuditSession:
         if not self._names:
             self._names = list(dict.fromkeys(name for name, _ in run.ref_order))
         _accumulate(layers, meta, run.ref_fwd, run.ref_grad, run.fwd, run.grad)
+        add_param_stats(layers, meta["param_amax"], run.param_bad, self._param_overflow, self._scale)
+        self._ref_out |= meta["ref_dtypes"].get("", set())
         for name, kinds in run.dtypes.items():
             if name in layers:
                 merge_dtypes(layers[name], kinds)
+        self._check_noise(run)
+
+    def _check_noise(self, run) -> None:
+        """Underflow candidates' float32 gradients against float64, once per module (numerics.noise)."""
+        names = underflow_candidates(run.ref_grad, UNDERFLOW_THRESHOLD) - self._noise_checked
+        if not names:
+            return
+        self._noise_checked |= names
+        shares = noise_shares(self.model, self.workload_obj, self.batch, names, self.dev, self.seed + self._step,
+                              self._buffers, lost_below(self.fmt) / self._scale)
+        for name, (noise, lost) in shares.items():
+            lay = self._layers.get(name)
+            if lay is not None:
+                lay.grad_noise_frac, lay.grad_signal_lost_frac = noise, lost
 
     def train(self, scale: float) -> None:
         self._run.mp.step(self.opt, zero_grad=True)  # the engine of the measured pass: at ``scale``
@@ -233,8 +272,11 @@ class TorchAuditSession:
         return compile_check(self.model, self.batch[0], self.mode, self.fmt, self.dev, self.seed)
 
     def contract_findings(self) -> list:
-        """Findings of kind ``"contract"`` (engine.contract.audit_findings), read by the driver."""
-        return self._contract or []
+        """Findings of kind ``"contract"`` (engine.contract.audit_findings, and a low-precision output
+        layer: numerics.output), read by the driver."""
+        out = output_finding(self.layers(), self._ref_out, self.model, lambda n: module_expr(self.model, n),
+                             torch_fp32_hint(self.model, self.dev.type))
+        return (self._contract or []) + ([out] if out else [])
 
     def advice(self) -> Advice:
         kind = self.dev.type
@@ -326,24 +368,6 @@ def torch_fp32_hint(model: nn.Module, device_type: str):
     return hint
 
 
-#: the default batch of an audit of a zoo workload on a CPU: an audited step keeps a float32 copy of
-#: every module's output besides two graphs (measured: bert-base at batch 4, sequence 128, peaks at
-#: 4.5 GB; at its bench batch of 32 it was killed for memory on a 24 GiB machine)
-CPU_ZOO_AUDIT_BATCH = 4
-ZOO = ("resnet50", "vit_b_16", "bert-base", "gpt2")
-
-
-def audit_batch_size(workload: Workload, name: str | None, device) -> tuple[int, str | None]:
-    """The batch to audit at and a note when it is not the workload's own: the zoo's on a CPU is
-    capped (``--batch-size`` overrides it). Gradient magnitudes depend on the batch (a mean loss),
-    so the note says so."""
-    if device.type == "cpu" and name in ZOO and workload.batch_size > CPU_ZOO_AUDIT_BATCH:
-        return CPU_ZOO_AUDIT_BATCH, (f"audited at batch {CPU_ZOO_AUDIT_BATCH}, not {name}'s {workload.batch_size}, "
-                                     "to fit a CPU's memory; gradients scale with 1/batch, so pass --batch-size "
-                                     "to audit the batch you train with")
-    return workload.batch_size, None
-
-
 class TorchAudit:
     """:class:`ampkit.audit.ops.AuditOps` for PyTorch."""
 
@@ -359,27 +383,10 @@ class TorchAudit:
         if config.mode == "fp8" and not config.what_if:  # torchao's fp8 layers against bf16 and fp32: a session of its own
             from .audit_fp8 import Fp8AuditSession as cls
         if live is not None:
-            return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
-        workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,
-                                  seed=config.seed, seq_len=config.seq_len, image_size=config.image_size)
-        bs, note = ((config.batch_size, None) if config.batch_size
-                    else audit_batch_size(workload, config.workload, device))
-        batch = workload.make_batch(bs, device, torch.Generator().manual_seed(config.seed))
-        return cls(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else ())
-
-
-def _live_workload(live, device) -> tuple[Workload, Any]:
-    """The library's model or Workload on ``device``, and the batch to audit (a Workload makes its
-    own when none was given)."""
-    if isinstance(live.model, Workload):
-        workload = live.model
-        workload.model.to(device)
-        if live.batch is not None:
-            return workload, live.batch
-        return workload, workload.make_batch(workload.batch_size, device, torch.Generator().manual_seed(0))
-    if not isinstance(live.model, nn.Module):
-        raise UsageError(f"audit() takes a torch.nn.Module or an ampkit.Workload; received {type(live.model).__name__}")
-    if live.batch is None:
-        raise UsageError("audit(model, batch=(inputs, targets)) needs a batch, or pass an ampkit.Workload")
-    batch = live.batch
-    return Workload(live.model.to(device), lambda *a: batch, loss_fn=live.loss_fn or cross_entropy), batch
+            workload, batch, fed = live_workload(live, device)
+            session = cls(workload, batch, config.mode, device, lr=live.lr, seed=config.seed)
+        else:
+            workload, batch, notes, fed = session_inputs(config, device)
+            session = cls(workload, batch, config.mode, device, seed=config.seed, notes=notes)
+        session.input = fed
+        return session

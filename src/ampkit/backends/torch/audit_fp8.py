@@ -12,7 +12,12 @@ it records, in the report's ``layers[i]["fp8"]``:
   dtype the recipe casts to and the shares of nonzero values that saturate (beyond the format's max
   after scaling) or are flushed to zero, with the recipe's own scaling (dynamic, per tensor for
   tensorwise, per row for rowwise);
-* ``advice``: rowwise scaling where tensorwise flushes, bf16 for a layer whose fp8 error stands out.
+* ``advice``: rowwise scaling where tensorwise flushes or errs and torchao's rowwise recipe, run on the
+  same step (``rowwise``: its output error), was measured to help; bf16 for a layer whose fp8 error
+  stands out.
+
+Each layer's ``rel_error`` and ``input_rel_error`` are filled as in fp16/bf16: its fp8 output and
+input against the fp32 reference's.
 
 Between audited steps the fp8 step trains the model (AdamW on the fp32 master weights), so later
 steps see later weights; :meth:`Fp8AuditSession.close` gives the model back as it came.
@@ -42,6 +47,8 @@ OUTPUT_ERROR_LIMIT = 0.10
 RATIO_LIMIT = 32.0
 #: a cast that flushes more than this share of its nonzero values to zero gets advice
 FLUSH_LIMIT = 0.01
+#: rowwise scaling is advised where its measured output error is at most this share of tensorwise's
+ROWWISE_GAIN = 0.8
 
 
 def _fp32_hint(device_type: str):
@@ -153,10 +160,13 @@ class Fp8AuditSession:
                               "layers converted (layers[i].fp8 says why for each)")
         self._layers: dict[str, LayerStats] = {}
         self._run = None
+        self._seed = seed
+        self._rowwise = None  # (engine, model, workload) of the rowwise check, made when first needed
 
     # ---------------------------------------------------------------- the driver's operations
     def measure(self, step: int, scale: float) -> StepOutcome:
         model, seed = self.model, self.seed + step
+        self._seed = seed
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
         ref, ref_loss = _run(model, self.workload_obj, self.batch, MixedPrecision("fp32", self.dev), self.names, self.dev, seed)
         _restore(buffers)
@@ -203,6 +213,30 @@ class Fp8AuditSession:
             if entry["converted"]:
                 entry["casts"] = self._casts(n, f8, entry.get("casts"))
             lay.fp8 = entry
+            # the per-layer contract of every mode: the output's and the inputs' error against fp32
+            lay.rel_error = _max(lay.rel_error, _rel(_f(f8.out.get(n)), ref.out.get(n)))
+            lay.input_rel_error = _max(lay.input_rel_error, _rel(_f(f8.inp.get(n)), _f(ref.inp.get(n))))
+        self._check_rowwise(ref)
+
+    def _check_rowwise(self, ref: _Pass) -> None:
+        """Where a tensorwise layer has advice rowwise scaling might fix, run the step once more with
+        torchao's rowwise recipe (a copy of the model, the same weights and random numbers) and keep
+        each converted layer's rowwise output error: the advice then says what was measured."""
+        want = [n for n in self.names if n in self._layers and wants_rowwise_check(self._layers[n].fp8, self.recipe)]
+        if not want:
+            return
+        if self._rowwise is None:
+            mp = MixedPrecision("fp8", self.dev, fp8_recipe="rowwise")
+            m = mp.prepare(copy.deepcopy(self.model))
+            self._rowwise = (mp, m, dataclasses.replace(self.workload_obj, model=m))
+        mp, m, wl = self._rowwise
+        m.load_state_dict(self.model.state_dict())  # the step's weights and buffers, as the fp8 pass started
+        rw, _ = _run(m, wl, self.batch, mp, self.names, self.dev, self._seed)
+        m.zero_grad(set_to_none=True)
+        for n in want:
+            entry = self._layers[n].fp8
+            err = _rel(_f(rw.out.get(n)), ref.out.get(n))
+            entry["rowwise"] = {"fp8_vs_fp32": _max((entry.get("rowwise") or {}).get("fp8_vs_fp32"), err)}
 
     def _casts(self, name: str, f8: _Pass, old: dict | None) -> dict:
         mod = self.m8.get_submodule(name)
@@ -255,11 +289,15 @@ class Fp8AuditSession:
 
     def close(self) -> None:
         self._run = None
-        self.m8 = self.w8 = None
+        self.m8 = self.w8 = self._rowwise = None
         self.model.train(self._was_training)
         _restore(self._saved)
         for p, g in self._grads:
             p.grad = g
+
+
+def _f(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.float()
 
 
 def _max(a, b):
@@ -267,19 +305,49 @@ def _max(a, b):
     return max(vals) if vals else None
 
 
+def _flushed(entry: dict) -> tuple[float, str]:
+    return max(((c.get("flushed_frac", 0.0), part) for part, c in (entry.get("casts") or {}).items()), default=(0.0, ""))
+
+
+def _harmed(entry: dict) -> bool:
+    out = entry.get("output") or {}
+    e8, e16 = out.get("fp8_vs_fp32"), out.get("bf16_vs_fp32")
+    return e8 is not None and (e8 > OUTPUT_ERROR_LIMIT or bool(e16 and e8 > RATIO_LIMIT * e16 and e8 > 0.02))
+
+
+def wants_rowwise_check(entry: dict, recipe: str) -> bool:
+    """Whether a tensorwise layer has advice that rowwise scaling might fix: then it is measured."""
+    return recipe == "tensorwise" and bool(entry.get("converted")) and (
+        _flushed(entry)[0] > FLUSH_LIMIT or _harmed(entry))
+
+
+def rowwise_helps(entry: dict) -> bool:
+    """Measured, not assumed: torchao's rowwise recipe on the same step cut the layer's output error
+    vs fp32 to at most :data:`ROWWISE_GAIN` of tensorwise's."""
+    e8 = (entry.get("output") or {}).get("fp8_vs_fp32")
+    rw = (entry.get("rowwise") or {}).get("fp8_vs_fp32")
+    return e8 is not None and rw is not None and rw <= ROWWISE_GAIN * e8
+
+
 def fp8_advice(name: str, entry: dict, recipe: str) -> str | None:
-    """What to do about one layer, or None when fp8 does it no visible harm."""
+    """What to do about one layer, or None when fp8 does it no visible harm. Rowwise scaling is
+    advised only where it was measured to help (``entry["rowwise"]``, :func:`rowwise_helps`)."""
     if not entry.get("converted"):
         return None
     out = entry.get("output") or {}
     e8, e16 = out.get("fp8_vs_fp32"), out.get("bf16_vs_fp32")
-    flushed = max((c.get("flushed_frac", 0.0) for c in (entry.get("casts") or {}).values()), default=0.0)
-    worst = max(((c.get("flushed_frac", 0.0), part) for part, c in (entry.get("casts") or {}).items()), default=(0.0, ""))
+    flushed, worst = _flushed(entry)
     keep = (f"keep it in bf16: MixedPrecision('fp8', fp8_filter=lambda module, name: name != {name!r})")
+    rw = (entry.get("rowwise") or {}).get("fp8_vs_fp32")
+    if recipe == "tensorwise" and rw is not None:
+        tried = (f"try fp8_recipe='rowwise' (measured: its output error {rw:.2%} against tensorwise's {e8:.2%}), or "
+                 if rowwise_helps(entry) else
+                 f"fp8_recipe='rowwise' does not help here (measured: {rw:.2%} against tensorwise's {e8:.2%}); ")
+    else:
+        tried = ""
     if recipe == "tensorwise" and flushed > FLUSH_LIMIT:
-        return (f"{flushed:.1%} of the nonzero values of its {worst[1]} are flushed to zero by one scale for the "
-                f"whole tensor: try fp8_recipe='rowwise' (a scale per row), or {keep}")
-    if e8 is not None and (e8 > OUTPUT_ERROR_LIMIT or (e16 and e8 > RATIO_LIMIT * e16 and e8 > 0.02)):
-        return (f"its output differs from fp32 by {e8:.1%} in fp8 against {e16 or 0:.2%} in bf16: "
-                + ("try fp8_recipe='rowwise', or " if recipe == "tensorwise" else "") + keep)
+        return (f"{flushed:.1%} of the nonzero values of its {worst} are flushed to zero by one scale for the "
+                f"whole tensor: {tried}{keep}")
+    if _harmed(entry):
+        return f"its output differs from fp32 by {e8:.1%} in fp8 against {e16 or 0:.2%} in bf16: {tried}{keep}"
     return None

@@ -20,6 +20,7 @@ from ...audit.whatif import ModuleSummary
 from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
+from .numerics.params import holder as _holder
 from .numerics.summary import parse, summarize
 from .whatif_inner import InnerOps, autocast_dtypes
 
@@ -104,6 +105,7 @@ class TorchWhatIfSession(TorchAuditSession):
         finally:
             for h in handles:
                 h.remove()
+        param_amax = self._params.reference([p.grad for _, p in self._params.named])  # before the step
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         for name in dict.fromkeys(k[0] for k in rec.order):
@@ -111,6 +113,10 @@ class TorchWhatIfSession(TorchAuditSession):
                 self._order.append(name)
                 self._mods[name] = ModuleSummary(name, rec.types.get(name, "?"), leaf=rec.leaf.get(name, True),
                                                  fwd_low=self._dtypes[0].get(name, True))
+        for param, amax in param_amax.items():
+            holder = _holder(self._mods, param)
+            if holder is not None:
+                holder.param_grad_amax = max(holder.param_grad_amax, amax)
         for name, part, vec in probe.host():
             mod = self._mods.get(name)
             if mod is None:

@@ -40,7 +40,7 @@ class StepProbe:
         self.norms: dict = {}     # key -> [norm of each reference output] (host floats after host())
         self.sizes: dict = {}     # key -> [element count of each reference output]
         self._clones: dict = {}   # id(output) -> (weakref, in-place version, float32 copy)
-        self.dtypes: dict = {}    # audited run: module name -> dtypes of its outputs
+        self.dtypes: dict = {}    # module name -> dtypes of its outputs in this run
         self._saw = False
 
     def _clone(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -75,6 +75,7 @@ class StepProbe:
     def on_forward(self, key, tensors) -> None:
         if not tensors:
             return
+        self.dtypes.setdefault(key[0], set()).update(str(t.dtype).removeprefix("torch.") for t in tensors)
         if self.reference is None:
             for t in tensors:
                 x = t.detach().float()
@@ -87,7 +88,6 @@ class StepProbe:
                 self.norms.setdefault(key, []).append(self._put(torch.linalg.vector_norm(kept)))
             return
         ref = self.reference.outputs.get(key, [])
-        self.dtypes.setdefault(key[0], set()).update(str(t.dtype).removeprefix("torch.") for t in tensors)
         for i, t in enumerate(tensors):
             x = t.detach()
             same = i < len(ref) and ref[i].shape == x.shape

@@ -59,6 +59,7 @@ class Workload:
         lr: learning rate of the AdamW optimizer that bench uses.
         metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better, for ``ampkit parity``
             (None: accuracy for class targets, else the validation loss).
+        input: what ``make_batch`` feeds, said for documents (None: described from its batches).
     """
 
     model: nn.Module
@@ -69,6 +70,9 @@ class Workload:
     batch_size: int = 32
     lr: float = 1e-4
     metric_fn: Callable[[Any, Any], Any] | None = None
+    #: what ``make_batch`` feeds, for documents (``{"kind": "token_ids", "range": [0, vocab]}``,
+    #: ``{"kind": "normal(0,1)"}``); None: the workload's own batches, described as they come
+    input: dict | None = None
 
     def loss(self, batch: tuple) -> torch.Tensor:
         inputs, targets = batch

@@ -7,6 +7,7 @@ import torch.nn as nn
 from ....errors import UsageError
 from ....factory import call_factory
 from .base import Workload, classification_batches
+from .inputs import input_embedding, model_classes, token_batches
 
 
 def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_classes: int | None = None) -> Workload:
@@ -23,5 +24,12 @@ def build_user_workload(spec: str, input_shape: tuple[int, ...] | None, num_clas
         if input_shape is None:
             raise UsageError(f"{spec} returned a bare model: give --input-shape (per sample, without the "
                              "batch dimension, e.g. 3,32,32) and optionally --num-classes")
-        return Workload(obj, classification_batches(input_shape, num_classes or 10), name=spec)
+        classes = num_classes or model_classes(obj) or 10
+        embedding = input_embedding(obj)
+        if embedding is not None:  # token ids from the embedding's vocabulary, not N(0,1) floats
+            name, emb = embedding
+            vocab = emb.num_embeddings
+            return Workload(obj, token_batches(input_shape, classes, vocab), name=spec,
+                            input={"kind": "token_ids", "range": [0, vocab], "from": f"{name}.num_embeddings"})
+        return Workload(obj, classification_batches(input_shape, classes), name=spec, input={"kind": "normal(0,1)"})
     raise UsageError(f"{spec}() returned a {type(obj).__name__}; expected an ampkit.Workload or a torch.nn.Module")

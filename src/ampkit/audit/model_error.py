@@ -1,0 +1,50 @@
+"""A model-level finding: an output error far beyond the format's, grown gradually (framework-neutral).
+
+The per-module precision findings name a module that makes its error itself (at least
+``AMPLIFICATION`` times what its inputs bring). An error can also grow without any such module: each
+of many layers adds to it a little less than twice (measured on torchvision's regnet_y_400mf in bf16,
+train mode, 2x2 feature maps: the output 17-18% from float32, 127 modules above the threshold, no
+module doubling its input's error). The verdict must not then be "healthy": when the model's output
+(the last layer, what every module's error adds up to) differs from the reference by more than the
+format's threshold, modules exceed theirs and none was named, this finding says so at the model level.
+"""
+
+from __future__ import annotations
+
+from ..formats import FloatFormat
+from .report import SEVERITY, Finding, LayerStats
+
+#: the model's output is beyond what its format costs from this many rounding units (12.5% in bf16, 1.6% in
+#: fp16): rounding every layer's output costs a deep network a few to ~15 units (0.4-5% in bf16, measured on
+#: torchvision/timm ResNets, MobileNet, HF BERT/GPT-2; ampkit.audit.core.PRECISION_UNITS), so twice the most
+#: seen there; regnet_y_400mf's 17.45% in bf16 is 45 units
+MODEL_UNITS = 32
+
+
+def gradual_error_finding(layers: list[LayerStats], fmt: FloatFormat, mode: str, limit: float, unit: float,
+                          findings: list[Finding]) -> Finding | None:
+    """The finding for a model whose output error exceeds :data:`MODEL_UNITS` rounding units (``unit``:
+    the format's) while modules exceed the per-module threshold ``limit`` and no precision finding names
+    one of them (none doubles its inputs' error), or None."""
+    if mode == "fp8" or not layers or any(f.kind in ("precision", "nonfinite") for f in findings):
+        return None
+    out = layers[-1]
+    err, beyond = out.rel_error, MODEL_UNITS * unit
+    if err is None or err <= beyond or out.fwd_nonfinite:
+        return None
+    above = [lay for lay in layers if lay.leaf and lay.rel_error is not None and lay.rel_error > limit]
+    if not above:  # deep networks reach 30-35 units at their output with every module within its threshold
+        return None  # (torchvision resnet18, 32 px, batch 4, train mode: 35 in fp16, 29 in bf16): no finding
+    grows = [lay for lay in layers if lay.leaf and lay.rel_error is not None and lay.rel_error > beyond]
+    first = grows[0] if grows else None
+    where = (f"; it passes {beyond:.1%} first at {first.type} {first.name} ({first.rel_error:.1%}), and {len(above)} "
+             f"modules exceed the per-module threshold {limit:.2%}" if first else "")
+    start = first.name if first else "the first module above it"
+    instead = (f"keep the modules from {start} on in float32; fp16's 3 more mantissa bits cut such an error about "
+               "8x (with loss scaling)" if mode == "bf16" else f"keep the modules from {start} on in float32")
+    advice = (f"the model's output differs from float32 by {err:.1%} under {mode}, {err / unit:.0f}x {fmt.name}'s "
+              f"rounding unit, beyond the {MODEL_UNITS}x ({beyond:.1%}) that rounding every layer costs a deep "
+              f"network{where}; no single module makes it (none has twice its inputs' error): it grows gradually "
+              "through the network -- normalization over few values and differences of close numbers amplify "
+              f"each layer's rounding. {instead}")
+    return Finding(out.name, "precision", advice, SEVERITY["precision"])

@@ -1,0 +1,82 @@
+"""The batch a bare model is fed: what its input layer takes, said in words for the documents.
+
+A model whose input goes into an embedding (a HuggingFace model built from its config, a custom
+model starting with ``nn.Embedding``) takes token ids: it gets ids drawn uniformly from
+``[0, num_embeddings)`` of that embedding, never N(0,1) floats (which an embedding refuses) or
+their integer cast (mostly 0, some negative). Any other model gets N(0,1) floats of
+``--input-shape``. :func:`input_description` is what the audit document's ``"input"`` says.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+def input_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
+    """``(name, embedding)`` the model's input goes into, or None: HuggingFace's
+    ``get_input_embeddings()``, else the model's first leaf module when it is an ``nn.Embedding``."""
+    emb = None
+    get = getattr(model, "get_input_embeddings", None)
+    if callable(get):
+        try:
+            emb = get()
+        except Exception:  # a model that declares no input embeddings (NotImplementedError)
+            emb = None
+    if not isinstance(emb, nn.Embedding):
+        emb = next((m for m in model.modules() if not any(True for _ in m.children())), None)
+    if not isinstance(emb, nn.Embedding):
+        return None
+    return next(n for n, m in model.named_modules() if m is emb), emb
+
+
+def model_classes(model: nn.Module) -> int | None:
+    """The classes a HuggingFace sequence classifier declares (``config.num_labels``), else None."""
+    config = getattr(model, "config", None)
+    if type(model).__name__.endswith("ForSequenceClassification") and isinstance(getattr(config, "num_labels", None), int):
+        return config.num_labels
+    return None
+
+
+def token_batches(input_shape: tuple[int, ...], num_classes: int, vocab: int):
+    """A make_batch for a model taking token ids: ids uniform in [0, vocab), integer class targets."""
+    shape = tuple(int(d) for d in input_shape)
+
+    def make_batch(batch_size: int, device: torch.device, generator: torch.Generator):
+        x = torch.randint(0, vocab, (batch_size, *shape), generator=generator)
+        y = torch.randint(0, num_classes, (batch_size,), generator=generator)
+        return x.to(device), y.to(device)
+
+    return make_batch
+
+
+def _tensors(obj, out: list) -> list:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _tensors(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _tensors(v, out)
+    return out
+
+
+def input_description(inputs, kind: str, **extra) -> dict:
+    """``{"kind", "dtype", "shape", "min", "max", ...}`` of a batch's inputs (its first tensor; a dict
+    of inputs by key): what the audit was fed, for its document. Reads the values (a host sync)."""
+    doc = {"kind": kind, **extra}
+    parts = inputs if isinstance(inputs, dict) else {"": inputs}
+    for key, value in parts.items():
+        ts = _tensors(value, [])
+        if not ts:
+            continue
+        t = ts[0]
+        desc = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        if t.numel() and not t.is_complex():
+            desc.update(min=float(t.min()), max=float(t.max()))
+        if key:
+            doc.setdefault("inputs", {})[key] = desc
+        else:
+            doc.update(desc)
+    return doc
