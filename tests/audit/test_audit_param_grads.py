@@ -64,7 +64,8 @@ def test_the_audit_skips_as_gradscaler_does_and_names_the_parameter(real):
 
 def test_at_a_fixed_scale_the_overflow_is_a_finding_with_a_scale_that_really_fits():
     rep = ampkit.audit(model(), batch(), mode="fp16", loss_scale=65536.0, device="cpu")
-    assert rep.first_nonfinite == {"name": "0", "phase": "backward", "param": "0.weight", "step": 0}
+    assert rep.first_nonfinite == {"name": "0", "phase": "backward", "param": "0.weight", "step": 0, "op": None,
+                                   "in_reference": False}
     (over,) = [f for f in rep.findings if f.kind == "overflow"]
     assert over.layer == "0" and "the gradient of 0.weight (Linear 0's parameter)" in over.advice
     fit = rep.suggested_loss_scale

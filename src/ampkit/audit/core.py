@@ -157,7 +157,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                                            "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
                                _scale(fit if fit and fit >= 1 else None) or bf16_code))
     # parameter gradients at this loss scale: what the scaler itself checks (ampkit.audit.gradients)
-    out += param_findings(layers, fmt, mode, scale, scaler, init_arg, scale_code)
+    # (not after a non-finite forward: every gradient downstream of it is inf/NaN as a consequence)
+    if not (first_nonfinite and first_nonfinite.get("phase") == "forward"):
+        out += param_findings(layers, fmt, mode, scale, scaler, init_arg, scale_code)
     # gradient underflow at this loss scale
     under = [lay for lay in layers if lost_signal(lay) > UNDERFLOW_THRESHOLD and lay.in_format(fmt)]
     suggested = _suggest_scale(layers, fmt, scale) if under and mode == "fp16" else None
