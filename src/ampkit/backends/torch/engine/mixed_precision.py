@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ....capability import resolve_mode
+from ....errors import UsageError
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
 from ..tf32 import tf32_math
@@ -34,63 +35,14 @@ from .copying import checked_state, engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .fp8 import FP8_REGION, fp8_engine
+from .islands import Islands, engine_plan
 from .regions import region_maker
 from .scaling import scaling_for
 from .schedulers import schedulers_of, step_schedulers
+from .step_result import _NO_LOCATOR, StepResult
 from .watch import ContractWatch
 
 __all__ = ["MixedPrecision", "StepResult"]
-
-
-class StepResult:
-    """What one optimizer step did.
-
-    Attributes:
-        skipped: True when the optimizer step was skipped for inf/NaN gradients (fp16 only).
-        scale: the loss scale after this step's update (1.0 without loss scaling).
-        grad_norm: the unscaled total gradient norm when clipping was asked for, else None.
-            Reading it incurs a host-device sync (it is computed on the device).
-    """
-
-    __slots__ = ("skipped", "scale", "_grad_norm", "overflow")
-
-    def __init__(self, skipped: bool, scale: float, grad_norm: torch.Tensor | None, overflow: dict | None = None):
-        self.skipped = skipped
-        self.scale = scale
-        self._grad_norm = grad_norm
-        #: with ``locate_overflows()`` on and a skipped step: {"name", "phase"} of the first inf/NaN
-        self.overflow = overflow
-
-    @property
-    def grad_norm(self) -> float | None:
-        if self._grad_norm is None:
-            return None
-        return float(self._grad_norm)  # host-device sync, on purpose and only when read
-
-    @property
-    def grad_norm_tensor(self) -> torch.Tensor | None:
-        """The norm as a device tensor (no sync)."""
-        return self._grad_norm
-
-    def __repr__(self) -> str:
-        norm = "None" if self._grad_norm is None else "<tensor>"
-        return f"StepResult(skipped={self.skipped}, scale={self.scale}, grad_norm={norm})"
-
-
-class _NoLocator:
-    """``locate_overflows()`` off: nothing recorded, nothing to locate."""
-
-    def locate(self) -> None:
-        return None
-
-    def reset(self) -> None:
-        pass
-
-    def remove(self) -> None:
-        pass
-
-
-_NO_LOCATOR = _NoLocator()
 
 
 class MixedPrecision:
@@ -113,6 +65,11 @@ class MixedPrecision:
             :mod:`.fp8`: ``model = mp.prepare(model)`` converts, ``mp.fp8_layers`` says what and why.
         min_scale_warning, consecutive_skip_warning: fp16: one :class:`ampkit.LossScaleWarning` the first
             time the scale falls below this or this many steps in a row are skipped (:meth:`health`).
+        keep_fp32: modules that run in float32 whatever the mode: qualified names (``"encoder.attn"``),
+            globs over names (``"*.norm"``) or class names (``"LayerNorm"``), resolved at :meth:`prepare`
+            (needs the model). Autocast is off inside them and their inputs are cast to float32; their
+            outputs stay float32 (see :mod:`.islands`); under fp8 their Linear layers are not converted.
+            :meth:`from_plan` reads the same from a plan file; :attr:`plan` is the plan in force.
 
     Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
     optimizer may be replaced by a new one at any time (one per training phase); skips, the
@@ -149,6 +106,7 @@ class MixedPrecision:
         fp8_filter: Callable[[torch.nn.Module, str], bool] | None = None,
         min_scale_warning: float = 1.0,
         consecutive_skip_warning: int = 10,
+        keep_fp32=None,
     ) -> None:
         self.device = device = resolve_device(device)
         self._fp8 = fp8_engine(mode, device, fp8_recipe, fp8_skip_first_last, fp8_filter)  # None unless mode is fp8
@@ -175,8 +133,41 @@ class MixedPrecision:
         self._locator = _NO_LOCATOR
         self._local = threading.local()  # the reused autocast region, one per thread
         self._watch, self._loss_dtype = ContractWatch(), None  # for verify() (.watch, .contract)
+        plan = engine_plan(self.precision.mode, keep_fp32)
+        if plan is not None and plan.default != self.precision.mode:  # from_plan: the plan's default is the mode
+            raise UsageError(f"plan default {plan.default!r} but the engine runs {self.precision.mode!r}")
+        self._islands = Islands(plan, device.type) if plan is not None else None
+        if self._fp8 and self._islands:
+            self._fp8.plan_verdict = self._islands.fp8_verdict
         if model is not None:
             self.prepare(model)
+
+    @classmethod
+    def from_plan(cls, plan, device: Any = AUTO, **kwargs) -> MixedPrecision:
+        """The engine a precision plan asks for: its default mode, its modules kept in float32 (or,
+        under fp8, out of fp8). ``plan``: a path to its JSON file, the dict, or an :class:`ampkit.plan.Plan`;
+        other keywords as for the constructor (``model=`` applies it at once, else :meth:`prepare`).
+
+        Raises:
+            UsageError: a malformed plan, a plan for Keras, an unknown mode (one line naming the entry);
+                at :meth:`prepare`, an entry matching no module of the model.
+        """
+        from ....plan import load_plan
+
+        if "keep_fp32" in kwargs:
+            raise UsageError("from_plan() takes the modules from the plan; keep_fp32= is for MixedPrecision(mode, ...)")
+        loaded = load_plan(plan, "torch")
+        return cls(loaded.default, device, keep_fp32=loaded, **kwargs)
+
+    @property
+    def plan(self):
+        """The :class:`ampkit.plan.Plan` in force: the mode as its default and the modules kept in
+        float32 (or out of fp8); no modules when none were asked for."""
+        from ....plan import Plan
+
+        if self._islands is None:
+            return Plan(self.mode, {}, "torch")
+        return self._islands.plan
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -205,6 +196,8 @@ class MixedPrecision:
         scaler carries the scale, the growth tracker and the statistics over.
         """
         self.check_parameters(model.parameters(), where="model")
+        if self._islands is not None:  # an entry matching nothing: one line, before anything changes
+            self._islands.apply(model)
         if self._fp8:  # the eligible Linear layers become torchao Float8Linear (fp8.py)
             model = self._fp8.convert(model)
         self._scaling = scaling_for_model(self._scaling, model, self._micro)
@@ -250,6 +243,9 @@ class MixedPrecision:
         Raises AutocastDisabledError if torch switched autocast off (it only warns, e.g. CUDA
         autocast without CUDA): a mode is never allowed to fall back silently.
         """
+        if self._islands is not None and not self._islands.applied:
+            raise UsageError("keep_fp32 / a plan names modules of the model: give it with MixedPrecision(..., "
+                             "model=model) or mp.prepare(model) before the first forward")
         local = self._local
         region = getattr(local, "region", None)
         if region is None:
@@ -377,7 +373,9 @@ class MixedPrecision:
         return verify_engine(self, model, optimizer, example_input)
 
     _locator = _NO_LOCATOR  # what a copy has (:mod:`.copying`)
+    _islands = None
     __getstate__, __setstate__ = engine_state, restore_engine
 
     def __repr__(self) -> str:
-        return f"MixedPrecision(mode={self.mode!r}, device={str(self.device)!r})"
+        kept = f", keep_fp32={self._islands.plan.keep_fp32!r}" if self._islands is not None else ""
+        return f"MixedPrecision(mode={self.mode!r}, device={str(self.device)!r}{kept})"

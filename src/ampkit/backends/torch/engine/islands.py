@@ -1,0 +1,136 @@
+"""A precision plan on a PyTorch model: float32 islands and the Linear layers kept out of fp8.
+
+``MixedPrecision(mode, keep_fp32=[...])`` / ``MixedPrecision.from_plan(plan)``: at ``prepare(model)``
+each plan entry is resolved against ``model.named_modules()`` (a qualified name, a glob over names,
+or a class name; an entry matching nothing is one :class:`~ampkit.errors.UsageError` naming it), and
+each outermost module kept in ``fp32`` gets two hooks:
+
+* a forward pre-hook that turns autocast off (``torch.autocast(device, enabled=False)``) and casts
+  its floating inputs (positional and keyword, one level into tuples/lists/dicts) to float32, so its
+  own matmuls -- those of its submodules and those its own ``forward`` computes, such as ``q @ k^T`` --
+  run in float32 on its float32 master weights (parameters are never cast);
+* a forward hook (``always_call=True``: also when the forward raises) that restores autocast.
+
+Outputs are left in float32: the next op under autocast casts them back where it computes in the
+mode's dtype (a Linear, a conv, a matmul: autocast's cast list); ops that promote (an add with a
+float16 tensor) run in float32. Nothing is added to a step beyond the hooks' Python calls (no sync).
+
+Under an ``fp8`` default, a Linear inside any plan entry (``fp32`` or ``bf16``) is not converted to
+torchao's Float8Linear: :meth:`Islands.fp8_verdict` is consulted by :mod:`.fp8`'s ``module_filter_fn``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ....errors import UsageError
+from ....plan import Plan, load_plan
+
+__all__ = ["Islands", "engine_plan"]
+
+
+def engine_plan(mode: str, keep_fp32) -> Plan | None:
+    """The plan of ``MixedPrecision(mode, keep_fp32=...)``: None without islands; a :class:`Plan`
+    (from ``from_plan``) is checked for the torch framework; a list of patterns keeps each in fp32."""
+    if keep_fp32 is None:
+        return None
+    if isinstance(keep_fp32, (Plan, dict)):
+        return load_plan(keep_fp32, "torch")
+    if isinstance(keep_fp32, str) or not all(isinstance(p, str) and p.strip() for p in keep_fp32):
+        raise UsageError(f"keep_fp32 takes a list of module names, globs or class names; received {keep_fp32!r}")
+    return load_plan({"kind": "ampkit-plan", "version": 1, "framework": "torch", "default": mode,
+                      "modules": {p.strip(): "fp32" for p in keep_fp32}})
+
+
+def _to_fp32(value):
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() and value.dtype != torch.float32 else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_fp32(v) for v in value) if not hasattr(value, "_fields") else value
+    if isinstance(value, dict):
+        return {k: _to_fp32(v) for k, v in value.items()}
+    return value
+
+
+class _Enter:
+    """The pre-hook: autocast off, inputs in float32."""
+
+    def __init__(self, device_type: str, stack) -> None:
+        self.device_type, self.stack = device_type, stack
+
+    def __call__(self, module, args, kwargs):
+        ctx = torch.autocast(self.device_type, enabled=False)
+        ctx.__enter__()
+        self.stack.entered().append(ctx)
+        return _to_fp32(args), _to_fp32(kwargs)
+
+
+class _Leave:
+    """The forward hook (also on an exception): autocast as it was."""
+
+    def __init__(self, stack) -> None:
+        self.stack = stack
+
+    def __call__(self, module, args, output):
+        entered = self.stack.entered()
+        if entered:
+            entered.pop().__exit__(None, None, None)
+        return None
+
+
+class _Stack(threading.local):
+    def entered(self) -> list:
+        if not hasattr(self, "items"):
+            self.items = []
+        return self.items
+
+
+class Islands:
+    """One engine's plan on its model: the resolved entries and the hooks of the fp32 islands."""
+
+    def __init__(self, plan: Plan, device_type: str) -> None:
+        self.plan, self.device_type = plan, device_type
+        self.resolved: dict[str, tuple[str, str]] = {}   # module name -> (mode, pattern), after apply
+        self.kept: list[str] = []                         # outermost modules kept in float32
+        self.applied = False
+        self._handles: list = []
+
+    def apply(self, model: torch.nn.Module) -> None:
+        """Resolve the plan on ``model`` (one line for an entry matching nothing) and hook its islands."""
+        self.remove()
+        named = [(n, type(m).__name__) for n, m in model.named_modules()]
+        self.resolved = self.plan.resolve(named)
+        self.kept = self.plan.outermost(self.resolved, "fp32")
+        modules = dict(model.named_modules())
+        stack = _Stack()
+        for name in self.kept:
+            mod = modules[name]
+            self._handles.append(mod.register_forward_pre_hook(_Enter(self.device_type, stack), with_kwargs=True))
+            self._handles.append(mod.register_forward_hook(_Leave(stack), always_call=True))
+        self.applied = True
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.applied = False
+
+    def in_fp32(self, name: str) -> bool:
+        """Whether a module (by qualified name) runs inside a float32 island."""
+        return any(name == k or name.startswith(k + ".") for k in self.kept)
+
+    def fp8_verdict(self, name: str, module) -> str | None:
+        """Why the plan keeps this Linear out of fp8 (its entry, or the island holding it), else None."""
+        hit = self.plan.mode_of(name, type(module).__name__)
+        if hit is not None:
+            return f"kept out of fp8 by the plan (entry {hit[1]!r}: {hit[0]})"
+        inside = next((k for k in self.kept if name.startswith(k + ".")), None)
+        if inside is not None:
+            return f"kept out of fp8 by the plan (inside {inside!r}, kept in fp32)"
+        return None
+
+    def __getstate__(self):  # a copy of the engine holds no model, so no hooks
+        return {"plan": self.plan, "device_type": self.device_type, "resolved": {}, "kept": [], "applied": False,
+                "_handles": []}
