@@ -152,7 +152,7 @@ class TorchAuditSession:
     initial_scale = DEFAULT_LOSS_SCALE
 
     def __init__(self, workload: Workload, batch, mode: str, device, *, lr: float | None = None, seed: int = 0,
-                 notes: tuple[str, ...] = ()):
+                 notes: tuple[str, ...] = (), plan: dict | None = None):
         self.workload_obj, self.batch, self.mode, self.dev, self.seed = workload, batch, mode, device, seed
         self.device, self.workload, self.notes = str(device), workload.name, notes
         self.fmt = format_of(mode)
@@ -163,6 +163,7 @@ class TorchAuditSession:
         self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
         self._grads = [(p, p.grad) for p in model.parameters()]
         model.train()
+        self._islands = plan_islands(plan, model, device)  # a precision plan's float32 islands, on the model itself
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
         self._layers: dict[str, LayerStats] = {}
         self._names: list[str] = []
@@ -239,10 +240,24 @@ class TorchAuditSession:
 
     def close(self) -> None:
         self._run = self._buffers = None
+        if self._islands is not None:
+            self._islands.remove()
         self.model.train(self._was_training)
         _restore(self._saved)
         for p, g in self._grads:
             p.grad = g
+
+
+def plan_islands(plan, model, device):
+    """A plan's float32 islands hooked on ``model`` (every engine of the audit then runs them), or None."""
+    if not plan:
+        return None
+    from ...plan import load_plan
+    from .engine.islands import Islands
+
+    islands = Islands(load_plan(plan, "torch"), device.type)
+    islands.apply(model)
+    return islands
 
 
 def _accumulate(layers, meta, ref_fwd, ref_grad, fwd, grad) -> None:
@@ -350,14 +365,15 @@ class TorchAudit:
         cls = self.session_class(config)
         if config.mode == "fp8" and not config.what_if:  # torchao's fp8 layers against bf16 and fp32: a session of its own
             from .audit_fp8 import Fp8AuditSession as cls
+        kw = {"plan": config.plan} if getattr(config, "plan", None) else {}  # a precision plan to audit under
         if live is not None:
-            return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed)
+            return cls(*_live_workload(live, device), config.mode, device, lr=live.lr, seed=config.seed, **kw)
         workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,
                                   seed=config.seed, seq_len=config.seq_len, image_size=config.image_size)
         bs, note = ((config.batch_size, None) if config.batch_size
                     else audit_batch_size(workload, config.workload, device))
         batch = workload.make_batch(bs, device, torch.Generator().manual_seed(config.seed))
-        return cls(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else ())
+        return cls(workload, batch, config.mode, device, seed=config.seed, notes=(note,) if note else (), **kw)
 
 
 def _live_workload(live, device) -> tuple[Workload, Any]:
