@@ -114,3 +114,18 @@ def outlier_net():
 def mlp():
     torch.manual_seed(0)
     return MLP()
+
+
+def attention_parity_data():
+    """(train, validation) for ``ampkit parity/plan --data``: (inputs, targets) tensors."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(160, 6, 8, generator=g)
+    y = (x[:, :, 0].sum(1) > 0).long() + 2 * (x[:, :, 1].sum(1) > 0).long()
+    return (x[:128], y[:128]), (x[128:], y[128:])
+
+
+def mlp_parity_data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(160, 16, generator=g)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    return (x[:128], y[:128]), (x[128:], y[128:])

@@ -28,6 +28,8 @@ def add_arguments(p) -> None:
                    help="how much lower accuracy than fp32 still counts as parity (absolute, default 0.01)")
     p.add_argument("--margin", type=float, default=None, metavar="X",
                    help="equivalence margin (+-X in the metric's units) of the TOST verdict (default: --tolerance)")
+    p.add_argument("--plan", default=None, metavar="PATH",
+                   help="also train this precision plan (ampkit audit --plan / ampkit plan) as the mode plan:<default>")
     add_run_flags(p)
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the loss curves")
 
@@ -47,7 +49,8 @@ def run(args) -> int:
         raise UsageError("--dataset names a built-in dataset; --model/--data train your own: give one or the other")
     cfg = ParityConfig(dataset=args.dataset or "digits", modes=args.modes, seeds=args.seeds, epochs=args.epochs,
                        tolerance=args.tolerance, device=args.device, margin=args.margin, steps=args.steps,
-                       model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size)
+                       model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size,
+                       plan=_plan(args.plan, framework))
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     con = console(json_to_stdout=args.json == "-")
     with _progress(steps=bool(args.steps)) as (progress, on_run):
@@ -56,6 +59,12 @@ def run(args) -> int:
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {},
                   kept=f"the {seeds} seed(s) whose every mode finished")
+
+
+def _plan(path, framework):
+    from .bench import _plan as checked
+
+    return checked(path, framework)
 
 
 @contextlib.contextmanager

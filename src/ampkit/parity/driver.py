@@ -199,6 +199,13 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     emulated = [m for m in modes if _trains(backend, m, target)[1]]
     if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
         note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
+    if config.plan is not None:  # --plan: its default must run here; compared as one more mode
+        label = f"plan:{config.plan['default']}"
+        ok, why = _trains(backend, config.plan["default"], target)[::2]
+        if not ok:
+            raise UsageError(f"the plan's default mode {config.plan['default']!r} cannot run on {target.label}: {why}")
+        modes = [m for m in modes if m != label] + [label]
+        data = replace(data, plan=config.plan)
     if config.steps:
         data = replace(data, steps=config.steps)
     data = backend.prepare_parity(data, target)
@@ -208,6 +215,9 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run)
     results = summarize(records, modes, config.tolerance, margin=config.equivalence_margin, metric=data.metric,
                         higher_is_better=data.higher_is_better)
+    for r in results:
+        if r.mode.startswith("plan:"):
+            r.plan = config.plan
     return ParityReport(data.name, target.label, results, backend.environment(target), config.tolerance,
                         None if config.steps else epochs, elapsed_s=round(time.perf_counter() - t0, 3),
                         interrupted=records.interrupted, note=note, margin=config.equivalence_margin,

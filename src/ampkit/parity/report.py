@@ -52,6 +52,7 @@ class ParityResult:
     #: "seeds_needed": int | None, "p_value", "degenerate", "margin", "reason"}; None for the baseline
     equivalence: dict | None = None
     nonfinite_seeds: int = 0      # seeds whose training loss or metric became inf/NaN
+    plan: dict | None = None      # mode "plan:<default>" (--plan): the precision plan it trained with
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -54,6 +54,8 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
              progress=None, ddp: bool = False) -> BenchRow:
     row = BenchRow(mode, steps=cfg.steps)
     say = progress or (lambda *a: None)
+    plan, mode = (cfg.plan, cfg.plan["default"]) if mode.startswith("plan:") and cfg.plan else (None, mode)
+    row.plan = plan  # "plan:<default>": the plan's engine, its default mode's support and figures
     try:
         row.device_name = device_name(device)
         ok, why = mode_support(mode, device)
@@ -79,7 +81,8 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
             batch_size = _search(cfg, workload, mode, device, baseline, row, say)
             if batch_size is None:
                 return row
-        mp = MixedPrecision(mode, device, model=workload.model)
+        mp = (MixedPrecision.from_plan(plan, device, model=workload.model) if plan
+              else MixedPrecision(mode, device, model=workload.model))
         with compiled:
             m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=compiled.warmup, seed=cfg.seed,
                         baseline_rss=baseline, mp=mp, on_step=compiled.on_step(lambda done, total: say("step", done, total)),
