@@ -8,7 +8,7 @@ __all__ = ["use_line", "write_proposed", "summary"]
 def use_line(plan, path: str) -> str:
     """The one line that applies the plan in the user's framework."""
     if plan.framework == "tensorflow":
-        return f"mp = ampkit.keras.MixedPrecision.from_plan({path!r})   # before building the model"
+        return f"mp = ampkit.keras.MixedPrecision.from_plan({path!r}); model = mp.prepare(model)"
     return f"mp = ampkit.MixedPrecision.from_plan({path!r}, model=model)"
 
 
