@@ -21,6 +21,7 @@ from ...errors import AutocastDisabledError, ModeUnavailableError, UsageError
 from .compiled import CompiledRun
 from .devices import mode_support
 from .engine import MixedPrecision
+from .engine.islands import check_plan
 from .measure import free_memory, measure, rss_baseline
 from .workloads import build_workload
 from .workloads.flops import count_training_flops
@@ -172,6 +173,7 @@ def probe(cfg: BenchConfig) -> ModelProbe:
     """Build the workload on the CPU and count its FLOPs; a user's model must also run on its own
     inputs: the FLOP count (meta device, strict) and a loss on a probe batch of 2."""
     workload = _build(cfg, torch.device("cpu"))
+    check_plan(cfg.plan, workload.model)  # --plan: an entry matching no module is one line before any mode runs
     gen = torch.Generator().manual_seed(cfg.seed)
     if cfg.model:
         try:

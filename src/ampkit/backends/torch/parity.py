@@ -129,6 +129,11 @@ class TorchParity:
         if isinstance(data.model, nn.Module):  # a model is callable too, but each seed needs a fresh one
             raise UsageError("make_model must be a factory returning a fresh model (each seed and mode trains its "
                              f"own), not a model: pass lambda: {type(data.model).__name__}(...)")
+        if data.plan:  # --plan: an entry matching no module is one line before any run
+            from .engine.islands import check_plan
+
+            built = data.model() if callable(data.model) else dataset_model(data.model)
+            check_plan(data.plan, built.model if isinstance(built, Workload) else built)
         if data.train is None:
             return data
         return prepare(data, torch.device(target.device))

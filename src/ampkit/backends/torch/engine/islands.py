@@ -28,7 +28,7 @@ import torch
 from ....errors import UsageError
 from ....plan import Plan, load_plan
 
-__all__ = ["Islands", "engine_plan"]
+__all__ = ["Islands", "check_plan", "engine_plan"]
 
 
 def engine_plan(mode: str, keep_fp32) -> Plan | None:
@@ -42,6 +42,13 @@ def engine_plan(mode: str, keep_fp32) -> Plan | None:
         raise UsageError(f"keep_fp32 takes a list of module names, globs or class names; received {keep_fp32!r}")
     return load_plan({"kind": "ampkit-plan", "version": 1, "framework": "torch", "default": mode,
                       "modules": {p.strip(): "fp32" for p in keep_fp32}})
+
+
+def check_plan(plan, model) -> None:
+    """Refuse, in one line naming the entry, a plan (dict or Plan) for another framework or with an
+    entry matching no module of ``model`` -- before anything is run with it."""
+    if plan:
+        load_plan(plan, "torch").resolve((n, type(m).__name__) for n, m in model.named_modules())
 
 
 def _to_fp32(value):
