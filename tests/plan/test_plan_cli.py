@@ -13,6 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from helpers import assert_usage_error
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -76,7 +76,7 @@ def test_glob_and_class_patterns_and_outputs_stay_float32():
     for pattern in ("ScoresAttention", "at*"):
         model = planted.attention_net()
         got = {}
-        model.attn.register_forward_hook(lambda m, a, o: got.update(out=o.dtype))
+        model.attn.register_forward_hook(lambda m, a, o, got=got: got.update(out=o.dtype))
         mp = ampkit.MixedPrecision("fp16", "cpu", keep_fp32=[pattern], model=model)
         with mp.autocast():
             out = model(x)

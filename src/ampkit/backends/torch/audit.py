@@ -27,6 +27,7 @@ from ...audit.report import AuditReport, LayerStats
 from ...errors import UsageError, one_line
 from .engine import MixedPrecision
 from .engine.contract import audit_findings
+from .engine.islands import hook_plan
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
 from .numerics.probes import InputProbe, StepProbe
@@ -163,7 +164,7 @@ class TorchAuditSession:
         self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
         self._grads = [(p, p.grad) for p in model.parameters()]
         model.train()
-        self._islands = plan_islands(plan, model, device)  # a precision plan's float32 islands, on the model itself
+        self._islands = hook_plan(plan, model, device)  # a precision plan's float32 islands, on the model itself
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
         self._layers: dict[str, LayerStats] = {}
         self._names: list[str] = []
@@ -246,18 +247,6 @@ class TorchAuditSession:
         _restore(self._saved)
         for p, g in self._grads:
             p.grad = g
-
-
-def plan_islands(plan, model, device):
-    """A plan's float32 islands hooked on ``model`` (every engine of the audit then runs them), or None."""
-    if not plan:
-        return None
-    from ...plan import load_plan
-    from .engine.islands import Islands
-
-    islands = Islands(load_plan(plan, "torch"), device.type)
-    islands.apply(model)
-    return islands
 
 
 def _accumulate(layers, meta, ref_fwd, ref_grad, fwd, grad) -> None:

@@ -141,9 +141,9 @@ class Fp8AuditSession:
         self._grads = [(p, p.grad) for p in model.parameters()]
         model.train()
         # a plan: its fp32 islands on the model (the bf16 and fp32 passes run them too); its entries stay out of fp8
-        from .audit import plan_islands
+        from .engine.islands import hook_plan
 
-        self._islands = plan_islands(plan, model, device)
+        self._islands = hook_plan(plan, model, device)
         self.mp8 = MixedPrecision("fp8", device, fp8_recipe=recipe, keep_fp32=self._islands.plan if plan else None)
         self.m8 = self.mp8.prepare(copy.deepcopy(model))
         self.w8 = dataclasses.replace(workload, model=self.m8)

@@ -28,7 +28,7 @@ import torch
 from ....errors import UsageError
 from ....plan import Plan, load_plan
 
-__all__ = ["Islands", "check_plan", "engine_plan"]
+__all__ = ["Islands", "PlanFront", "check_plan", "engine_plan", "hook_plan", "islands_for", "raise_unapplied"]
 
 
 def engine_plan(mode: str, keep_fp32) -> Plan | None:
@@ -141,3 +141,60 @@ class Islands:
     def __getstate__(self):  # a copy of the engine holds no model, so no hooks
         return {"plan": self.plan, "device_type": self.device_type, "resolved": {}, "kept": [], "applied": False,
                 "_handles": []}
+
+
+def islands_for(mp, keep_fp32) -> Islands | None:
+    """The engine's islands for ``keep_fp32`` (patterns, or a plan from ``from_plan``); fp8 then asks them."""
+    plan = engine_plan(mp.precision.mode, keep_fp32)
+    if plan is None:
+        return None
+    if plan.default != mp.precision.mode:  # from_plan: the plan's default is the mode
+        raise UsageError(f"plan default {plan.default!r} but the engine runs {mp.precision.mode!r}")
+    islands = Islands(plan, mp.device.type)
+    if mp._fp8:
+        mp._fp8.plan_verdict = islands.fp8_verdict
+    return islands
+
+
+def raise_unapplied():
+    raise UsageError("keep_fp32 / a plan names modules of the model: give it with MixedPrecision(..., "
+                     "model=model) or mp.prepare(model) before the first forward")
+
+
+def hook_plan(plan, model, device) -> Islands | None:
+    """A plan's float32 islands hooked on ``model`` itself (every engine then runs them; the audit's
+    sessions do this), or None; ``.remove()`` takes them off."""
+    if not plan:
+        return None
+    islands = Islands(load_plan(plan, "torch"), device.type)
+    islands.apply(model)
+    return islands
+
+
+class PlanFront:
+    """``MixedPrecision.from_plan`` and ``mp.plan`` (the engine's precision-plan surface)."""
+
+    _islands = None
+
+    @classmethod
+    def from_plan(cls, plan, device="auto", **kwargs):
+        """The engine a precision plan asks for: its default mode, its modules kept in float32 (or,
+        under fp8, out of fp8). ``plan``: a path to its JSON file, the dict, or an :class:`ampkit.plan.Plan`;
+        other keywords as for the constructor (``model=`` applies it at once, else ``prepare``).
+
+        Raises:
+            UsageError: a malformed plan, a plan for Keras, an unknown mode (one line naming the entry);
+                at ``prepare``, an entry matching no module of the model.
+        """
+        if "keep_fp32" in kwargs:
+            raise UsageError("from_plan() takes the modules from the plan; keep_fp32= is for MixedPrecision(mode, ...)")
+        loaded = load_plan(plan, "torch")
+        return cls(loaded.default, device, keep_fp32=loaded, **kwargs)
+
+    @property
+    def plan(self) -> Plan:
+        """The :class:`ampkit.plan.Plan` in force: the mode as its default and the modules kept in
+        float32 (or out of fp8); no modules when none were asked for."""
+        if self._islands is None:
+            return Plan(self.mode, {}, "torch")
+        return self._islands.plan

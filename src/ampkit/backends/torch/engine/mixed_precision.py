@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from ....capability import resolve_mode
-from ....errors import UsageError
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
 from ..tf32 import tf32_math
@@ -35,7 +34,7 @@ from .copying import checked_state, engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .fp8 import FP8_REGION, fp8_engine
-from .islands import Islands, engine_plan
+from .islands import PlanFront, islands_for, raise_unapplied
 from .regions import region_maker
 from .scaling import scaling_for
 from .schedulers import schedulers_of, step_schedulers
@@ -45,7 +44,7 @@ from .watch import ContractWatch
 __all__ = ["MixedPrecision", "StepResult"]
 
 
-class MixedPrecision:
+class MixedPrecision(PlanFront):
     """Autocast, fp32 master weights, dynamic loss scaling, clipping after unscale, accumulation.
 
     Args:
@@ -65,11 +64,9 @@ class MixedPrecision:
             :mod:`.fp8`: ``model = mp.prepare(model)`` converts, ``mp.fp8_layers`` says what and why.
         min_scale_warning, consecutive_skip_warning: fp16: one :class:`ampkit.LossScaleWarning` the first
             time the scale falls below this or this many steps in a row are skipped (:meth:`health`).
-        keep_fp32: modules that run in float32 whatever the mode: qualified names (``"encoder.attn"``),
-            globs over names (``"*.norm"``) or class names (``"LayerNorm"``), resolved at :meth:`prepare`
-            (needs the model). Autocast is off inside them and their inputs are cast to float32; their
-            outputs stay float32 (see :mod:`.islands`); under fp8 their Linear layers are not converted.
-            :meth:`from_plan` reads the same from a plan file; :attr:`plan` is the plan in force.
+        keep_fp32: modules kept in float32 (names, globs over names, class names), resolved at
+            :meth:`prepare`: autocast off inside, inputs cast to float32, outputs left float32 (:mod:`.islands`).
+            :meth:`from_plan` reads them from a plan file; :attr:`plan` is the plan in force.
 
     Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
     optimizer may be replaced by a new one at any time (one per training phase); skips, the
@@ -133,41 +130,9 @@ class MixedPrecision:
         self._locator = _NO_LOCATOR
         self._local = threading.local()  # the reused autocast region, one per thread
         self._watch, self._loss_dtype = ContractWatch(), None  # for verify() (.watch, .contract)
-        plan = engine_plan(self.precision.mode, keep_fp32)
-        if plan is not None and plan.default != self.precision.mode:  # from_plan: the plan's default is the mode
-            raise UsageError(f"plan default {plan.default!r} but the engine runs {self.precision.mode!r}")
-        self._islands = Islands(plan, device.type) if plan is not None else None
-        if self._fp8 and self._islands:
-            self._fp8.plan_verdict = self._islands.fp8_verdict
+        self._islands = islands_for(self, keep_fp32)  # a precision plan's float32 islands (.islands), or None
         if model is not None:
             self.prepare(model)
-
-    @classmethod
-    def from_plan(cls, plan, device: Any = AUTO, **kwargs) -> MixedPrecision:
-        """The engine a precision plan asks for: its default mode, its modules kept in float32 (or,
-        under fp8, out of fp8). ``plan``: a path to its JSON file, the dict, or an :class:`ampkit.plan.Plan`;
-        other keywords as for the constructor (``model=`` applies it at once, else :meth:`prepare`).
-
-        Raises:
-            UsageError: a malformed plan, a plan for Keras, an unknown mode (one line naming the entry);
-                at :meth:`prepare`, an entry matching no module of the model.
-        """
-        from ....plan import load_plan
-
-        if "keep_fp32" in kwargs:
-            raise UsageError("from_plan() takes the modules from the plan; keep_fp32= is for MixedPrecision(mode, ...)")
-        loaded = load_plan(plan, "torch")
-        return cls(loaded.default, device, keep_fp32=loaded, **kwargs)
-
-    @property
-    def plan(self):
-        """The :class:`ampkit.plan.Plan` in force: the mode as its default and the modules kept in
-        float32 (or out of fp8); no modules when none were asked for."""
-        from ....plan import Plan
-
-        if self._islands is None:
-            return Plan(self.mode, {}, "torch")
-        return self._islands.plan
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -244,8 +209,7 @@ class MixedPrecision:
         autocast without CUDA): a mode is never allowed to fall back silently.
         """
         if self._islands is not None and not self._islands.applied:
-            raise UsageError("keep_fp32 / a plan names modules of the model: give it with MixedPrecision(..., "
-                             "model=model) or mp.prepare(model) before the first forward")
+            raise_unapplied()
         local = self._local
         region = getattr(local, "region", None)
         if region is None:
@@ -373,7 +337,6 @@ class MixedPrecision:
         return verify_engine(self, model, optimizer, example_input)
 
     _locator = _NO_LOCATOR  # what a copy has (:mod:`.copying`)
-    _islands = None
     __getstate__, __setstate__ = engine_state, restore_engine
 
     def __repr__(self) -> str:
