@@ -162,12 +162,14 @@ def run_plan(cfg: PlanConfig, framework: str = "auto", say=lambda text: None) ->
         plan = propose_plan(audit, backend.name)
         plan.evidence["audit_findings"] = [{"layer": f.layer, "kind": f.kind} for f in audit.findings]
         att.plan = plan.to_dict()
-        say(f"{mode}: bench of the plan ({summary_words(plan)})")
-        modes = ("fp32", mode) if plan.modules else ("fp32",)
-        bench = bench_driver.run(BenchConfig(modes=modes, plan=plan.to_dict(), steps=cfg.steps, warmup=cfg.warmup,
-                                             **common), backend)
-        brows = _rows(bench)
-        prow = brows.get(plan.label)
+        if plan.modules:  # bench the plan next to fp32 and next to the plain mode (the islands' price)
+            say(f"{mode}: bench of the plan ({summary_words(plan)})")
+            bench = bench_driver.run(BenchConfig(modes=("fp32", mode), plan=plan.to_dict(), steps=cfg.steps,
+                                                 warmup=cfg.warmup, **common), backend)
+            brows = _rows(bench)
+            prow = brows.get(plan.label)
+        else:  # no island: the plan is the plain mode, measured already next to fp32
+            brows, prow = rows, plain
         if prow is None or prow.status != "ok":
             att.finite = False
             att.why = f"the plan's bench: {prow.status if prow else 'no row'} {(prow.error or '') if prow else ''}".strip()
