@@ -27,7 +27,7 @@ def main() -> None:
         import tf_keras as k
     else:
         import keras as k
-    import keras_planted as kp
+    import plan_keras_models as kp
 
     import ampkit.keras as ak
     from ampkit.errors import UsageError

@@ -18,8 +18,8 @@ from helpers import assert_usage_error
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
-ATTN = ["--model", "planted:attention_net", "--input-shape", "6,8", "--num-classes", "4", "--device", "cpu"]
-MLP = ["--model", "planted:mlp", "--input-shape", "16", "--num-classes", "4", "--device", "cpu"]
+ATTN = ["--model", "plan_models:attention_net", "--input-shape", "6,8", "--num-classes", "4", "--device", "cpu"]
+MLP = ["--model", "plan_models:mlp", "--input-shape", "16", "--num-classes", "4", "--device", "cpu"]
 
 
 def ampkit(*argv, cwd):
@@ -43,7 +43,7 @@ def test_bad_plans_are_one_line_and_exit_2(tmp_path):
     cases = [
         (["bench", *ATTN, "--modes", "fp32", "--plan", _plan(tmp_path / "a.json", modules={"attn.nope": "fp32"})],
          "entry 'attn.nope' matches no module"),
-        (["parity", "--model", "planted:attention_net", "--data", "planted:attention_parity_data", "--modes", "fp32",
+        (["parity", "--model", "plan_models:attention_net", "--data", "plan_models:attention_parity_data", "--modes", "fp32",
           "--device", "cpu", "--plan", _plan(tmp_path / "b.json", modules={"blocks.*.attn": "fp32"})],
          "entry 'blocks.*.attn' matches no module"),
         (["bench", *ATTN, "--plan", _plan(tmp_path / "c.json", modules={"attn": "fp12"})],
@@ -69,7 +69,7 @@ def test_audit_writes_the_plan_and_bench_and_parity_run_it(tmp_path):
     assert "from_plan('plan.json', model=model)" in r.stdout
     runs = [("bench", *ATTN, "--modes", "fp32,fp16", "--plan", "plan.json", "--steps", "3", "--warmup", "1",
              "--json", "b.json"),
-            ("parity", "--model", "planted:attention_net", "--data", "planted:attention_parity_data", "--modes",
+            ("parity", "--model", "plan_models:attention_net", "--data", "plan_models:attention_parity_data", "--modes",
              "fp32,fp16", "--device", "cpu", "--plan", "plan.json", "--seeds", "2", "--steps", "4", "--json", "p.json")]
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda argv: ampkit(*argv, cwd=tmp_path), runs))
@@ -86,7 +86,7 @@ TINY = ["--steps", "3", "--warmup", "1", "--seeds", "2", "--parity-steps", "4"]
 
 @pytest.mark.slow
 def test_ampkit_plan_on_the_planted_model(tmp_path):
-    r = ampkit("plan", *ATTN, "--data", "planted:attention_parity_data", "--modes", "fp16", *TINY,
+    r = ampkit("plan", *ATTN, "--data", "plan_models:attention_parity_data", "--modes", "fp16", *TINY,
                "--out", "attn.json", "--json", "attn-doc.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     # fp16 alone goes non-finite; the plan keeps attn in fp32 and trains finite, not worse than fp32
@@ -103,12 +103,12 @@ def test_ampkit_plan_on_the_planted_model(tmp_path):
         assert doc["status"] == "accepted" and tried["speedup_verdict"] == "faster"
     assert "from_plan('attn.json', model=model)" in r.stdout
     rep = ampkit("report", "attn-doc.json", "--markdown", "-", cwd=tmp_path)
-    assert rep.returncode == 0 and "**plan** planted:attention_net" in rep.stdout and "`attn` in fp32" in rep.stdout
+    assert rep.returncode == 0 and "**plan** plan_models:attention_net" in rep.stdout and "`attn` in fp32" in rep.stdout
 
 
 @pytest.mark.slow
 def test_ampkit_plan_on_a_clean_model_is_the_plain_fastest_mode(tmp_path):
-    r = ampkit("plan", *MLP, "--data", "planted:mlp_parity_data", "--modes", "bf16,fp16", *TINY,
+    r = ampkit("plan", *MLP, "--data", "plan_models:mlp_parity_data", "--modes", "bf16,fp16", *TINY,
                "--out", "mlp.json", "--json", "mlp-doc.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((tmp_path / "mlp-doc.json").read_text())

@@ -10,7 +10,7 @@ import copy
 import json
 import pickle
 
-import planted
+import plan_models as planted
 import pytest
 import torch
 import torch.nn.functional as F

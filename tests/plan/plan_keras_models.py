@@ -68,7 +68,7 @@ def outlier_model(k, tf):
 
 
 def keras_attention():
-    """``--model keras_planted:keras_attention`` (Keras 3 on TensorFlow)."""
+    """``--model plan_keras_models:keras_attention`` (Keras 3 on TensorFlow)."""
     import keras
     import tensorflow as tf
 
