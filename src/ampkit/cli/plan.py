@@ -38,6 +38,11 @@ def run(args) -> int:
     from .plan_out import use_line
 
     framework = parse_framework(args.framework)
+    if framework == "tensorflow":  # its bench/parity --plan are PyTorch-only for now
+        from ..errors import UsageError
+
+        raise UsageError("ampkit plan is PyTorch-only for now; for Keras, ampkit audit --framework tensorflow "
+                         "--plan PATH proposes a plan and ampkit.keras.MixedPrecision.from_plan(PATH) applies it")
     cfg = PlanConfig(model=args.model, workload=args.workload, data=args.data,
                      input_shape=parse_shape(args.input_shape), num_classes=args.num_classes,
                      modes=tuple(args.modes.split(",")) if args.modes else None, budget_s=parse_budget(args.budget),

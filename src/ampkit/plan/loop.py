@@ -70,7 +70,8 @@ class PlanConfig:
             modes = parse_mode_list(",".join(self.modes) if not isinstance(self.modes, str) else self.modes)
             bad = [m for m in modes if m in ("fp32", "tf32")]
             if bad or not modes:
-                raise UsageError(f"--modes lists the low-precision candidates (fp8, bf16, fp16); received {self.modes!r}")
+                raise UsageError("--modes lists the low-precision candidates (fp8, bf16, fp16); received "
+                                 f"{','.join(self.modes) if not isinstance(self.modes, str) else self.modes!r}")
             object.__setattr__(self, "modes", tuple(dict.fromkeys(modes)))
         for name in ("steps", "audit_steps", "seeds", "parity_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
