@@ -175,3 +175,14 @@ def test_malformed_file(tmp_path):
         load_plan(str(path))
     assert load_plan({"kind": "ampkit-plan", "version": 1, "default": "bf16"}).to_dict()["framework"] is None
     assert json.loads(json.dumps(Plan("fp16", {"a": "fp32"}, "torch").to_dict()))["modules"] == {"a": "fp32"}
+
+
+@pytest.mark.slow
+def test_islands_under_torch_compile_and_data_parallel():
+    x, _ = planted.attention_data()
+    for wrap in (torch.compile, torch.nn.DataParallel):
+        model = wrap(planted.attention_net())
+        mp = ampkit.MixedPrecision("fp16", "cpu", keep_fp32=["attn"], model=model)  # the user's own names
+        with mp.autocast():
+            out = model(x)
+        assert torch.isfinite(out).all() and out.dtype == torch.float16

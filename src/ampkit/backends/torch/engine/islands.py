@@ -3,25 +3,22 @@
 ``MixedPrecision(mode, keep_fp32=[...])`` / ``MixedPrecision.from_plan(plan)``: at ``prepare(model)``
 each plan entry is resolved against ``model.named_modules()`` (a qualified name, a glob over names,
 or a class name; an entry matching nothing is one :class:`~ampkit.errors.UsageError` naming it), and
-each outermost module kept in ``fp32`` gets two hooks:
-
-* a forward pre-hook that turns autocast off (``torch.autocast(device, enabled=False)``) and casts
-  its floating inputs (positional and keyword, one level into tuples/lists/dicts) to float32, so its
-  own matmuls -- those of its submodules and those its own ``forward`` computes, such as ``q @ k^T`` --
-  run in float32 on its float32 master weights (parameters are never cast);
-* a forward hook (``always_call=True``: also when the forward raises) that restores autocast.
+each outermost module kept in ``fp32`` has its ``forward`` wrapped (an instance attribute,
+:class:`KeptForward`; ``remove`` deletes it): ``with torch.autocast(device, enabled=False)`` around
+the original, its floating inputs (positional and keyword, into tuples/lists/dicts) cast to float32,
+so its own matmuls -- those of its submodules and those its own ``forward`` computes, such as
+``q @ k^T`` -- run in float32 on its float32 master weights (parameters are never cast). A ``with``
+block (not a pair of hooks) so that an exception restores autocast and ``torch.compile`` traces it.
 
 Outputs are left in float32: the next op under autocast casts them back where it computes in the
 mode's dtype (a Linear, a conv, a matmul: autocast's cast list); ops that promote (an add with a
-float16 tensor) run in float32. Nothing is added to a step beyond the hooks' Python calls (no sync).
+float16 tensor) run in float32. Nothing is added to a step beyond one Python call per island (no sync).
 
 Under an ``fp8`` default, a Linear inside any plan entry (``fp32`` or ``bf16``) is not converted to
 torchao's Float8Linear: :meth:`Islands.fp8_verdict` is consulted by :mod:`.fp8`'s ``module_filter_fn``.
 """
 
 from __future__ import annotations
-
-import threading
 
 import torch
 
@@ -44,11 +41,19 @@ def engine_plan(mode: str, keep_fp32) -> Plan | None:
                       "modules": {p.strip(): "fp32" for p in keep_fp32}})
 
 
+def unwrapped(model):
+    """The user's model inside DDP/DataParallel or ``torch.compile``: plan names are its own names."""
+    model = getattr(model, "_orig_mod", model)
+    if type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
+        model = model.module
+    return model
+
+
 def check_plan(plan, model) -> None:
     """Refuse, in one line naming the entry, a plan (dict or Plan) for another framework or with an
     entry matching no module of ``model`` -- before anything is run with it."""
     if plan:
-        load_plan(plan, "torch").resolve((n, type(m).__name__) for n, m in model.named_modules())
+        load_plan(plan, "torch").resolve((n, type(m).__name__) for n, m in unwrapped(model).named_modules())
 
 
 def _to_fp32(value):
@@ -61,37 +66,16 @@ def _to_fp32(value):
     return value
 
 
-class _Enter:
-    """The pre-hook: autocast off, inputs in float32."""
+class KeptForward:
+    """A kept module's ``forward``: autocast off and its floating inputs in float32 around the original
+    (a ``with`` block, so an exception restores autocast and ``torch.compile`` traces it)."""
 
-    def __init__(self, device_type: str, stack) -> None:
-        self.device_type, self.stack = device_type, stack
+    def __init__(self, forward, device_type: str) -> None:
+        self.forward, self.device_type = forward, device_type
 
-    def __call__(self, module, args, kwargs):
-        ctx = torch.autocast(self.device_type, enabled=False)
-        ctx.__enter__()
-        self.stack.entered().append(ctx)
-        return _to_fp32(args), _to_fp32(kwargs)
-
-
-class _Leave:
-    """The forward hook (also on an exception): autocast as it was."""
-
-    def __init__(self, stack) -> None:
-        self.stack = stack
-
-    def __call__(self, module, args, output):
-        entered = self.stack.entered()
-        if entered:
-            entered.pop().__exit__(None, None, None)
-        return None
-
-
-class _Stack(threading.local):
-    def entered(self) -> list:
-        if not hasattr(self, "items"):
-            self.items = []
-        return self.items
+    def __call__(self, *args, **kwargs):
+        with torch.autocast(self.device_type, enabled=False):
+            return self.forward(*_to_fp32(args), **_to_fp32(kwargs))
 
 
 class Islands:
@@ -107,20 +91,22 @@ class Islands:
     def apply(self, model: torch.nn.Module) -> None:
         """Resolve the plan on ``model`` (one line for an entry matching nothing) and hook its islands."""
         self.remove()
+        model = unwrapped(model)
         named = [(n, type(m).__name__) for n, m in model.named_modules()]
         self.resolved = self.plan.resolve(named)
         self.kept = self.plan.outermost(self.resolved, "fp32")
         modules = dict(model.named_modules())
-        stack = _Stack()
         for name in self.kept:
             mod = modules[name]
-            self._handles.append(mod.register_forward_pre_hook(_Enter(self.device_type, stack), with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(_Leave(stack), always_call=True))
+            if not isinstance(mod.__dict__.get("forward"), KeptForward):  # one island per module, however many engines
+                mod.forward = KeptForward(mod.forward, self.device_type)
+                self._handles.append(mod)
         self.applied = True
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
+        for mod in self._handles:
+            if isinstance(mod.__dict__.get("forward"), KeptForward):
+                del mod.forward  # the class's forward again
         self._handles = []
         self.applied = False
 
