@@ -16,7 +16,7 @@ from dataclasses import fields
 
 from ._version import __version__
 
-COMMANDS = ("doctor", "bench", "parity", "audit")
+COMMANDS = ("doctor", "bench", "parity", "audit", "plan")
 
 NUM = (int, float)
 OPT_NUM = (int, float, type(None))

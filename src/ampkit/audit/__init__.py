@@ -20,7 +20,7 @@ __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
 
 def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scale=None, steps=1, device="auto",
-          lr=None, seed=0, what_if=False, formats=None, compile=False) -> AuditReport:
+          lr=None, seed=0, what_if=False, formats=None, compile=False, plan=None) -> AuditReport:
     """Audit the numerics of ``mode`` layer by layer against an fp32 reference (PyTorch).
 
     The model runs twice per step on the same batch and weights -- an fp32 reference and the mode
@@ -47,6 +47,8 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
         formats: the formats a what-if run predicts (default ``("fp16", "bf16", "fp8")``).
         compile: also run the forward under ``torch.compile`` in the mode and flag ("compile"
             findings) the modules whose output compilation changes beyond the mode's eager error.
+        plan: a precision plan (path, dict or ``ampkit.plan.Plan``) the audited mode runs under
+            (``mode`` is its default): the audit of the planned model. PyTorch.
 
     Returns:
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
@@ -60,8 +62,17 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
     from .config import WHAT_IF_FORMATS
 
     config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=device, seed=seed, what_if=what_if,
-                         formats=WHAT_IF_FORMATS if formats is None else formats, compile=compile)
+                         formats=WHAT_IF_FORMATS if formats is None else formats, compile=compile,
+                         plan=_plan_dict(plan))
     return audit_here(config, get_backend("torch"), LiveModel(model_or_workload, batch, loss_fn, lr))
+
+
+def _plan_dict(plan):
+    if plan is None:
+        return None
+    from ..plan import load_plan
+
+    return load_plan(plan, "torch").to_dict()
 
 
 make_callable(__name__, audit)

@@ -60,6 +60,7 @@ class AuditConfig:
     formats: tuple[str, ...] = WHAT_IF_FORMATS  # --formats of a what-if run (canonical names, each once)
     compile: bool = False            # --compile: also compare torch.compile's forward with eager, per module
     data: str | None = None          # --data MODULE:FACTORY: audit on the first batch of the user's own data
+    plan: dict | None = None         # a precision plan the audited mode runs under (its default is the mode)
 
     def __post_init__(self) -> None:
         mode = parse_mode(self.mode)
@@ -78,6 +79,14 @@ class AuditConfig:
             raise UsageError("--compile audits a mode's compiled forward; it does not combine with --what-if")
         if self.compile and mode == "fp8":
             raise UsageError("--compile audits fp16 or bf16; fp8's layers are torchao's, not compared under compile")
+        if self.plan is not None:
+            from ..plan import load_plan
+
+            plan = load_plan(self.plan)
+            if self.what_if or plan.default != mode:
+                raise UsageError(f"an audit under a plan audits the plan's default mode ({plan.default}); "
+                                 f"received mode {mode!r}{' with --what-if' if self.what_if else ''}")
+            object.__setattr__(self, "plan", plan.to_dict())
         int_in(self.steps, "--steps", 1, MAX_AUDIT_STEPS)
         int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)

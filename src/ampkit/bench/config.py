@@ -71,6 +71,7 @@ class BenchConfig:
     strategy: str | None = None          # --strategy mirrored: Keras under tf.distribute.MirroredStrategy
     replicas: int | None = None          # --replicas N: N logical CPU devices (testing a strategy on a CPU)
     compile: str = "off"                 # --compile off|on|both: torch.compile / Keras jit_compile (bench/compiled.py)
+    plan: dict | None = None             # --plan PATH: a precision plan, run as one more mode "plan:<default>"
 
     def __post_init__(self) -> None:
         for flag, value in (("--workload", self.workload), ("--model", self.model)):
@@ -91,6 +92,12 @@ class BenchConfig:
 
         self._set("compile", check_compile(self.compile))
         self._set("modes", _modes(self.modes))
+        if self.plan is not None:  # --plan: one more mode, next to the others (ampkit.plan)
+            from ..plan import load_plan
+
+            plan = load_plan(self.plan)
+            self._set("plan", plan.to_dict())
+            self._set("modes", tuple(m for m in self.modes if m != plan.label) + (plan.label,))
         self._set("input_shape", _input_shape(self.input_shape))
         self._set("batch_size", _batch_size(self.batch_size))
         _replica_limits(self)

@@ -70,6 +70,7 @@ class BenchRow:
     recompiles: int | None = None       # --compile: torch._dynamo's recompilations (null on Keras)
     graph_break_reasons: list = field(default_factory=list)  # --compile: why dynamo broke the graph (first few)
     speedup_vs_eager: float | None = None  # --compile both: samples/s / the same mode's eager samples/s
+    plan: dict | None = None            # mode "plan:<default>" (--plan): the precision plan it ran
 
     def to_dict(self) -> dict:
         return asdict(self)

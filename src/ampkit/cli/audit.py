@@ -32,6 +32,9 @@ def add_arguments(p) -> None:
                    help="PyTorch: also run the forward under torch.compile in the mode and name the modules whose "
                         "output compilation changes beyond the mode's own eager error")
     p.add_argument("--batch-size", type=int, default=None, metavar="N", help="batch size (default: the workload's)")
+    p.add_argument("--plan", default=None, metavar="PATH",
+                   help="write the precision plan the audit proposes: the smallest set of modules to keep in float32 "
+                        "(fp8: out of fp8) that removes its findings (MixedPrecision.from_plan(PATH) applies it)")
     add_run_flags(p)
     add_timeout(p, "the audit")
 
@@ -67,7 +70,7 @@ def run(args) -> int:
                       image_size=args.image_size, timeout=args.timeout, what_if=args.what_if,
                       formats=args.formats if args.formats is not None else WHAT_IF_FORMATS, compile=args.compile,
                       data=args.data)
-    v.outputs(args, ("json", "JSON", "--json", True))
+    v.outputs(args, ("json", "JSON", "--json", True), ("plan", "plan", "--plan", False))
     con = console(json_to_stdout=args.json == "-")
     backend = get_backend(framework)  # a missing framework: one line here, not from the child
     cause = None
@@ -75,5 +78,11 @@ def run(args) -> int:
         report = driver.run(cfg, backend, progress=True)  # a line per pass on stderr (a long audit in a log)
     except PartialResult as stopped:  # Ctrl-C or SIGTERM: the steps that finished are kept
         report, cause = stopped.result, stopped.cause
+    from .plan_out import write_proposed  # --plan: ampkit.plan.propose, over whatever modules the audit names
+
+    def plan(rep, path):
+        if rep.completed:
+            write_proposed(rep, path, framework, cfg.formats if cfg.what_if else None, con)
+
     return finish(report, args, con, render_audit.render, kept=f"the {report.completed} audited step(s) that finished",
-                  cause=cause)
+                  cause=cause, writers={"plan": plan})

@@ -39,6 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("--compile", default="off", choices=["off", "on", "both"],
                    help="torch.compile the model (Keras: jit_compile=True) in every mode; 'both' runs eager and "
                         "compiled side by side; rows gain compile_s, graph_breaks, recompiles (default: off)")
+    p.add_argument("--plan", default=None, metavar="PATH",
+                   help="also run this precision plan (ampkit audit --plan / ampkit plan) as the mode plan:<default>")
     add_run_flags(p)
     p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
@@ -55,6 +57,20 @@ def _batch_size(text):
         return int(text)
     except ValueError:
         raise UsageError(f"--batch-size must be a positive integer or 'auto'; received {text!r}") from None
+
+
+def _plan(path, framework):
+    """--plan PATH: the checked plan (the framework's, when one was named), as a dict for the config."""
+    if path is None:
+        return None
+    from ..errors import UsageError
+    from ..plan import load_plan
+
+    plan = load_plan(path, framework if framework in ("torch", "tensorflow") else None)
+    if framework == "tensorflow" or plan.framework == "tensorflow":  # not yet: the Keras bench/parity run modes only
+        raise UsageError(f"--plan {path}: running a plan as a mode is PyTorch-only for now; a Keras plan applies "
+                         "with ampkit.keras.MixedPrecision.from_plan(path) and mp.prepare(model)")
+    return plan.to_dict()
 
 
 def run(args) -> int:
@@ -77,7 +93,7 @@ def run(args) -> int:
         memory_budget=args.memory_budget, steps=args.steps, warmup=args.warmup, device=args.device,
         search_cap=args.max_batch_size, timeout=args.timeout, repeats=args.repeats, seq_len=args.seq_len,
         image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas,
-        compile=args.compile)
+        compile=args.compile, plan=_plan(args.plan, framework))
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))

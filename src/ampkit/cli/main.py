@@ -16,6 +16,7 @@ COMMANDS = {
     "bench": "training steps side by side in every mode: throughput, memory, max batch, speedup",
     "parity": "does mixed precision converge like fp32 on real data? (statistics over seeds)",
     "audit": "per-layer numerics: overflow headroom, gradient underflow, the first inf/NaN",
+    "plan": "a precision plan proven on your model: the fastest mode, with modules kept in fp32 where needed",
     "report": "doctor/bench/parity/audit JSON documents -> one HTML page or Markdown, machines side by side",
 }
 

@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
                    help="how much lower accuracy than fp32 still counts as parity (absolute, default 0.01)")
     p.add_argument("--margin", type=float, default=None, metavar="X",
                    help="equivalence margin (+-X in the metric's units) of the TOST verdict (default: --tolerance)")
+    p.add_argument("--plan", default=None, metavar="PATH",
+                   help="also train this precision plan (ampkit audit --plan / ampkit plan) as the mode plan:<default>")
     add_run_flags(p)
     add_timeout(p, "the check of the --model/--data factories (in a child process), and each run,")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the loss curves")
@@ -79,7 +81,7 @@ def run(args) -> int:
     cfg = ParityConfig(dataset=args.dataset or "digits", modes=modes, seeds=3 if seeds is None else seeds,
                        epochs=args.epochs, tolerance=args.tolerance, device=args.device, margin=args.margin,
                        steps=args.steps, model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size,
-                       timeout=args.timeout)
+                       timeout=args.timeout, plan=_plan(args.plan, framework))
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     con = console(json_to_stdout=args.json == "-")
     lines = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # one bar per rank would garble: plain lines
@@ -123,6 +125,12 @@ def _merge(args) -> int:
     con = console(json_to_stdout=args.json == "-")
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {}, kept="the runs the parts hold")
+
+
+def _plan(path, framework):
+    from .bench import _plan as checked
+
+    return checked(path, framework)
 
 
 @contextlib.contextmanager

@@ -36,8 +36,13 @@ class ParityConfig:
     lr: float | None = None          # with --model/--data (None: 1e-3)
     batch_size: int | None = None    # with --model/--data, for Datasets and arrays (None: 64; a DataLoader keeps its own)
     timeout: float | None = DEFAULT_TIMEOUT_S  # seconds for checking the factories and for each run (None: no limit)
+    plan: dict | None = None         # --plan PATH: a precision plan, compared as one more mode "plan:<default>"
 
     def __post_init__(self):
+        if self.plan is not None:
+            from ..plan import load_plan
+
+            object.__setattr__(self, "plan", load_plan(self.plan).to_dict())
         if self.modes is not None:
             modes = (parse_mode_list(self.modes, allow_auto=True) if isinstance(self.modes, str)
                      else [parse_mode(m, allow_auto=True) for m in self.modes])

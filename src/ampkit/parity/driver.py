@@ -277,6 +277,13 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     emulated = [m for m in modes if _trains(backend, m, target)[1]]
     if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
         note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
+    if config.plan is not None:  # --plan: its default must run here; compared as one more mode
+        label = f"plan:{config.plan['default']}"
+        ok, why = _trains(backend, config.plan["default"], target)[::2]
+        if not ok:
+            raise UsageError(f"the plan's default mode {config.plan['default']!r} cannot run on {target.label}: {why}")
+        modes = [m for m in modes if m != label] + [label]
+        data = replace(data, plan=config.plan)
     if config.steps:
         data = replace(data, steps=config.steps)
     data = backend.prepare_parity(data, target)
@@ -319,10 +326,14 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     finally:
         if group:
             group.close()
-    return G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
-                   higher_is_better=data.higher_is_better,
-                   shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
-                   interrupted=interrupted, note=note, world_size=group.world if group else None)
+    report = G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
+                     higher_is_better=data.higher_is_better,
+                     shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
+                     interrupted=interrupted, note=note, world_size=group.world if group else None)
+    for r in report.results:  # --plan: the plan its mode trained with
+        if r.mode.startswith("plan:"):
+            r.plan = config.plan
+    return report
 
 
 def _join(backend, config: ParityConfig):

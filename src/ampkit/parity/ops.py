@@ -53,6 +53,7 @@ class ParityData:
     metric: str = "accuracy"
     higher_is_better: bool = True
     steps: int | None = None
+    plan: dict | None = None     # the precision plan mode "plan:<default>" trains with (--plan)
 
     def __post_init__(self) -> None:
         """The library's own arguments (a built-in dataset passes these by construction)."""

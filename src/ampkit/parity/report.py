@@ -62,6 +62,7 @@ class ParityResult:
     equivalence: dict | None = None
     nonfinite_seeds: int = 0      # seeds whose training loss or metric became inf/NaN
     loss_nonfinite_seeds: list[int] = field(default_factory=list)  # of those, the seeds whose training loss did
+    plan: dict | None = None      # mode "plan:<default>" (--plan): the precision plan it trained with
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -53,6 +53,7 @@ def documents(path: str, doc) -> list[Document]:
     from ..bench.report import BenchReport
     from ..doctor.report import DoctorReport, DoctorSet
     from ..parity.report import ParityReport
+    from ..plan.report import PlanReport
 
     command = open_envelope(doc)
     version = "" if doc["ampkit_version"] in (None, "") else str(doc["ampkit_version"])
@@ -60,7 +61,8 @@ def documents(path: str, doc) -> list[Document]:
         whole = DoctorSet.from_dict(doc)
         return [Document(path, command, report, version, whole.interrupted, part=name)
                 for name, report in whole.reports.items()]
-    cls = {"doctor": DoctorReport, "bench": BenchReport, "parity": ParityReport, "audit": AuditReport}[command]
+    cls = {"doctor": DoctorReport, "bench": BenchReport, "parity": ParityReport, "audit": AuditReport,
+           "plan": PlanReport}[command]
     report = cls.from_dict(doc)
     return [Document(path, command, report, version, bool(getattr(report, "interrupted", False)))]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from ...errors import UsageError
 from ...precision import AUTO, Precision, get_precision
 from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
 from .keras_callback import LossScaleHistory, history_class, keras_health, loss_scale_of
@@ -54,6 +55,9 @@ class MixedPrecision:
         keras: which Keras — ``"keras"`` (Keras 3), ``"tf_keras"`` (Keras 2), either module, or None
             (default: the one ``tf.keras`` resolves to; Keras 3 on its torch/JAX backends).
         min_scale_warning, consecutive_skip_warning: the loss-scale alarm (:mod:`ampkit.health`).
+        keep_fp32: layers kept in float32 (names, paths, globs or class names), applied by
+            ``model = mp.prepare(model)`` through per-layer dtype policies (:mod:`.keras_plan`);
+            :meth:`from_plan` reads them from a plan file; :attr:`plan` is the plan in force.
 
     Example::
 
@@ -67,7 +71,7 @@ class MixedPrecision:
 
     def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
                  keras=None, min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10,
-                 fp8_skip_first_last: bool = True, fp8_filter=None):
+                 fp8_skip_first_last: bool = True, fp8_filter=None, keep_fp32=None):
         from . import keras_policy
         from .keras_fp8 import fp8_engine
 
@@ -87,6 +91,31 @@ class MixedPrecision:
         self._checked: dict[tuple[int, int], bool] = {}
         self._last_scale: dict[int, float] = {}
         keras_policy.report(self.policy_note)
+        from .keras_plan import KerasIslands, keras_plan
+
+        plan = keras_plan(self.precision.mode, keep_fp32)
+        if plan is not None and plan.default != self.precision.mode:
+            raise UsageError(f"plan default {plan.default!r} but the engine runs {self.precision.mode!r}")
+        self._islands = KerasIslands(plan) if plan is not None else None
+        self._user_fp8_filter = fp8_filter
+
+    @classmethod
+    def from_plan(cls, plan, **kwargs):
+        """The engine a precision plan asks for (a path, the dict or an ``ampkit.plan.Plan``); then
+        ``model = mp.prepare(model)`` on the built model applies its layers' policies."""
+        from ...plan import load_plan
+
+        if "keep_fp32" in kwargs:
+            raise UsageError("from_plan() takes the layers from the plan; keep_fp32= is for MixedPrecision(mode, ...)")
+        loaded = load_plan(plan, "tensorflow")
+        return cls(loaded.default, keep_fp32=loaded, **kwargs)
+
+    @property
+    def plan(self):
+        """The :class:`ampkit.plan.Plan` in force (no modules when none were asked for)."""
+        from ...plan import Plan
+
+        return self._islands.plan if self._islands is not None else Plan(self.mode, {}, "tensorflow")
 
     @property
     def mode(self) -> str:
@@ -109,6 +138,10 @@ class MixedPrecision:
     def prepare(self, model):
         """The model to train: fp8 quantizes its eligible layers to Keras float8 (:mod:`.keras_fp8`; a
         built model, before ``compile``); other modes return it as it is."""
+        if self._islands is not None:  # the plan's layers: float32 policies, out of fp8 (.keras_plan)
+            self._islands.apply(model)
+            if self._fp8:
+                self._fp8.layer_filter = self._islands.fp8_filter(self._user_fp8_filter)
         return self._fp8.convert(model) if self._fp8 else model
 
     @contextlib.contextmanager
@@ -206,8 +239,9 @@ class MixedPrecision:
         _need_model(model, "verify(model)")
         if optimizer is not None:
             _need_optimizer(optimizer, "verify(model, optimizer)")
-        return verify(model, self.precision.compute_dtype if self.precision.autocast else "float32", self.mode,
-                      optimizer)
+        found = verify(model, self.precision.compute_dtype if self.precision.autocast else "float32", self.mode,
+                       optimizer)
+        return found + (self._islands.findings(model) if self._islands is not None else [])
 
     def health(self) -> dict:
         """``{"status": "ok"|"warning"|"collapsed", "messages": [...], "steps", "skipped", "scale", ...}``: the

@@ -102,7 +102,7 @@ class KerasFp8:
                 plan.append((lay, shape, False, f"{which} {type(lay).__name__} of the model: kept in "
                                                 f"{lay.compute_dtype} (fp8_skip_first_last=False converts it)"))
             elif self.layer_filter is not None and not self.layer_filter(lay):
-                plan.append((lay, shape, False, "left out by fp8_filter"))
+                plan.append((lay, shape, False, getattr(self.layer_filter, "words", "left out by fp8_filter")))
             elif getattr(lay, "compute_dtype", "float32") == "float32" and lay.dtype_policy.name == "float32":
                 plan.append((lay, shape, False, "given dtype float32 explicitly: kept in float32"))
             else:

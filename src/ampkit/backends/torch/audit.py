@@ -31,6 +31,7 @@ from ...errors import UsageError, one_line
 from .audit_batch import live_workload, session_inputs
 from .engine import MixedPrecision
 from .engine.contract import audit_findings
+from .engine.islands import hook_plan
 from .environment import torch_environment
 from .numerics.hooks import Recorder, origin_backward
 from .numerics.noise import noise_shares, underflow_candidates
@@ -166,7 +167,7 @@ class TorchAuditSession:
     initial_scale = DEFAULT_LOSS_SCALE
 
     def __init__(self, workload: Workload, batch, mode: str, device, *, lr: float | None = None, seed: int = 0,
-                 notes: tuple[str, ...] = ()):
+                 notes: tuple[str, ...] = (), plan: dict | None = None):
         self.workload_obj, self.batch, self.mode, self.dev, self.seed = workload, batch, mode, device, seed
         self.device, self.workload, self.notes = str(device), workload.name, notes
         self.fmt = format_of(mode)
@@ -177,6 +178,7 @@ class TorchAuditSession:
         self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
         self._grads = [(p, p.grad) for p in model.parameters()]
         model.train()
+        self._islands = hook_plan(plan, model, device)  # a precision plan's float32 islands, on the model itself
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
         self._layers: dict[str, LayerStats] = {}
         self._names: list[str] = []
@@ -289,6 +291,8 @@ class TorchAuditSession:
 
     def close(self) -> None:
         self._run = self._buffers = None
+        if self._islands is not None:
+            self._islands.remove()
         self.model.train(self._was_training)
         _restore(self._saved)
         for p, g in self._grads:
@@ -382,11 +386,12 @@ class TorchAudit:
         cls = self.session_class(config)
         if config.mode == "fp8" and not config.what_if:  # torchao's fp8 layers against bf16 and fp32: a session of its own
             from .audit_fp8 import Fp8AuditSession as cls
+        kw = {"plan": config.plan} if getattr(config, "plan", None) else {}  # a precision plan to audit under
         if live is not None:
             workload, batch, fed = live_workload(live, device)
-            session = cls(workload, batch, config.mode, device, lr=live.lr, seed=config.seed)
+            session = cls(workload, batch, config.mode, device, lr=live.lr, seed=config.seed, **kw)
         else:
             workload, batch, notes, fed = session_inputs(config, device)
-            session = cls(workload, batch, config.mode, device, seed=config.seed, notes=notes)
+            session = cls(workload, batch, config.mode, device, seed=config.seed, notes=notes, **kw)
         session.input = fed
         return session

@@ -139,7 +139,7 @@ class Fp8AuditSession:
     initial_scale = 1.0
 
     def __init__(self, workload, batch, mode: str, device, *, lr: float | None = None, seed: int = 0,
-                 notes: tuple[str, ...] = (), recipe: str | None = None):
+                 notes: tuple[str, ...] = (), recipe: str | None = None, plan: dict | None = None):
         self.workload_obj, self.batch, self.dev, self.seed = workload, batch, device, seed
         self.device, self.workload = str(device), workload.name
         model = self.model = workload.model
@@ -147,7 +147,11 @@ class Fp8AuditSession:
         self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
         self._grads = [(p, p.grad) for p in model.parameters()]
         model.train()
-        self.mp8 = MixedPrecision("fp8", device, fp8_recipe=recipe)
+        # a plan: its fp32 islands on the model (the bf16 and fp32 passes run them too); its entries stay out of fp8
+        from .engine.islands import hook_plan
+
+        self._islands = hook_plan(plan, model, device)
+        self.mp8 = MixedPrecision("fp8", device, fp8_recipe=recipe, keep_fp32=self._islands.plan if plan else None)
         self.m8 = self.mp8.prepare(copy.deepcopy(model))
         self.w8 = dataclasses.replace(workload, model=self.m8)
         self.layers_info = {d["name"]: d for d in self.mp8.fp8_layers}
@@ -290,6 +294,8 @@ class Fp8AuditSession:
     def close(self) -> None:
         self._run = None
         self.m8 = self.w8 = self._rowwise = None
+        if self._islands is not None:
+            self._islands.remove()
         self.model.train(self._was_training)
         _restore(self._saved)
         for p, g in self._grads:

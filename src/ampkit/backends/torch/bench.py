@@ -21,6 +21,7 @@ from ...errors import AutocastDisabledError, ModeUnavailableError, UsageError
 from .compiled import CompiledRun
 from .devices import mode_support
 from .engine import MixedPrecision
+from .engine.islands import check_plan
 from .measure import free_memory, measure, rss_baseline
 from .workloads import build_workload
 from .workloads.flops import count_training_flops
@@ -54,6 +55,8 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
              progress=None, ddp: bool = False) -> BenchRow:
     row = BenchRow(mode, steps=cfg.steps)
     say = progress or (lambda *a: None)
+    plan, mode = (cfg.plan, cfg.plan["default"]) if mode.startswith("plan:") and cfg.plan else (None, mode)
+    row.plan = plan  # "plan:<default>": the plan's engine, its default mode's support and figures
     try:
         row.device_name = device_name(device)
         ok, why = mode_support(mode, device)
@@ -79,7 +82,8 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
             batch_size = _search(cfg, workload, mode, device, baseline, row, say)
             if batch_size is None:
                 return row
-        mp = MixedPrecision(mode, device, model=workload.model)
+        mp = (MixedPrecision.from_plan(plan, device, model=workload.model) if plan
+              else MixedPrecision(mode, device, model=workload.model))
         with compiled:
             m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=compiled.warmup, seed=cfg.seed,
                         baseline_rss=baseline, mp=mp, on_step=compiled.on_step(lambda done, total: say("step", done, total)),
@@ -169,6 +173,7 @@ def probe(cfg: BenchConfig) -> ModelProbe:
     """Build the workload on the CPU and count its FLOPs; a user's model must also run on its own
     inputs: the FLOP count (meta device, strict) and a loss on a probe batch of 2."""
     workload = _build(cfg, torch.device("cpu"))
+    check_plan(cfg.plan, workload.model)  # --plan: an entry matching no module is one line before any mode runs
     gen = torch.Generator().manual_seed(cfg.seed)
     if cfg.model:
         try:

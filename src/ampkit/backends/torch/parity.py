@@ -50,7 +50,7 @@ def _feed(part, batch_size: int):
 
 def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device, train, test, *, epochs: int,
               batch_size: int, lr: float, loss_fn=F.cross_entropy, metric_fn=accuracy, on_epoch=None,
-              steps: int | None = None) -> RunRecord:
+              steps: int | None = None, plan: dict | None = None) -> RunRecord:
     """Train one seed in one mode; the same seed gives the same weights and order in every mode.
 
     ``train``/``test``: ``(inputs, targets)`` tensors or a feed (:mod:`.parity_data`). ``steps``:
@@ -59,7 +59,7 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
     torch.manual_seed(seed)
     built = make_model()
     model = (built.model if isinstance(built, Workload) else built).to(device)
-    mp = MixedPrecision(mode, device, model=model)
+    mp = MixedPrecision.from_plan(plan, device, model=model) if plan else MixedPrecision(mode, device, model=model)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     train, test = _feed(train, batch_size), _feed(test, batch_size)
     rec = RunRecord(mode, seed, [], [], [], 0, 0.0, steps=steps)
@@ -133,6 +133,11 @@ class TorchParity:
         if isinstance(data.model, nn.Module):  # a model is callable too, but each seed needs a fresh one
             raise UsageError("make_model must be a factory returning a fresh model (each seed and mode trains its "
                              f"own), not a model: pass lambda: {type(data.model).__name__}(...)")
+        if data.plan:  # --plan: an entry matching no module is one line before any run
+            from .engine.islands import check_plan
+
+            built = data.model() if callable(data.model) else dataset_model(data.model)
+            check_plan(data.plan, built.model if isinstance(built, Workload) else built)
         if data.train is None:
             return data
         return prepare(data, torch.device(target.device))
@@ -151,4 +156,5 @@ class TorchParity:
         metric_fn = data.metric_fn if data.train is not None else (data.metric_fn or accuracy)
         return train_one(make_model, mode, seed, torch.device(target.device), train, test, epochs=epochs,
                          batch_size=data.batch_size, lr=data.lr, loss_fn=data.loss_fn or F.cross_entropy,
-                         metric_fn=metric_fn, on_epoch=on_epoch, steps=data.steps)
+                         metric_fn=metric_fn, on_epoch=on_epoch, steps=data.steps,
+                         plan=data.plan if mode.startswith("plan:") else None)

@@ -30,7 +30,7 @@ from .watch import LOW, LayerSeen, fsdp_units, intended_policy, kind_of, reduce_
 __all__ = ["verify_torch", "verify_engine", "audit_findings", "CHECKS"]
 
 CHECKS = ("master_weights", "gradients", "optimizer_state", "autocast", "loss", "fsdp_param_dtype",
-          "fsdp_reduce_dtype", "fsdp_policy")
+          "fsdp_reduce_dtype", "fsdp_policy", "plan")
 F32 = torch.float32
 _SHOWN = 4
 
@@ -62,7 +62,7 @@ def _as_dtype(dtype) -> torch.dtype:
 def verify_torch(model: torch.nn.Module, optimizer=None, *, compute_dtype, loss_dtype=None,
                  layers: dict[str, LayerSeen] | None = None, grads: dict | None = None,
                  unfit: dict | None = None, example_input=None,
-                 autocast: Callable | None = None) -> list[dict]:
+                 autocast: Callable | None = None, kept: Callable[[str], bool] | None = None) -> list[dict]:
     """The findings of the precision contract for ``model`` (and its optimizer(s)); [] when it holds.
 
     Args:
@@ -75,6 +75,8 @@ def verify_torch(model: torch.nn.Module, optimizer=None, *, compute_dtype, loss_
         example_input: run one forward under ``autocast()`` (no grad) and check its layers.
         autocast: makes the forward region (default ``torch.autocast`` in ``compute_dtype`` on the
             model's device when that is float16/bfloat16, else nothing).
+        kept: ``name -> bool``, the layers a precision plan keeps in float32 (``mp.plan``): they must
+            run in float32, and one that ran in float16/bfloat16 is a finding (check ``"plan"``).
     """
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"verify() needs a torch.nn.Module, received {type(model).__name__}")
@@ -92,7 +94,7 @@ def verify_torch(model: torch.nn.Module, optimizer=None, *, compute_dtype, loss_
     if example_input is not None:
         layers = probe(model, example_input, compute, autocast)
     if layers:
-        findings += _autocast(layers, compute)
+        findings += _autocast(layers, compute, kept)
     if loss_dtype is not None:
         findings += _loss(loss_dtype.dtype if isinstance(loss_dtype, torch.Tensor) else loss_dtype)
     findings += _fsdp(model, layers or {}, unfit)
@@ -112,7 +114,7 @@ def verify_engine(mp, model, optimizer, example_input) -> list[dict]:
         model, optimizer, compute_dtype=_compute_dtype(mp), loss_dtype=mp._loss_dtype,
         layers=watch.layers if mine else None, grads=watch.grads if mine else None,
         unfit=watch.unfit if mine and watch.grads is not None else None, example_input=example_input,
-        autocast=mp.autocast)
+        autocast=mp.autocast, kept=mp._islands.in_fp32 if mp._islands is not None else None)
     watch.arm(model)
     return findings
 
@@ -223,9 +225,17 @@ def probe(model, example_input, compute: torch.dtype, autocast: Callable | None)
     return layers
 
 
-def _autocast(layers: dict[str, LayerSeen], compute: torch.dtype):
+def _autocast(layers: dict[str, LayerSeen], compute: torch.dtype, kept: Callable[[str], bool] | None = None):
     groups: dict = {}
     for name, seen in layers.items():
+        if kept is not None and kept(name):  # a plan's float32 island: float32 is the contract there
+            if seen.output is not None and seen.output in LOW:
+                groups.setdefault((("plan", "kept in float32 by the plan, but its matmul ran in "
+                                    f"{_name(seen.output)}", "the plan's island did not apply: run the forward "
+                                    "through the model given to mp.prepare(model) (not a copy or a compiled "
+                                    "graph without its hooks), and do not cast inside the island"), seen.output,
+                                   "plan"), []).append(f"{name} ({seen.kind})")
+            continue
         if seen.output is None or not seen.output.is_floating_point or seen.output == compute:
             continue
         if compute in LOW and not seen.autocast and not seen.entry:
@@ -243,12 +253,12 @@ def _autocast(layers: dict[str, LayerSeen], compute: torch.dtype):
             cause = ("low_in_fp32", f"autocast to {_name(seen.output)} in a float32 mode",
                      "a float32 mode runs without autocast: remove the torch.autocast around the forward, "
                      "or choose the fp16/bf16 mode")
-        groups.setdefault((cause, seen.output), []).append(f"{name} ({seen.kind})")
+        groups.setdefault((cause, seen.output, "autocast"), []).append(f"{name} ({seen.kind})")
     findings = []
-    for ((_, said, advice), dtype), where in groups.items():
+    for ((_, said, advice), dtype, check), where in groups.items():
         findings.append(_finding(
-            "autocast", f"{'layer' if len(where) == 1 else 'layers'} {_listing(where)}",
-            f"matmul/conv in {_name(compute)}", f"{_name(dtype)}: {said}", advice))
+            check, f"{'layer' if len(where) == 1 else 'layers'} {_listing(where)}",
+            f"matmul/conv in {_name(compute if check == 'autocast' else F32)}", f"{_name(dtype)}: {said}", advice))
     return findings
 
 

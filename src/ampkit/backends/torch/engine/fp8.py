@@ -110,6 +110,8 @@ class Fp8Training:
         self.reason = f"fp8 ({self.recipe}) requested: {why}"
         #: [{"name", "shape": [out, in], "converted", "reason"}] of every Linear, after prepare()
         self.layers: list[dict] = []
+        #: a precision plan's say, ``(name, module) -> why it stays out of fp8, or None`` (.islands)
+        self.plan_verdict = None
 
     def config(self):
         """torchao's ``Float8LinearConfig`` for the recipe, ``emulate`` set where there is no fp8 hardware."""
@@ -142,6 +144,9 @@ class Fp8Training:
 
         if isinstance(m, float8_linear):
             return True, "already a torchao Float8Linear"
+        kept = self.plan_verdict(name, m) if self.plan_verdict is not None else None
+        if kept:
+            return False, kept
         if type(m) is not nn.Linear:
             return False, (f"{type(m).__name__} subclasses nn.Linear (its owner may call its weight directly, as "
                            "nn.MultiheadAttention does): kept as it is")

@@ -36,66 +36,17 @@ from .copying import engine_state, load_engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
 from .following import Followers
 from .fp8 import FP8_REGION, fp8_engine
+from .islands import PlanFront, islands_for, raise_unapplied
 from .regions import region_maker
 from .scaling import scaling_for
 from .schedulers import schedulers_of, step_schedulers
+from .step_result import _NO_LOCATOR, StepResult
 from .watch import ContractWatch
 
 __all__ = ["MixedPrecision", "StepResult"]
 
 
-class StepResult:
-    """What one optimizer step did.
-
-    Attributes:
-        skipped: True when the optimizer step was skipped for inf/NaN gradients (fp16 only).
-        scale: the loss scale after this step's update (1.0 without loss scaling).
-        grad_norm: the unscaled total gradient norm when clipping was asked for, else None.
-            Reading it incurs a host-device sync (it is computed on the device).
-    """
-
-    __slots__ = ("skipped", "scale", "_grad_norm", "overflow")
-
-    def __init__(self, skipped: bool, scale: float, grad_norm: torch.Tensor | None, overflow: dict | None = None):
-        self.skipped = skipped
-        self.scale = scale
-        self._grad_norm = grad_norm
-        #: with ``locate_overflows()`` on and a skipped step: {"name", "phase"} of the first inf/NaN
-        self.overflow = overflow
-
-    @property
-    def grad_norm(self) -> float | None:
-        if self._grad_norm is None:
-            return None
-        return float(self._grad_norm)  # host-device sync, on purpose and only when read
-
-    @property
-    def grad_norm_tensor(self) -> torch.Tensor | None:
-        """The norm as a device tensor (no sync)."""
-        return self._grad_norm
-
-    def __repr__(self) -> str:
-        norm = "None" if self._grad_norm is None else "<tensor>"
-        return f"StepResult(skipped={self.skipped}, scale={self.scale}, grad_norm={norm})"
-
-
-class _NoLocator:
-    """``locate_overflows()`` off: nothing recorded, nothing to locate."""
-
-    def locate(self) -> None:
-        return None
-
-    def reset(self) -> None:
-        pass
-
-    def remove(self) -> None:
-        pass
-
-
-_NO_LOCATOR = _NoLocator()
-
-
-class MixedPrecision:
+class MixedPrecision(PlanFront):
     """Autocast, fp32 master weights, dynamic loss scaling, clipping after unscale, accumulation.
 
     Args:
@@ -115,6 +66,9 @@ class MixedPrecision:
             :mod:`.fp8`: ``model = mp.prepare(model)`` converts, ``mp.fp8_layers`` says what and why.
         min_scale_warning, consecutive_skip_warning: fp16: one :class:`ampkit.LossScaleWarning` the first
             time the scale falls below this or this many steps in a row are skipped (:meth:`health`).
+        keep_fp32: modules kept in float32 (names, globs over names, class names), resolved at
+            :meth:`prepare`: autocast off inside, inputs cast to float32, outputs left float32 (:mod:`.islands`).
+            :meth:`from_plan` reads them from a plan file; :attr:`plan` is the plan in force.
 
     Every torch optimizer implementation works (for-loop, foreach, fused, capturable), and an
     optimizer may be replaced by a new one at any time (one per training phase); skips, the
@@ -151,6 +105,7 @@ class MixedPrecision:
         fp8_filter: Callable[[torch.nn.Module, str], bool] | None = None,
         min_scale_warning: float = 1.0,
         consecutive_skip_warning: int = 10,
+        keep_fp32=None,
     ) -> None:
         self.device = device = resolve_device(device)
         self._fp8 = fp8_engine(mode, device, fp8_recipe, fp8_skip_first_last, fp8_filter)  # None unless mode is fp8
@@ -177,6 +132,7 @@ class MixedPrecision:
         self._locator = _NO_LOCATOR
         self._local = threading.local()  # the reused autocast region, one per thread
         self._watch, self._loss_dtype = ContractWatch(), None  # for verify() (.watch, .contract)
+        self._islands = islands_for(self, keep_fp32)  # a precision plan's float32 islands (.islands), or None
         if model is not None:
             self.prepare(model)
 
@@ -207,6 +163,8 @@ class MixedPrecision:
         scaler carries the scale, the growth tracker and the statistics over.
         """
         self.check_parameters(model.parameters(), where="model")
+        if self._islands is not None:  # an entry matching nothing: one line, before anything changes
+            self._islands.apply(model)
         if self._fp8:  # the eligible Linear layers become torchao Float8Linear (fp8.py)
             model = self._fp8.convert(model)
         self._scaling = scaling_for_model(self._scaling, model, self._micro)
@@ -252,6 +210,8 @@ class MixedPrecision:
         Raises AutocastDisabledError if torch switched autocast off (it only warns, e.g. CUDA
         autocast without CUDA): a mode is never allowed to fall back silently.
         """
+        if self._islands is not None and not self._islands.applied:
+            raise_unapplied()
         local = self._local
         region = getattr(local, "region", None)
         if region is None:
@@ -377,4 +337,5 @@ class MixedPrecision:
     __getstate__, __setstate__ = engine_state, restore_engine
 
     def __repr__(self) -> str:
-        return f"MixedPrecision(mode={self.mode!r}, device={str(self.device)!r})"
+        kept = f", keep_fp32={self._islands.plan.keep_fp32!r}" if self._islands is not None else ""
+        return f"MixedPrecision(mode={self.mode!r}, device={str(self.device)!r}{kept})"

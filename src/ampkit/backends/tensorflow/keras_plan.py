@@ -1,0 +1,97 @@
+"""A precision plan on a Keras model, through per-layer dtype policies (Keras 3 and tf_keras).
+
+``ampkit.keras.MixedPrecision(mode, keep_fp32=[...])`` / ``MixedPrecision.from_plan(plan)``; then
+``model = mp.prepare(model)`` on the built model (before ``compile``): each plan entry is resolved
+against the model's layers, by ``layer.name``, by ``layer.path`` (Keras 3), by a glob over those, or by
+class name (an entry matching nothing is one :class:`~ampkit.errors.UsageError` naming it), and
+
+* a layer kept in ``fp32`` -- and every layer inside it -- gets the ``float32`` dtype policy (Keras 3:
+  the ``dtype_policy`` setter; tf_keras: ``Layer._set_dtype_policy``, what its ``dtype=`` argument
+  calls). Keras then casts its inputs to float32 and reads its (already float32) variables as float32:
+  its own computation, sublayers and ops of its ``call`` alike, runs in float32. Its outputs stay
+  float32; the next layer under the mixed policy casts them to its compute dtype.
+* under an ``fp8`` default, a layer in any entry stays out of ``model.quantize("float8")``.
+
+``mp.verify(model)`` reports a kept layer that computes in float16/bfloat16 (check ``"plan"``).
+"""
+
+from __future__ import annotations
+
+from ...errors import UsageError
+from ...plan import Plan, load_plan
+
+__all__ = ["KerasIslands", "keras_plan"]
+
+LOW = ("float16", "bfloat16")
+
+
+def keras_plan(mode: str, keep_fp32) -> Plan | None:
+    if keep_fp32 is None:
+        return None
+    if isinstance(keep_fp32, (Plan, dict)):
+        return load_plan(keep_fp32, "tensorflow")
+    if isinstance(keep_fp32, str) or not all(isinstance(p, str) and p.strip() for p in keep_fp32):
+        raise UsageError(f"keep_fp32 takes a list of layer names, globs or class names; received {keep_fp32!r}")
+    return load_plan({"kind": "ampkit-plan", "version": 1, "framework": "tensorflow", "default": mode,
+                      "modules": {p.strip(): "fp32" for p in keep_fp32}})
+
+
+def _names(layer) -> list[str]:
+    out = [layer.name]
+    path = getattr(layer, "path", None)
+    if isinstance(path, str) and path not in out:
+        out.append(path)
+    return out
+
+
+def _inner(layer) -> list:
+    return list(layer._flatten_layers(include_self=True)) if hasattr(layer, "_flatten_layers") else [layer]
+
+
+class KerasIslands:
+    """One engine's plan on its Keras model: which layers were set to float32, which stay out of fp8."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.kept: list[str] = []         # names of the layers (and their inner layers) set to float32
+        self._out_of_fp8: set[int] = set()
+
+    def apply(self, model) -> None:
+        from .flavor import flavor_of
+
+        layers = list(model._flatten_layers(include_self=False))
+        named = [(n, type(lay).__name__) for lay in layers for n in _names(lay)]
+        resolved = self.plan.resolve(named)
+        legacy = bool((flavor_of(model) or None) and flavor_of(model).legacy)
+        self.kept, self._out_of_fp8 = [], set()
+        for lay in layers:
+            hit = next((resolved[n] for n in _names(lay) if n in resolved), None)
+            if hit is None:
+                continue
+            for inner in _inner(lay):
+                self._out_of_fp8.add(id(inner))
+                if hit[0] == "fp32":
+                    if legacy:
+                        inner._set_dtype_policy("float32")
+                    else:
+                        inner.dtype_policy = "float32"
+                    if inner.name not in self.kept:
+                        self.kept.append(inner.name)
+
+    def fp8_filter(self, user_filter=None):
+        """The layer filter fp8 quantizes through: not in the plan, and the user's own says yes."""
+        def keep(lay) -> bool:
+            return id(lay) not in self._out_of_fp8 and (user_filter is None or user_filter(lay))
+        keep.words = "kept out of fp8 by the plan" + (" (or your fp8_filter)" if user_filter is not None else "")
+        return keep
+
+    def findings(self, model) -> list[dict]:
+        """A kept layer computing in float16/bfloat16: the plan is declared but not applied."""
+        out = []
+        for lay in model._flatten_layers(include_self=False):
+            if lay.name in self.kept and getattr(lay, "compute_dtype", None) in LOW:
+                out.append({"where": f"layer {lay.name} ({type(lay).__name__})", "expected": "float32 compute (kept by the plan)",
+                            "actual": f"{lay.compute_dtype} compute",
+                            "advice": "call model = mp.prepare(model) after building it and before compile/fit",
+                            "check": "plan"})
+        return out
