@@ -145,6 +145,8 @@ def frame_rows(result, per: str | None = None) -> list[dict]:
                  "first_nonfinite": first.get("name") == lay.get("name") if first else False,
                  "findings": list(dict.fromkeys(kinds.get(lay.get("name"), [])))}
                 for i, lay in enumerate(doc.get("layers") or [])]
+    if command == "plan":  # one row per candidate tried, with its figures
+        return [{"workload": doc.get("workload"), **head, **t} for t in doc.get("tried") or []]
     if command == "doctor":
         parts = doc.get("frameworks") or {doc.get("framework"): doc}
         return [{"framework": fw, "device": part.get("device"), "mode": mode, **m,

@@ -204,8 +204,8 @@ def test_to_json_writes_the_document_report_reads(tmp_path):
 
 # ---------------------------------------------------------------- what a new result type gets with one line
 @dataclass
-class PlanLike(ResultDisplay, command="plan"):
-    """Shaped like issue #36's plan document."""
+class PlanLike(ResultDisplay, command="sketch"):
+    """A result type of a command the notebook has no section for (shaped like a plan document)."""
 
     default: str
     modules: dict = field(default_factory=dict)
@@ -216,7 +216,7 @@ class PlanLike(ResultDisplay, command="plan"):
 
 def test_a_new_result_type_displays_generically_with_one_line_of_adoption():
     plan = PlanLike("bf16", {"encoder.*": "bf16", "head": "fp32", "LayerNorm": "fp32"})
-    assert repr(plan) == "<ampkit plan: default bf16>"  # the dataclass's own repr was replaced
+    assert repr(plan) == "<ampkit sketch: default bf16>"  # the dataclass's own repr was replaced
     html = plan._repr_html_()
     _self_contained(html)
     _scoped(html)
@@ -256,3 +256,24 @@ def test_the_trainer_callbacks_record_shows_its_summary_and_audit_section():
     assert "test: 5 steps in fp16" in html and 'class="audit-layers"' in html and "First inf/NaN:" in html
     frame = rec.to_pandas()
     assert list(frame["name"]) == ["a", "b", "c"] and list(frame["first_nonfinite"]) == [False, True, False]
+
+
+def test_a_plan_report_displays_its_section_and_a_one_line_repr():
+    """issue #37 for the plan (#36): ampkit plan's report displays like the others."""
+    from ampkit.plan.report import PlanReport
+
+    doc = {"ampkit_version": "0.1.0", "command": "plan", "environment": {"framework": "torch"}, "framework": "torch",
+           "workload": "m:f", "device": "cpu", "status": "none_faster",
+           "plan": {"kind": "ampkit-plan", "version": 1, "framework": "torch", "default": "fp16",
+                    "modules": {"attn": "fp32"}, "evidence": {}},
+           "tried": [{"mode": "fp16", "plan": {"modules": {"attn": "fp32"}}, "speedup": 0.5, "speedup_ci": [0.4, 0.6],
+                      "speedup_verdict": "slower", "finite": True, "parity": "equivalent", "accepted": False,
+                      "why": "slower than fp32"}]}
+    plan = PlanReport.from_dict(doc)
+    line = repr(plan)
+    assert line == "<ampkit plan m:f on cpu: fp16 (attn fp32); none_faster>" and len(line) < 200
+    html = plan._repr_html_()
+    _self_contained(html)
+    assert 'class="plan"' in html and "<code>attn</code> in fp32" in html and "slower than fp32" in html
+    frame = plan.to_pandas()
+    assert list(frame["mode"]) == ["fp16"] and frame["speedup"][0] == 0.5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..display import ResultDisplay
 from ..envelope import Enveloped, check, envelope
 from .document import Plan, load_plan
 
@@ -16,7 +17,7 @@ SCHEMA = {"status": str, "plan": dict, "tried": list}
 
 
 @dataclass
-class PlanReport(Enveloped):
+class PlanReport(Enveloped, ResultDisplay, command="plan"):
     plan: Plan
     tried: list[dict]
     status: str

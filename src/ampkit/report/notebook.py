@@ -133,6 +133,9 @@ def _line_of(command: str, view) -> str:
     if command == "doctor":
         others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
         return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}; {others}"
+    if command == "plan":
+        kept = ", ".join(f"{p} {m}" for p, m in view.modules.items())
+        return f"plan {view.workload} on {view.device}: {view.default}" + (f" ({kept})" if kept else "") + f"; {view.status}"
     verdict = PRESENTERS["audit"].verdicts(view)[0]["text"]
     if view.what_if:  # float32 steps only: the verdicts are per format, not of the mode
         return f"audit --what-if {view.workload} on {view.device}: {verdict}"
