@@ -279,11 +279,13 @@ check_notebook() {  # check_notebook CONTAINER IMAGE: the getting-started notebo
         || fail "$img" "getting-started.ipynb in JupyterLab's folder" "stat says: $out"
     # Executed top to bottom as ampkit in a fresh kernel (nbclient), with the notebook's tiny
     # settings (AMPKIT_NOTEBOOK_QUICK=1), in a scratch folder; any error output fails the check.
-    # Lines TensorFlow's C++ runtime writes to stderr (absl logging) are not errors.
+    # Lines TensorFlow's C++ runtime writes to stderr (absl logging, or TSL's dated lines in TensorFlow
+    # 2.19: "2026-12-01 17:38:41.322378: E external/local_xla/...cc:467] ...") are not errors.
     out=$(docker exec -i -u ampkit -e AMPKIT_NOTEBOOK_QUICK=1 "$c" python3 - <<'PY' 2>&1
 import os, re, tempfile, time
 import nbclient, nbformat
-native = re.compile(r"^([IWE]\d{4} [\d:. ]+\d+ \S+:\d+\]|WARNING: All log messages before absl|\s+when |$)")
+native = re.compile(r"^([IWEF]\d{4} [\d:. ]+\d+ \S+:\d+\]|\d{4}-\d\d-\d\d [\d:.]+: [IWEF] \S+:\d+\]"
+                    r"|WARNING: All log messages before absl|To enable the following instructions|\s+when |$)")
 nb = nbformat.read("/workspace/getting-started.ipynb", as_version=4)
 work = tempfile.mkdtemp(prefix="ampkit-notebook-")
 t0 = time.time()
