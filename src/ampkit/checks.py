@@ -39,6 +39,8 @@ def float_in(value, flag: str, lo: float, hi: float, *, lo_open: bool = False) -
     """A finite number within [lo, hi] (or (lo, hi] with ``lo_open``; None passes: not given)."""
     if value is None:
         return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # True is not 1.0, "1024" is not a number
+        raise UsageError(f"{flag} must be a number; received {value!r}")
     ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
     if not ok:
         what = ("a positive number" if lo == 0 else f"a number greater than {lo:g}") if lo_open \

@@ -46,15 +46,30 @@ def load_factory(spec: str, flag: str = "--model"):
     return factory
 
 
+class FactoryFailed(UsageError):
+    """A user's factory failed when called (raised, or called ``sys.exit``, or raised KeyboardInterrupt
+    itself): one line naming it. A run that calls it can record it as that run's failure."""
+
+
 def call_user(factory, spec: str):
     """Call a user's (already loaded) factory: a usage error it raises passes through, any other
-    failure is one usage line naming ``spec``."""
+    failure -- an exception, ``sys.exit()``, a KeyboardInterrupt the factory raised itself (not the
+    user's Ctrl-C, which :mod:`ampkit.signals` records) -- is one :class:`FactoryFailed` line naming
+    ``spec``."""
+    from . import signals
+
     try:
         return factory()
     except UsageError:
         raise
+    except SystemExit as exc:  # in ampkit's own process it would end ampkit silently, with its code
+        raise FactoryFailed(f"calling {spec}() failed: it called sys.exit({exc.code!r})") from None
+    except KeyboardInterrupt:
+        if signals.interrupted_by_signal():
+            raise
+        raise FactoryFailed(f"calling {spec}() failed: it raised KeyboardInterrupt (not a Ctrl-C)") from None
     except Exception as exc:
-        raise UsageError(f"calling {spec}() failed: {one_line(exc)}") from None
+        raise FactoryFailed(f"calling {spec}() failed: {one_line(exc)}") from None
 
 
 def call_factory(spec: str):

@@ -162,8 +162,9 @@ def _child(conn, target, args, term_is_request: bool = False) -> None:
     finally:
         conn.close()
         run_exit_hooks()  # what os._exit would leave behind (a worker pool's semaphores)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # None where the program was started with it closed
+            if stream is not None:
+                stream.flush()
         os._exit(0)  # skip interpreter teardown: the result is sent
 
 

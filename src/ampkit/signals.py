@@ -27,9 +27,30 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+_sigint_seen = False
+_installed = False
+
+
+def _on_sigint(signum, frame):
+    global _sigint_seen
+    _sigint_seen = True
+    raise KeyboardInterrupt
+
+
 def install() -> None:
-    """Route SIGTERM to :class:`Terminated` (main thread only; call once, at the CLI's start)."""
+    """Route SIGTERM to :class:`Terminated` and note a SIGINT before raising KeyboardInterrupt as
+    Python does (main thread only; call once, at the CLI's start)."""
+    global _installed
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+        _installed = True
+
+
+def interrupted_by_signal() -> bool:
+    """Whether a KeyboardInterrupt now in flight came from a signal (Ctrl-C, SIGTERM). Outside the
+    CLI (no :func:`install`) it cannot be told: True, a KeyboardInterrupt is taken as the user's."""
+    return not _installed or _sigint_seen or _received is not None
 
 
 def ignore_further() -> None:

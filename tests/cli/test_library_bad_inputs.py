@@ -40,6 +40,9 @@ def _parity(**kw):
     (lambda: _parity(seeds=[-1]), "whole numbers >= 0"),
     (lambda: _parity(seeds="3"), "a number of seeds or a list"),
     (lambda: ampkit.audit(MODEL, (X, Y), what_if=True, mode="bf16"), "what_if runs float32 only"),
+    (lambda: ampkit.audit(MODEL, (X, Y), loss_scale="1024"), "--loss-scale must be a number; received '1024'"),
+    (lambda: ampkit.audit(MODEL, (X, Y), loss_scale=True), "--loss-scale must be a number; received True"),
+    (lambda: ampkit.audit(MODEL, (X, Y), seed="a"), "seed must be >= 0"),
 ])
 def test_the_library_says_which_argument_is_wrong(call, needle):
     with pytest.raises(UsageError) as info:
@@ -80,6 +83,8 @@ def test_step_refuses_a_max_grad_norm_that_would_break_training(norm):
     (lambda s: s.update(scaler=[1, 2]), "scaler must be a GradScaler state_dict, found list"),
     (lambda s: s.update(health=3), "health must be a dict, found int"),
     (lambda s: s["health"].update(steps="zz"), "corrupt state (ValueError"),
+    (lambda s: s["scaler"].update(backoff_factor=3.0), "scaler['backoff_factor'] must be in (0, 1), found 3.0"),
+    (lambda s: s["scaler"].update(growth_interval=0), "scaler['growth_interval'] must be a whole number > 0, found 0"),
 ])
 def test_load_state_dict_refuses_corrupt_state_and_leaves_the_engine_unchanged(corrupt, needle):
     import copy

@@ -145,3 +145,27 @@ def test_report_keeps_the_markdown_when_the_charts_cannot_be_written(tmp_path, m
     assert rc == 1
     text = (tmp_path / "r.md").read_text()
     assert "bf16" in text and "fp32" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_device_output_is_written_into_never_replaced(user_dir):
+    """issue #40: the atomic rename replaced a device (/dev/null, /dev/full) given as an output by a file.
+    A null device of our own in the test's folder (never the machine's /dev/null) stands for it."""
+    import stat
+
+    null = user_dir / "null.json"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    r = _ampkit(["bench", "--model", "mutating:model", *FAST, "--json", str(null), "--csv", "rows.csv"], user_dir)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert stat.S_ISCHR(os.stat(null).st_mode), "the device was replaced by a file"
+    assert (user_dir / "rows.csv").read_text().startswith("mode,")
+
+
+def test_a_closed_stdout_is_salvaged_not_a_traceback(user_dir):
+    r = subprocess.run([sys.executable, "-m", "ampkit", "bench", "--model", "mutating:model", *FAST, "--json", "-"],
+                       cwd=user_dir, stderr=subprocess.PIPE, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    [line] = _error_lines(r.stderr)
+    assert "could not write --json to stdout" in line and "ampkit-bench.json" in line, line
+    assert json.loads((user_dir / "ampkit-bench.json").read_text())["command"] == "bench"

@@ -228,3 +228,27 @@ class Sleepy(nn.Module):
 
             time.sleep(30)
         return self.lin(x)
+
+
+def exits_on_a_later_call():
+    """Fine when ampkit checks it (in a child, then before training); sys.exit(0) from the third call
+    on, in the runs (calls counted in EXIT_LATER_FILE)."""
+    import os
+    import sys
+
+    path = os.environ["EXIT_LATER_FILE"]
+    calls = int(open(path).read()) if os.path.exists(path) else 0
+    with open(path, "w") as fh:
+        fh.write(str(calls + 1))
+    if calls >= 2:
+        sys.exit(0)
+    return normalized_head()
+
+
+def moves_the_working_folder():
+    """A factory that changes the working folder: ampkit's outputs must not move with it."""
+    import os
+
+    os.makedirs("elsewhere", exist_ok=True)
+    os.chdir("elsewhere")
+    return normalized_head()

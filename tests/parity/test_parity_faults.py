@@ -109,3 +109,31 @@ def test_fp8_with_no_layer_converted_is_not_measured_not_pass(tmp_path):
     path.write_text(json.dumps(rep.to_dict()))
     report = build(load_all([str(path)]))
     assert report.counts
+
+
+def test_a_factory_that_exits_on_a_later_call_fails_its_runs_and_the_document_is_written(tmp_path, monkeypatch):
+    """It passed the check in the child; in ampkit's own process sys.exit(0) ended parity with exit 0 and no
+    JSON. Now each run that calls it fails with one line naming it, and the document is written."""
+    import json
+
+    monkeypatch.chdir(HERE)
+    monkeypatch.setenv("EXIT_LATER_FILE", str(tmp_path / "calls"))
+    out = tmp_path / "p.json"
+    rc = main(["parity", "--device", "cpu", "--modes", "fp32,bf16", "--seeds", "1", "--steps", "2", "--model",
+               "parity_factories:exits_on_a_later_call", "--data", "parity_factories:blobs", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    errors = [run["error"] for p in doc["results"] for run in p["runs"]]
+    assert rc == 1 and errors and all("calling parity_factories:exits_on_a_later_call() failed: it called sys.exit(0)"
+                                      in e for e in errors), errors
+
+
+def test_outputs_stay_where_asked_when_a_factory_changes_the_working_folder(tmp_path, monkeypatch):
+    import shutil
+
+    for name in ("parity_factories.py",):
+        shutil.copy(os.path.join(HERE, name), tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["parity", "--device", "cpu", "--modes", "fp32", "--seeds", "1", "--steps", "2", "--model",
+               "parity_factories:moves_the_working_folder", "--data", "parity_factories:blobs", "--json", "p.json"])
+    assert rc in (0, 1) and (tmp_path / "p.json").exists() and not (tmp_path / "elsewhere" / "p.json").exists()

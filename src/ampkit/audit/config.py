@@ -88,6 +88,7 @@ class AuditConfig:
                                  f"received mode {mode!r}{' with --what-if' if self.what_if else ''}")
             object.__setattr__(self, "plan", plan.to_dict())
         int_in(self.steps, "--steps", 1, MAX_AUDIT_STEPS)
+        int_in(self.seed, "seed", 0, 2**32 - 1)
         int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
         float_in(self.loss_scale, "--loss-scale", 0, MAX_LOSS_SCALE, lo_open=True)

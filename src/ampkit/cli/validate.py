@@ -19,6 +19,10 @@ def outputs(args, *specs: tuple[str, str, str, bool]) -> None:
         check_output(path, what, flag, stdout_ok=stdout_ok)
         pairs.append((path, flag))
     check_distinct(*pairs)
+    for attr, _what, _flag, _ok in specs:  # absolute now: user code that changes the working folder (os.chdir
+        path = getattr(args, attr, None)   # in a factory) must not move where the outputs land
+        if path and path != "-":
+            setattr(args, attr, os.path.abspath(path))
     if any(p == "-" for p, _ in pairs):
         reserve_stdout()
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError, one_line
-from ..factory import call_user, load_factory
+from ..factory import FactoryFailed, call_user, load_factory
 from ..isolation import run_isolated
 from .config import ParityConfig
 from .datasets import load
@@ -149,6 +149,8 @@ def _guarded(train_one, mode: str, seed: int, cb, timeout: float | None = None) 
     try:
         with _deadline(timeout):
             return train_one(mode, seed, cb)
+    except FactoryFailed as exc:  # the user's factory failed in this run (it passed the check): this run's failure
+        return RunRecord(mode, seed, [], [], [], 0, time.perf_counter() - t0, error=str(exc))
     except (UsageError, KeyboardInterrupt):
         raise
     except Exception as exc:

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from ...factory import call_user
 from ...parity.core import loader_order
 from ...parity.ops import ParityData
 from ...parity.report import RunRecord
@@ -76,7 +77,8 @@ def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=
             if x.ndim == 4:  # NCHW (the shared arrays) -> NHWC (Keras)
                 x, xte = x.transpose(0, 2, 3, 1), xte.transpose(0, 2, 3, 1)
             train, test = (x, y), (xte, yte)
-        model = ds.model() if callable(ds.model) else dataset_model(ds.model)
+        model = (call_user(ds.model, ds.model_spec or getattr(ds.model, "__name__", "the model factory"))
+                 if callable(ds.model) else dataset_model(ds.model))
         model = mp.prepare(model)  # fp8: Keras float8 layers (before compile); other modes: as it is
         with_metric = ds.metric != "loss"
         model.compile(optimizer=mp.optimizer(keras.optimizers.AdamW(ds.lr)),

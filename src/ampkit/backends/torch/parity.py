@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ...errors import UsageError
+from ...factory import call_user
 from ...parity.ops import ParityData
 from ...parity.report import RunRecord
 from .engine import MixedPrecision
@@ -150,7 +151,12 @@ class TorchParity:
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
                    on_epoch=None) -> RunRecord:
-        make_model = data.model if callable(data.model) else (lambda: dataset_model(data.model))
+        if callable(data.model):  # the user's factory: what it raises, or sys.exit, is this run's failure in words
+            def make_model(_f=data.model, _spec=data.model_spec or getattr(data.model, "__name__", "the model factory")):
+                return call_user(_f, _spec)
+        else:
+            def make_model():
+                return dataset_model(data.model)
         train = data.train if data.train is not None else TensorFeed(data.x_train, data.y_train, data.batch_size)
         test = data.test if data.test is not None else TensorFeed(data.x_test, data.y_test, data.batch_size)
         metric_fn = data.metric_fn if data.train is not None else (data.metric_fn or accuracy)

@@ -148,8 +148,10 @@ def check_ends(feed, part: str, spec: str, device) -> None:
     t0 = time.monotonic()
     for n, _ in enumerate(feed.batches(0, 0, torch.device("cpu"), shuffle=False), 1):
         if n >= ENDLESS_BATCHES or time.monotonic() - t0 > ENDLESS_SECONDS:
+            fix = ("an endless stream has no epochs; give --steps N" if part == "train" else
+                   "validation reads its data to the end; give a finite validation set")
             raise UsageError(f"{spec}: the {part} data is an iterable of unknown length that did not end after {n:,} "
-                             f"batches ({time.monotonic() - t0:.0f} s): an endless stream has no epochs; give --steps N")
+                             f"batches ({time.monotonic() - t0:.0f} s): {fix}")
 
 
 def _first(feed, part: str, spec: str, device):

@@ -100,9 +100,12 @@ def _check_values(state: dict) -> None:
     _number(scaler["scale"], "the loss scale (scaler['scale'])", positive=True)
     if "_growth_tracker" in scaler:
         _number(scaler["_growth_tracker"], "scaler['_growth_tracker']", integer=True)
-    for key in ("growth_factor", "backoff_factor", "growth_interval"):
-        if key in scaler:
-            _number(scaler[key], f"scaler[{key!r}]", positive=True, integer=key == "growth_interval")
+    rules = {"growth_factor": (lambda v: v > 1.0, "a number > 1"), "backoff_factor": (lambda v: 0 < v < 1, "in (0, 1)"),
+             "growth_interval": (lambda v: isinstance(v, int) and v > 0, "a whole number > 0")}
+    for key, (ok, what) in rules.items():  # the rules the constructor (and GradScaler) apply
+        v = scaler.get(key)
+        if key in scaler and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and ok(v)):
+            raise UsageError(f"load_state_dict(): corrupt state: scaler[{key!r}] must be {what}, found {v!r}")
 
 
 def load_engine_state(mp, state) -> None:
