@@ -91,6 +91,27 @@ def test_float32_rounding_noise_is_not_lost_gradient(monkeypatch):
     assert {f.layer for f in rep.findings if f.kind == "underflow"} & {"attn", "attn.qkv", "attn.q_norm", "attn.k_norm"}
 
 
+def test_the_what_if_knows_rounding_noise_too_and_agrees_with_the_audit(monkeypatch):
+    """issue #34 (8a): the what-if called fp16 'unsafe' and fp8 'keep qkv out' for gradients that are float32
+    rounding noise; with the same float64 check as the audit it agrees with the real fp16 audit (no finding)."""
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    torch.manual_seed(0)
+    rep = ampkit.audit(OneTokenNet(), batch, what_if=True, device="cpu")
+    fp16, fp8 = rep.what_if["fp16"], rep.what_if["fp8"]
+    assert fp16["verdict"] == "safe" and fp16["loss_scale_range"][0] <= 65536 <= fp16["loss_scale_range"][1]
+    assert fp8["verdict"] == "safe" and fp8["keep_in_fp32"] == []
+    rows = {r["name"]: r for r in fp16["modules"]}
+    assert rows["attn.q_norm"]["grad_noise"] == 1.0 and rows["embed"]["grad_noise"] is None
+    # without the float64 check: the old verdicts (the test can fail)
+    from ampkit.backends.torch.numerics import noise
+
+    monkeypatch.setattr(noise, "noise_shares", lambda *a, **k: {})
+    torch.manual_seed(0)
+    rep = ampkit.audit(OneTokenNet(), batch, what_if=True, device="cpu")
+    assert rep.what_if["fp16"]["verdict"] == "unsafe" and rep.what_if["fp8"]["keep_in_fp32"] == ["attn.qkv"]
+
+
 @pytest.mark.slow
 def test_timm_mobilevit_xxs_at_64px_has_no_underflow_from_noise():
     """The issue's model: 9 underflow warnings on stage 4's attn.qkv / q_norm / k_norm, all of them float32

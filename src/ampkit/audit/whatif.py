@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from ..formats import BF16, FP16, FloatFormat
 from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
 
+#: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
+NOISE_ONLY = 0.5
+
 #: the float32 exponent range of the histogram: bin ``i`` counts nonzero finite |x| in [2**e, 2**(e+1)), e = i + EMIN
 EMIN, EMAX = -149, 127
 NBINS = EMAX - EMIN + 1
@@ -157,6 +160,14 @@ class ModuleSummary:
     fwd_low: bool = True
     #: the largest gradient of its own parameters (what a loss scaler checks); 0: none, or not observed
     param_grad_amax: float = 0.0
+    #: the share of its nonzero float32 output gradients that are rounding noise (a float64 pass says so:
+    #: the true values are zero, e.g. attention over one token); None: not checked
+    grad_noise: float | None = None
+
+    @property
+    def noise_only(self) -> bool:
+        """Its output gradients are float32 rounding noise (mostly): losing them loses nothing."""
+        return self.grad_noise is not None and self.grad_noise >= NOISE_ONLY
 
     @property
     def fp8_eligible(self) -> bool:
@@ -174,6 +185,7 @@ def _r(x, digits=6):
 
 
 def lost_share_at(mods: list[ModuleSummary], fmt: FloatFormat, scale: float) -> float:
+    mods = [m for m in mods if not m.noise_only]  # rounding noise is no gradient to lose
     nz = sum(m.grad.nonzero for m in mods)
     return sum(m.grad.below(lost_below(fmt), scale) for m in mods) / nz if nz else 0.0
 
@@ -201,7 +213,8 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
                "grad_lost_frac": _r(g.share_below(lost_below(fmt), scale)),
                "grad_flushed_frac": _r(g.share_below(2.0**-25, scale)),
                "grad_overflow": bool(g.amax * scale >= inf_at), "param_grad_amax": _r(m.param_grad_amax),
-               "param_grad_overflow": bool(m.param_grad_amax * scale >= inf_at), "reasons": []}
+               "param_grad_overflow": bool(m.param_grad_amax * scale >= inf_at), "grad_noise": _r(m.grad_noise),
+               "reasons": []}
         if over:
             row["reasons"].append("overflow")
             if first is None:
@@ -222,7 +235,7 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
     # every module whose gradients the format holds (leaf or not: a container's own code makes its
     # output, so its gradient is a tensor of its own) must keep its share within the threshold the
     # rows below show: the range never contradicts the document's per-module shares
-    held = [m for m in mods if m.fwd_low and m.grad.nonzero]
+    held = [m for m in mods if m.fwd_low and m.grad.nonzero and not m.noise_only]
     for k in SCALE_EXPONENTS:
         s = 2.0**k
         if gmax * s >= inf_at or (scale_limit is not None and s > scale_limit):
@@ -262,7 +275,8 @@ def bf16_prediction(mods: list[ModuleSummary]) -> dict:
                "grad_lost_frac": _r(g.share_below(lost_below(fmt))), "reasons": []}
         if m.leaf and m.fwd_low and noise[1] is not None and noise[1] > NOISE_TO_SPREAD:
             row["reasons"].append("precision")
-        if m.leaf and m.fwd_low and (row["lost_frac"] > UNDERFLOW_THRESHOLD or row["grad_lost_frac"] > UNDERFLOW_THRESHOLD):
+        if m.leaf and m.fwd_low and (row["lost_frac"] > UNDERFLOW_THRESHOLD or
+                                     (row["grad_lost_frac"] > UNDERFLOW_THRESHOLD and not m.noise_only)):
             row["reasons"].append("underflow")
         inner = m.inner.amax if m.inner is not None else 0.0
         if (m.fwd_low and (not math.isfinite(f.amax) or f.amax >= overflow_at(fmt))
@@ -290,11 +304,11 @@ def fp8_prediction(mods: list[ModuleSummary]) -> dict:
             a, g = m.fp8_input.fp8_stats(s), m.grad.fp8_stats(s)
             row["input_e4m3"][s] = {k: _r(v, 4) for k, v in a.items()} if a else None
             row["grad_e5m2"][s] = {k: _r(v, 4) for k, v in g.items()} if g else None
-            ok[s] = fp8_ok(a, "e4m3") and fp8_ok(g, "e5m2")
+            ok[s] = fp8_ok(a, "e4m3") and (m.noise_only or fp8_ok(g, "e5m2"))  # noise: nothing to keep
         if not ok["tensorwise"]:
             a_bad = not fp8_ok(m.fp8_input.fp8_stats("tensorwise"), "e4m3")
             row["reasons"].append("input" if a_bad else "gradient")
-            if a_bad and not fp8_ok(m.grad.fp8_stats("tensorwise"), "e5m2"):
+            if a_bad and not m.noise_only and not fp8_ok(m.grad.fp8_stats("tensorwise"), "e5m2"):
                 row["reasons"].append("gradient")
             row["fixed_by"] = [s for s in SCALINGS[1:] if ok[s]]
             failing.append(row)

@@ -137,6 +137,26 @@ class TorchWhatIfSession(TorchAuditSession):
                 if mod.fp8_input is None:
                     mod.fp8_input = type(summary)()
                 mod.fp8_input.merge(summary)
+        if step == 0:
+            self._check_noise(step)
+
+    def _check_noise(self, step: int) -> None:
+        """Modules whose float32 output gradients fp16 would lose at the default scale: which of those are
+        float32 rounding noise (a float64 pass, :mod:`.numerics.noise`, as the real audit checks): the
+        what-if then judges them as the audit does (issue #34: mobilevit's one-token attention)."""
+        from ...audit.core import UNDERFLOW_THRESHOLD, lost_below
+        from ...formats import FP16
+        from .numerics.noise import noise_shares
+
+        at = lost_below(FP16)
+        names = {n for n, m in self._mods.items()
+                 if m.grad.nonzero and m.grad.share_below(at, self.initial_scale) > UNDERFLOW_THRESHOLD}
+        if not names:
+            return
+        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        for name, (noise, _lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
+                                                  self.seed + step, buffers, at / self.initial_scale).items():
+            self._mods[name].grad_noise = noise
 
     def summaries(self) -> list[ModuleSummary]:
         return [self._mods[n] for n in self._order]
