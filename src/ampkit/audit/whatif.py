@@ -350,8 +350,11 @@ def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: flo
     bad = float32_nonfinite(mods)
     for p in out.values():  # float32 itself fails: no format, and no module kept in float32, can help
         p["float32_nonfinite"] = bad
-        if bad is not None:
-            p.update(verdict="unsafe", keep_in_fp32=[])
+        if bad is not None:  # no verdict about a format from a float32 run that fails by itself (issue #40)
+            p.update(verdict="not_measured", keep_in_fp32=[], reason=(
+                f"the float32 run itself is non-finite (first in {bad or '(model)'}): this is not a precision "
+                "problem, so no format is judged; look for an exp/log/sqrt/division out of range or an exploding "
+                "input there"))
     return out
 
 
