@@ -251,10 +251,26 @@ def _ask_to_stop(proc, recv, grace: float):
 def stop(proc, grace: float = 5.0, hard: bool = False) -> None:
     """Terminate a child process, then kill it if it does not go within ``grace`` seconds.
 
-    ``hard``: SIGKILL at once (a child that takes SIGTERM as a request to stop early)."""
+    ``hard``: SIGKILL at once (a child that takes SIGTERM as a request to stop early). Processes the
+    child started (user code that spawned a ``sleep``, a DataLoader's workers) are killed with it:
+    they are collected while it lives, since once it is gone they belong to init."""
+    kids = _descendants(proc.pid) if proc.is_alive() else []
     if proc.is_alive() and not hard:
         proc.terminate()
         proc.join(grace)
     if proc.is_alive():
         proc.kill()
         proc.join(grace)
+    for kid in kids:
+        with contextlib.suppress(Exception):
+            kid.kill()
+
+
+def _descendants(pid: int) -> list:
+    """The processes below ``pid`` (psutil), or [] where they cannot be listed."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:
+        return []

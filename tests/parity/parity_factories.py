@@ -252,3 +252,12 @@ def moves_the_working_folder():
     os.makedirs("elsewhere", exist_ok=True)
     os.chdir("elsewhere")
     return normalized_head()
+
+
+def spawns_then_hangs():
+    """Starts a process of its own (a marked sleep), then hangs: --timeout must stop both."""
+    import subprocess
+    import time
+
+    subprocess.Popen(["sleep", "377.25"])
+    time.sleep(3600)

@@ -137,3 +137,24 @@ def test_outputs_stay_where_asked_when_a_factory_changes_the_working_folder(tmp_
     rc = main(["parity", "--device", "cpu", "--modes", "fp32", "--seeds", "1", "--steps", "2", "--model",
                "parity_factories:moves_the_working_folder", "--data", "parity_factories:blobs", "--json", "p.json"])
     assert rc in (0, 1) and (tmp_path / "p.json").exists() and not (tmp_path / "elsewhere" / "p.json").exists()
+
+
+def test_a_hanging_factory_past_its_timeout_leaves_no_process_behind(capsys, monkeypatch):
+    """issue #40: the child was stopped, the process it had started (user code) was left running under init."""
+    import time
+
+    import psutil
+
+    monkeypatch.chdir(HERE)
+
+    def marked():
+        return [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == ["377.25"]]
+
+    rc = main(["parity", "--device", "cpu", "--modes", "fp32", "--seeds", "1", "--model",
+               "parity_factories:spawns_then_hangs", "--data", "parity_factories:blobs", "--timeout", "4"])
+    assert rc == 2 and "no result after 4 s (--timeout)" in capsys.readouterr().err
+    time.sleep(0.5)
+    left = marked()
+    for p in left:
+        p.kill()
+    assert not left, "the factory's own process was left running"
