@@ -6,7 +6,12 @@ __all__ = ["use_line", "write_proposed", "summary"]
 
 
 def use_line(plan, path: str) -> str:
-    """The one line that applies the plan in the user's framework."""
+    """The one line that applies the plan in the user's framework (the path as short as it can be said
+    from the working folder: the CLI made its output paths absolute)."""
+    import os
+
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    path = rel if not rel.startswith("..") else path
     if plan.framework == "tensorflow":
         return f"mp = ampkit.keras.MixedPrecision.from_plan({path!r}); model = mp.prepare(model)"
     return f"mp = ampkit.MixedPrecision.from_plan({path!r}, model=model)"

@@ -166,7 +166,9 @@ def upstream_cause(flavor: str) -> None:
     if importlib.util.find_spec("ampkit.audit.origin"):  # the neutral advice of issue #34 (audit/origin.py)
         text = " ".join(f.advice for f in rep.findings if f.kind != "contract")
         assert "run it in float32" not in text and "train in bf16" not in text, [f.advice for f in rep.findings]
-        assert any((f.cause or {}).get("name") == "blow" for f in rep.findings), rep.findings
+        # the cause named: as the finding's "cause", or, where the first inf/NaN is at the cause itself, in its words
+        assert any((f.cause or {}).get("name") == "blow" or (f.layer == "blow" and "float32 outputs reach" in f.advice)
+                   for f in rep.findings), rep.findings
     print(f"{flavor} upstream cause: ok (fp16 first at blow by {first['op']}; {first['cause']['why']})")
 
 

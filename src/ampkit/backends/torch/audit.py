@@ -69,7 +69,7 @@ def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe, params: P
 
 def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
           loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None,
-          seed: int = 0, what_if: bool = False, formats=None, compile: bool = False) -> AuditReport:
+          seed: int = 0, what_if: bool = False, formats=None, compile: bool = False, plan=None) -> AuditReport:
     """Audit the numerics of ``mode`` layer by layer against an fp32 reference: ``ampkit.audit``
     (the same parameters), run by the neutral driver through :class:`TorchAudit`'s session.
 
@@ -80,7 +80,7 @@ def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cr
 
     return neutral_audit(model_or_workload, batch, loss_fn, mode=mode, loss_scale=loss_scale, steps=steps,
                          device=device, lr=lr, seed=seed, what_if=what_if, formats=formats,
-                         compile=compile)
+                         compile=compile, plan=plan)
 
 
 def _fails_in_fp32_too(model, workload, batch, device, seed, buffers, exc: Exception) -> None:
