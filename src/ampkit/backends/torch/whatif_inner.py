@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from .numerics.hooks import float_tensors
+from .numerics.hooks import ModuleHooks, float_tensors
 from .numerics.origin import op_name
 
 #: ops whose outputs are summarized when a module's own code runs them (module outputs are summarized
@@ -33,7 +33,7 @@ INNER_OPS = frozenset({
 LOW = (torch.float16, torch.bfloat16)
 
 
-class _ModuleStack(TorchFunctionMode):
+class _ModuleStack(ModuleHooks, TorchFunctionMode):
     """The innermost module running, for each torch function call of a forward."""
 
     def __init__(self, model: nn.Module):
@@ -82,18 +82,6 @@ class _ModuleStack(TorchFunctionMode):
                 finally:
                     self.busy = False
         return out
-
-    def __enter__(self):
-        for name, m in self.model.named_modules():
-            self._handles.append(m.register_forward_pre_hook(self._pre(name)))
-            self._handles.append(m.register_forward_hook(self._post(name), always_call=True))
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        return super().__exit__(*exc)
 
 
 class InnerOps(_ModuleStack):

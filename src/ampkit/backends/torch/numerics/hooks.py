@@ -32,6 +32,28 @@ def float_tensors(obj: Any, out: list | None = None) -> list[torch.Tensor]:
     return out
 
 
+class ModuleHooks:
+    """Mixin for a ``TorchFunctionMode`` that follows which module runs: on enter, a pre- and a post-forward
+    hook (``self._pre(name)``, ``self._post(name)``; the post hook runs even when the forward raises) on
+    every module of ``self.model``, kept in ``self._handles`` and removed on exit. ``hook_kwargs``: the
+    hooks take the forward's keyword arguments too."""
+
+    hook_kwargs = False
+
+    def __enter__(self):
+        kw = {"with_kwargs": True} if self.hook_kwargs else {}
+        for name, m in self.model.named_modules():
+            self._handles.append(m.register_forward_pre_hook(self._pre(name), **kw))
+            self._handles.append(m.register_forward_hook(self._post(name), always_call=True, **kw))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        return super().__exit__(*exc)
+
+
 class Recorder:
     """Calls ``on_forward(key, tensors)`` and ``on_grad(key, kind, grad, tensor_id)`` per module call.
 

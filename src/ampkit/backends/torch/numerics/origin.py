@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from .hooks import float_tensors
+from .hooks import ModuleHooks, float_tensors
 
 #: an input beyond this (fp16's range) that makes float32 fail too came from upstream: its producer is the cause
 CAUSE_AMAX = 2.0**16
@@ -58,12 +58,14 @@ class _Call:
         self.name, self.in_amax, self.out_amax, self.source = name, in_amax, None, source
 
 
-class OpTrace(TorchFunctionMode):
+class OpTrace(ModuleHooks, TorchFunctionMode):
     """The first op of a forward whose floating output holds an inf/NaN (see the module docstring).
 
     Use as a context manager around one forward of ``model``; afterwards :attr:`origin` is None or
     ``{"name", "phase": "forward", "op", "in_reference", "inputs_amax"[, "cause"]}``.
     """
+
+    hook_kwargs = True  # its hooks read the forward's keyword arguments
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -131,18 +133,6 @@ class OpTrace(TorchFunctionMode):
         """The origin, with ``recipient``: the first module whose output held an inf/NaN (what
         module-output hooks name), to check a trace of a later forward against the failure it explains."""
         return None if self.origin is None else {**self.origin, "recipient": self.recipient}
-
-    def __enter__(self):
-        for name, m in self.model.named_modules():
-            self._handles.append(m.register_forward_pre_hook(self._pre(name), with_kwargs=True))
-            self._handles.append(m.register_forward_hook(self._post(name), with_kwargs=True, always_call=True))
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        return super().__exit__(*exc)
 
     # ------------------------------------------------------------------ ops
     def __torch_function__(self, func, types, args=(), kwargs=None):
