@@ -230,10 +230,8 @@ def check_factories(model_spec: str, data_spec: str) -> None:
     for spec, flag in ((data_spec, "--data"), (model_spec, "--model")):
         factory = load_factory(spec, flag=flag)
         try:
-            call_user(factory, spec)
-        except SystemExit as exc:
-            raise UsageError(f"calling {spec}() failed: it called sys.exit({exc.code!r})") from None
-        except KeyboardInterrupt:  # raised by the factory itself: the user's Ctrl-C reaches the parent
+            call_user(factory, spec)  # an exception or sys.exit: call_user's one line (FactoryFailed)
+        except KeyboardInterrupt:  # raised by the factory itself: the child ignores SIGINT, the parent has Ctrl-C
             raise UsageError(f"calling {spec}() failed: it raised KeyboardInterrupt") from None
 
 
