@@ -73,12 +73,8 @@ def call_user(factory, spec: str):
 
 
 def call_factory(spec: str):
-    """Import MODULE:FACTORY and call it; any failure is a usage error naming the spec."""
-    factory = load_factory(spec)
-    try:
-        return factory()
-    except Exception as exc:
-        raise UsageError(f"calling {spec}() failed: {type(exc).__name__}: {exc}")
+    """Import MODULE:FACTORY and call it (:func:`call_user`); any failure is a usage error naming the spec."""
+    return call_user(load_factory(spec), spec)
 
 
 def class_count_hint(text: str, num_classes: int | None, outputs: int | None = None) -> str:
