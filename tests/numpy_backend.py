@@ -215,7 +215,7 @@ class NumpyBackend:
 
     # ---- ParityOps
     def prepare_parity(self, data, target):
-        if data.train is not None or data.steps:
+        if data.sets is not None or data.steps:
             raise UsageError("--framework numpy trains only the built-in mlp datasets, by epochs "
                              "(no --model/--data, no --steps)")
         return data
@@ -223,14 +223,15 @@ class NumpyBackend:
     def train_seed(self, data, mode: str, seed: int, target, *, epochs: int, on_epoch=None) -> RunRecord:
         if data.model != "mlp":
             raise UsageError(f"--framework numpy trains only the mlp datasets; {data.name!r} needs {data.model!r}")
-        t0, t = time.perf_counter(), Trainer(mode, seed, features=data.x_train.shape[1])
+        a = data.arrays  # the built-in datasets' Arrays
+        t0, t = time.perf_counter(), Trainer(mode, seed, features=a.x_train.shape[1])
         rec = RunRecord(mode, seed, [], [], [], 0, 0.0)
         for epoch in range(epochs):
-            order = loader_order(len(data.x_train), seed, epoch)
+            order = loader_order(len(a.x_train), seed, epoch)
             chunks = [order[i:i + data.batch_size] for i in range(0, len(order), data.batch_size)]
-            rec.train_loss.append(float(np.mean([t.step(data.x_train[c], data.y_train[c]) for c in chunks])))
-            loss, _, outs, _ = forward_backward(t.params, data.x_test, data.y_test, mode)
-            rec.test_accuracy.append(float((outs["fc2"].argmax(1) == data.y_test).mean()))
+            rec.train_loss.append(float(np.mean([t.step(a.x_train[c], a.y_train[c]) for c in chunks])))
+            loss, _, outs, _ = forward_backward(t.params, a.x_test, a.y_test, mode)
+            rec.test_accuracy.append(float((outs["fc2"].argmax(1) == a.y_test).mean()))
             rec.test_loss.append(loss)
             if on_epoch:
                 on_epoch(epoch + 1, epochs)

@@ -93,3 +93,46 @@ def class_count_hint(text: str, num_classes: int | None, outputs: int | None = N
     if outputs:
         return f"; the model has {outputs} outputs per sample but the targets use {asked}: pass --num-classes {outputs}"
     return f"; the targets use {asked}, more classes than the model outputs: pass --num-classes with its number of outputs"
+
+
+#: a class's top-level package -> the framework (backend) that runs objects of it
+_FRAMEWORK_OF_PACKAGE = {"torch": "torch", "keras": "tensorflow", "tf_keras": "tensorflow", "tensorflow": "tensorflow"}
+
+
+def framework_of(*objects) -> str | None:
+    """The framework the first telling object belongs to -- a model, an ``ampkit.Workload``, a data
+    set or loader, a tensor, or ``(inputs, targets)`` pairs of them -- read from the packages of
+    its classes (their MRO: a user's ``torch.nn.Module`` subclass is torch's, a transformers TF
+    model Keras's), importing no framework. None when nothing tells (NumPy arrays, plain Python)."""
+    for obj in objects:
+        if isinstance(obj, (tuple, list)):
+            found = framework_of(*obj[:4])  # a pair (inputs, targets), a (train, validation) pair of them
+        else:
+            found = None
+            for cls in type(obj).__mro__:
+                parts = (cls.__module__ or "").split(".")
+                if parts[:2] == ["ampkit", "backends"] and len(parts) > 2:  # ampkit.Workload, a Keras workload
+                    found = {"torch": "torch", "tensorflow": "tensorflow"}.get(parts[2])
+                else:
+                    found = _FRAMEWORK_OF_PACKAGE.get(parts[0])
+                if found:
+                    break
+        if found:
+            return found
+    return None
+
+
+def made_by(factory, spec: str) -> str | None:
+    """The framework of what ``factory`` returns (:func:`framework_of`), calling it once; None when
+    the call fails (the run that calls it again reports that) or nothing tells."""
+    if framework_of(factory):  # a model passed where a factory belongs: the backend says so
+        return framework_of(factory)
+    try:
+        return framework_of(call_user(factory, spec))
+    except UsageError:  # the factory failed (FactoryFailed) or refused: its run says so, in its own words
+        return None
+
+
+def factory_framework(spec: str) -> str | None:
+    """In a child (:func:`~ampkit.isolation.run_isolated`): the framework of what MODULE:FACTORY returns."""
+    return framework_of(call_factory(spec))

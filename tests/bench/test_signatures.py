@@ -25,7 +25,6 @@ def test_help_and_signature_show_the_parameters(name, first):
 
 
 @pytest.mark.parametrize("public, backend, lazy_defaults", [
-    ("parity", "ampkit.backends.torch.parity", {"loss_fn", "metric_fn"}),
     ("audit", "ampkit.backends.torch.audit", {"loss_fn"}),
 ])
 def test_library_signature_matches_the_backend(public, backend, lazy_defaults):
@@ -43,6 +42,16 @@ def test_library_signature_matches_the_backend(public, backend, lazy_defaults):
             assert mine[name].default is None
         else:
             assert mine[name].default == p.default, name
+
+
+@pytest.mark.parametrize("name", ["parity", "bench"])
+def test_the_framework_is_the_models_by_default_and_torch_defaults_stay_lazy(name):
+    """Issue 38: one library surface -- ``framework="auto"`` (the model's); parity's torch defaults
+    (cross-entropy, accuracy) are None here, chosen by the backend (``import ampkit`` needs no torch)."""
+    params = inspect.signature(getattr(ampkit, name)).parameters
+    assert params["framework"].default == "auto"
+    if name == "parity":
+        assert params["loss_fn"].default is None and params["metric_fn"].default is None
 
 
 def test_bench_signature_covers_the_config():

@@ -127,8 +127,9 @@ def test_same_seed_same_numbers():
     from ampkit.parity.datasets import load
 
     ds = load("digits")
-    train = (torch.from_numpy(ds.x_train), torch.from_numpy(ds.y_train))
-    test = (torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test))
+    a = ds.arrays
+    train = (torch.from_numpy(a.x_train), torch.from_numpy(a.y_train))
+    test = (torch.from_numpy(a.x_test), torch.from_numpy(a.y_test))
     runs = [torch_parity.train_one(lambda: torch_parity.dataset_model(ds.model), "bf16", 7, torch.device("cpu"), train,
                                    test, epochs=2, batch_size=64, lr=1e-3) for _ in range(2)]
     assert runs[0].train_loss == runs[1].train_loss and runs[0].test_accuracy == runs[1].test_accuracy

@@ -14,13 +14,14 @@ pytest.importorskip("torchao")
 def test_fp8_parity_on_digits_sized_data_has_its_statistics_and_says_emulated():
     from ampkit.parity.config import ParityConfig
     from ampkit.parity.driver import run
-    from ampkit.parity.ops import ParityData
+    from ampkit.parity.ops import Arrays, ParityData
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(10, 64)).astype(np.float32) * 2
     y = rng.integers(0, 10, 240)
     x = (centers[y] + rng.normal(size=(240, 64)).astype(np.float32)).astype(np.float32)
-    data = ParityData("blobs", x[:160], y[:160], x[160:], y[160:], model="mlp", epochs=1, batch_size=32)
+    data = ParityData(name="blobs", model="mlp", epochs=1, batch_size=32,
+                      source=Arrays(x_train=x[:160], y_train=y[:160], x_test=x[160:], y_test=y[160:]))
     report = run(ParityConfig(modes="fp32,fp8", seeds=2, device="cpu"), "torch", data=data)
     fp8 = next(r for r in report.results if r.mode == "fp8")
     assert fp8.verdict in ("pass", "fail", "inconclusive") and fp8.equivalence["verdict"]

@@ -23,12 +23,15 @@ _REGISTERED: dict[str, str] = {}
 _ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow",
             "keras": "tensorflow", AUTO: AUTO}
 
-__all__ = ["Backend", "FRAMEWORKS", "backend_spec", "get_backend", "load_backend", "parse_framework", "register_backend",
+__all__ = ["Backend", "FRAMEWORKS", "auto_has_choice", "backend_spec", "get_backend", "load_backend", "parse_framework", "register_backend",
            "resolve_framework"]
 
 
 def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
-    """The canonical framework name (``torch``, ``tensorflow``, ``auto``, and ``all`` where allowed)."""
+    """The canonical framework name (``torch``, ``tensorflow``, ``auto``, and ``all`` where allowed);
+    anything else is one :class:`~ampkit.errors.UsageError` (a ValueError) listing the names."""
+    if name is not None and not isinstance(name, str):
+        raise UsageError(f"framework must be a name such as 'torch' or 'tensorflow'; received {name!r}")
     key = (name or AUTO).strip().lower()
     if allow_all and key == "all":
         return "all"
@@ -63,6 +66,11 @@ def resolve_framework(name: str | None) -> str:
     if _tensorflow_present():
         return "tensorflow"
     raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+
+
+def auto_has_choice() -> bool:
+    """Whether ``auto`` has two frameworks to choose from (then the library asks the model which)."""
+    return _tensorflow_present() and _torch_importable()
 
 
 def register_backend(name: str, spec: str) -> None:

@@ -4,8 +4,8 @@ precision converge like fp32? Statistics over seeds.
 This package holds the flow every framework shares (:mod:`.driver`: modes, the seed x mode loop,
 statistics, verdicts, the report); a backend only trains one seed in one mode
 (:class:`~ampkit.parity.ops.ParityOps`). The module itself is callable, so
-``ampkit.parity(make_model, train, test, ...)`` is the PyTorch entry point whether or not this
-package has been imported; ``help(ampkit.parity)`` and ``inspect.signature(ampkit.parity)`` show
+``ampkit.parity(...)`` is the entry point (PyTorch or Keras: the model's framework) whether or not
+this package has been imported; ``help(ampkit.parity)`` and ``inspect.signature(ampkit.parity)`` show
 its parameters.
 """
 
@@ -15,15 +15,15 @@ import inspect
 
 from .._callable import make_callable
 from .config import ParityConfig
-from .ops import ParityData
+from .ops import Arrays, DataSets, ParityData
 from .report import ParityReport, ParityResult, RunRecord
 
-__all__ = ["ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRecord", "parity"]
+__all__ = ["Arrays", "DataSets", "ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRecord", "parity"]
 
 
 def parity(make_model=None, train=None, test=None, *, model=None, data=None, modes=None, seeds=3, epochs=None,
            steps=None, batch_size=64, lr=1e-3, tolerance=0.01, margin=None, device="auto", loss_fn=None,
-           metric_fn=None, dataset="custom", framework="torch", progress=None, timeout=1800.0) -> ParityReport:
+           metric_fn=None, dataset="custom", framework="auto", progress=None, timeout=1800.0) -> ParityReport:
     """Parity on your own model and data: does each mode train as well as fp32?
 
     Every seed trains a fresh model in every mode from the same initial weights and data order;
@@ -32,9 +32,10 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
     whether it is equivalent within ``margin`` (with the seeds that would decide when it cannot).
 
     Args:
-        make_model: zero-argument callable returning a fresh float32 ``torch.nn.Module`` (called
-            after seeding, so each seed gives the same initial weights in every mode).
-        train, test: ``(inputs, targets)`` tensors.
+        make_model: zero-argument callable returning a fresh float32 ``torch.nn.Module`` (or
+            ``keras.Model``), called after seeding, so each seed gives the same initial weights in
+            every mode.
+        train, test: ``(inputs, targets)`` tensors or arrays (Keras: read as a data factory's arrays).
         model, data: instead of the three above (and for Keras): a model factory (a callable, or
             ``"MODULE:FACTORY"``) returning a fresh model or an ``ampkit.Workload`` (a
             ``keras.Model`` with ``framework="tensorflow"``), and a data factory (a callable or
@@ -55,7 +56,11 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
         metric_fn: ``metric_fn(logits, targets) -> scalar``, higher is better (default: accuracy).
         dataset: the name the report shows; with no model and data, a built-in dataset to run as
             ``ampkit parity --dataset NAME`` does (``"digits"``, ``"mnist5k"``).
-        framework: ``torch`` (default) or ``tensorflow`` (with ``model``/``data``).
+        framework: ``auto`` (default): the model's framework, told by the data (torch tensors,
+            ``Dataset``s, ``DataLoader``s; ``tf.data``, TensorFlow tensors) or else by what the model
+            factory returns (called once more to see); with neither, and for a built-in dataset,
+            torch when it can be imported, else tensorflow. ``torch`` or ``tensorflow`` says it; any
+            other name is a :class:`~ampkit.errors.UsageError` (a ``ValueError``).
         progress: optional callback ``progress(mode, seed, done, total)``; in a Jupyter kernel the
             default (None) shows one display in the cell that updates as runs go; ``False``: nothing.
         timeout: seconds each run may take (None: no limit); a run past it fails its mode, the rest go on.
@@ -76,44 +81,53 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
-    from ..errors import UsageError
-    from .driver import USER_EPOCHS, run, split_data
+    from ..backends import auto_has_choice, parse_framework
+    from ..factory import framework_of, made_by
+    from .driver import USER_EPOCHS, run
 
+    framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
+    asked = {"modes": modes, "seeds": seeds, "epochs": epochs, "tolerance": tolerance, "device": device,
+             "margin": margin, "steps": steps, "timeout": timeout}
     if all(x is None for x in (make_model, train, test, model, data)) and dataset != "custom":
         from .datasets import check_dataset  # a built-in dataset, as `ampkit parity --dataset NAME` runs it
 
-        config = ParityConfig(dataset=check_dataset(dataset), modes=modes, seeds=seeds, epochs=epochs,
-                              tolerance=tolerance, device=device, margin=margin, steps=steps, timeout=timeout)
-        return run(config, framework, progress=progress)
+        return run(ParityConfig(dataset=check_dataset(dataset), **asked), framework, progress=progress)
+    sizes = {"batch_size": batch_size, "lr": lr, "loss_fn": loss_fn, "metric_fn": metric_fn}
     if model is not None or data is not None:
-        if make_model is not None or train is not None or test is not None:
-            raise UsageError("give make_model, train and test, or model= and data=, not both")
-        if model is None or data is None:
-            raise UsageError("model= needs data= too (and data= needs model=)")
-        if isinstance(model, str) or isinstance(data, str):
-            from ..factory import load_factory
-
-            model = load_factory(model, flag="model") if isinstance(model, str) else model
-            spec = data if isinstance(data, str) else None
-            data = load_factory(data, flag="data") if isinstance(data, str) else data
-        else:
-            spec = None
-        if not callable(model) or not callable(data):
-            raise UsageError("model= and data= must be factories (zero-argument callables or 'MODULE:FACTORY'); "
-                             f"received {type(model).__name__} and {type(data).__name__}")
-        spec = spec or getattr(data, "__name__", "data")
-        config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance,
-                              device=device, margin=margin, steps=steps, timeout=timeout)
-        pd = ParityData(dataset, None, None, None, None, model=model, epochs=USER_EPOCHS, batch_size=batch_size, lr=lr,
-                        loss_fn=loss_fn, metric_fn=metric_fn, **split_data(data, f"{spec}"), data_factory=data,
-                        model_spec=getattr(model, "__name__", "model"), data_spec=spec)
+        model, data, spec = _factories(make_model, train, test, model, data)
+        config = ParityConfig(dataset=dataset, **asked)
+        sets = DataSets.from_factory(data, spec)
+        pd = ParityData(name=dataset, model=model, model_spec=getattr(model, "__name__", "model"), source=sets,
+                        epochs=USER_EPOCHS, **sizes)
+        if framework == "auto" and auto_has_choice():  # the data says, else what the model factory returns
+            framework = framework_of(sets.train, sets.test) or made_by(model, pd.model_spec) or framework
         return run(config, framework, data=pd, progress=progress)
-    config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance, device=device,
-                          margin=margin, steps=steps, timeout=timeout)
-    data = ParityData(dataset, train[0] if train is not None else None, train[1] if train is not None else None,
-                      test[0] if test is not None else None, test[1] if test is not None else None,
-                      model=make_model, epochs=10, batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)
-    return run(config, framework, data=data, progress=progress)
+    config = ParityConfig(dataset=dataset, **asked)
+    pd = ParityData(name=dataset, model=make_model, source=Arrays.of(train, test), epochs=10, **sizes)
+    if framework == "auto" and auto_has_choice():
+        framework = framework_of(train, test) or made_by(make_model, "make_model") or framework
+    return run(config, framework, data=pd, progress=progress)
+
+
+def _factories(make_model, train, test, model, data):
+    """``model=``/``data=``: two factories (callables, or ``"MODULE:FACTORY"`` loaded here) and the
+    data factory's name; a usage error for anything else or for a mix with make_model/train/test."""
+    from ..errors import UsageError
+
+    if make_model is not None or train is not None or test is not None:
+        raise UsageError("give make_model, train and test, or model= and data=, not both")
+    if model is None or data is None:
+        raise UsageError("model= needs data= too (and data= needs model=)")
+    spec = data if isinstance(data, str) else None
+    if isinstance(model, str) or isinstance(data, str):
+        from ..factory import load_factory
+
+        model = load_factory(model, flag="model") if isinstance(model, str) else model
+        data = load_factory(data, flag="data") if isinstance(data, str) else data
+    if not callable(model) or not callable(data):
+        raise UsageError("model= and data= must be factories (zero-argument callables or 'MODULE:FACTORY'); "
+                         f"received {type(model).__name__} and {type(data).__name__}")
+    return model, data, spec or getattr(data, "__name__", "data")
 
 
 make_callable(__name__, parity)

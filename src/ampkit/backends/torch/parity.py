@@ -96,24 +96,6 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
     return rec
 
 
-def parity(make_model: Callable[[], nn.Module] | None = None, train: tuple | None = None, test: tuple | None = None, *,
-           model=None, data=None, modes=None, seeds: int | list[int] = 3, epochs: int | None = None,
-           steps: int | None = None, batch_size: int = 64, lr: float = 1e-3, tolerance: float = 0.01, margin=None,
-           device="auto", loss_fn=F.cross_entropy, metric_fn=accuracy, dataset: str = "custom",
-           framework: str = "torch", progress=None, timeout: float | None = 1800.0):
-    """Parity on your own model and data: ``ampkit.parity`` (the same parameters, with PyTorch's
-    defaults spelled out), run by the neutral driver through :class:`TorchParity`."""
-    from ...parity import parity as neutral_parity
-
-    if model is not None:  # factories: the defaults are chosen from the data (cross-entropy/accuracy or the loss)
-        loss_fn = None if loss_fn is F.cross_entropy else loss_fn
-        metric_fn = None if metric_fn is accuracy else metric_fn
-    return neutral_parity(make_model, train, test, model=model, data=data, modes=modes, seeds=seeds, epochs=epochs,
-                          steps=steps, batch_size=batch_size, lr=lr, tolerance=tolerance, margin=margin, device=device,
-                          loss_fn=loss_fn, metric_fn=metric_fn, dataset=dataset, framework=framework, progress=progress,
-                          timeout=timeout)
-
-
 def dataset_model(arch: str) -> nn.Module:
     """The model of a built-in dataset (the Keras backend builds the same shapes)."""
     if arch == "mlp":  # digits: 64 features
@@ -139,7 +121,7 @@ class TorchParity:
 
             built = data.model() if callable(data.model) else dataset_model(data.model)
             check_plan(data.plan, built.model if isinstance(built, Workload) else built)
-        if data.train is None:
+        if data.sets is None:  # arrays: checked when made, trained with cross-entropy and accuracy by default
             return data
         return prepare(data, torch.device(target.device))
 
@@ -157,9 +139,12 @@ class TorchParity:
         else:
             def make_model():
                 return dataset_model(data.model)
-        train = data.train if data.train is not None else TensorFeed(data.x_train, data.y_train, data.batch_size)
-        test = data.test if data.test is not None else TensorFeed(data.x_test, data.y_test, data.batch_size)
-        metric_fn = data.metric_fn if data.train is not None else (data.metric_fn or accuracy)
+        if data.sets is not None:  # feeds made by prepare_parity, the metric settled there (None: the loss)
+            train, test, metric_fn = data.sets.train, data.sets.test, data.metric_fn
+        else:
+            a = data.arrays
+            train, test = TensorFeed(a.x_train, a.y_train, data.batch_size), TensorFeed(a.x_test, a.y_test, data.batch_size)
+            metric_fn = data.metric_fn or accuracy
         return train_one(make_model, mode, seed, torch.device(target.device), train, test, epochs=epochs,
                          batch_size=data.batch_size, lr=data.lr, loss_fn=data.loss_fn or F.cross_entropy,
                          metric_fn=metric_fn, on_epoch=on_epoch, steps=data.steps,

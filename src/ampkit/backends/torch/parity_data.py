@@ -199,8 +199,8 @@ def prepare(data: ParityData, device: torch.device) -> ParityData:
     scalar. Returns the data with feeds, the loss and the metric (``accuracy`` for class targets,
     else the validation loss, lower being better) settled."""
     mspec, dspec = data.model_spec or "the model factory", data.data_spec or "the data factory"
-    train = make_feed(data.train, "train", dspec, data.batch_size)
-    test = make_feed(data.test, "validation", dspec, data.batch_size)
+    train = make_feed(data.sets.train, "train", dspec, data.batch_size)
+    test = make_feed(data.sets.test, "validation", dspec, data.batch_size)
     if not data.steps:  # epochs: the training data must end (validation is always read to its end)
         check_ends(train, "train", dspec, device)
     check_ends(test, "validation", dspec, device)
@@ -230,7 +230,8 @@ def prepare(data: ParityData, device: torch.device) -> ParityData:
         found_class = classes if found_class is None else found_class and classes
     metric = (getattr(metric_fn, "__name__", "metric") if metric_fn is not None
               else "accuracy" if found_class else "loss")
-    return dataclasses.replace(data, train=train, test=test, loss_fn=loss_fn or _default_loss(found_class),
+    return dataclasses.replace(data, source=dataclasses.replace(data.sets, train=train, test=test),
+                               loss_fn=loss_fn or _default_loss(found_class),
                                metric_fn=metric_fn or (accuracy if found_class else None), metric=metric,
                                higher_is_better=metric != "loss")
 
