@@ -39,7 +39,11 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         steps, warmup: timed steps and untimed warm-up steps per mode.
         repeats: run the mode sequence this many times, interleaved (medians, paired interval).
         seq_len, image_size: the input size of a built-in sequence or image workload.
-        framework: ``auto``, ``torch`` or ``tensorflow``; device: ``auto``, ``cpu``, ``cuda[:N]``.
+        framework: ``auto`` (default: the model's framework, from what ``model``'s factory returns,
+            called once in a child process when both frameworks are installed; for a built-in
+            workload torch when it can be imported, else tensorflow), ``torch`` or ``tensorflow``
+            (any other name: a :class:`~ampkit.errors.UsageError`, a ``ValueError``).
+        device: ``auto``, ``cpu``, ``cuda[:N]``.
         timeout: seconds per mode before its process is stopped (None: no limit).
         progress: ``progress(message: dict)``, called with ``{"mode", "kind", ...}`` as modes run; in a
             Jupyter kernel the default (None) shows one display in the cell that updates as steps
@@ -68,8 +72,27 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
                       batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
                       seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain,
                       compile=compile, strategy=strategy, replicas=replicas, plan=plan)
+    framework = _framework(framework, cfg)
     return shown(progress, f"bench {workload or model or ''}".strip(), "bench", lambda cb, live: driver.run(
         cfg, framework, progress=cb, on_row=live.row if live else None))
+
+
+def _framework(framework, cfg):
+    """A framework name checked (a Backend object passes as it is); ``auto`` with a ``model`` is the
+    framework of what its factory returns, asked in a child like the probe (its crash or hang is one
+    line), only when both frameworks are installed."""
+    if not (isinstance(framework, str) or framework is None) and hasattr(framework, "target"):
+        return framework  # a Backend
+    from ..backends import auto_has_choice, parse_framework
+
+    framework = parse_framework(framework)
+    if framework == "auto" and cfg.model and auto_has_choice():
+        from ..factory import factory_framework
+        from ..isolation import run_isolated
+
+        framework = run_isolated(factory_framework, cfg.model, what=f"probing --model {cfg.model}",
+                                 timeout=cfg.timeout) or framework
+    return framework
 
 
 make_callable(__name__, bench)
