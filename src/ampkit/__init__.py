@@ -27,6 +27,7 @@ __all__ = [
     "Workload",
     "audit",
     "bench",
+    "doctor",
     "parity",
 ]
 
@@ -35,9 +36,9 @@ _LAZY = {
     "StepResult": ("ampkit.backends.torch.engine", "StepResult"),
     "Workload": ("ampkit.backends.torch.workloads", "Workload"),
 }
-#: command packages that are callable: ampkit.audit(...) and ampkit.parity(...) run the PyTorch entry points,
-#: ampkit.bench(...) the bench of either framework; each shows its real signature (help, inspect.signature)
-_CALLABLE_PACKAGES = ("audit", "bench", "parity")
+#: command packages that are callable: ampkit.audit(...) runs the PyTorch entry point, ampkit.bench(...),
+#: ampkit.parity(...) and ampkit.doctor(...) those of either framework; each shows its real signature
+_CALLABLE_PACKAGES = ("audit", "bench", "doctor", "parity")
 
 
 def __getattr__(name: str):

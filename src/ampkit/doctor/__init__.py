@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import inspect
+
+from .._callable import make_callable
+from .config import DoctorConfig
 from .report import DoctorReport, ModeReport
 
-__all__ = ["DoctorReport", "ModeReport", "run_doctor"]
+__all__ = ["DoctorConfig", "DoctorReport", "ModeReport", "run_doctor"]
 
 
 def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None,
                thorough: bool = False) -> DoctorReport:
-    """Run the doctor for one framework on one device and return its report (:mod:`.driver`).
-    ``progress(msg)`` gets each step in words; in a Jupyter kernel the default (None) shows them in
-    one display that updates in place; ``False`` shows nothing. ``thorough``: also the self-tests
-    that cannot change the recommendation (:func:`.driver.run`)."""
+    """Run the doctor for one framework on one device and return its report; ``ampkit.doctor(...)``
+    is the same call (the package is callable, like ``ampkit.bench`` and ``ampkit.parity``).
+
+    Args:
+        framework: ``auto`` (torch when it can be imported, else tensorflow), ``torch`` or
+            ``tensorflow``; any other name is a :class:`~ampkit.errors.UsageError` (a ``ValueError``).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        quick: self-tests only (no measurement, nothing cached for ``auto``).
+        progress: ``progress(msg)`` gets each step in words; in a Jupyter kernel the default (None)
+            shows them in one display that updates in place; ``False`` shows nothing.
+        thorough: also the self-tests that cannot change the recommendation (:func:`.driver.run`).
+
+    Returns:
+        DoctorReport: per mode supported, self-test, measured speedup and verdict, and the
+        recommendation; ``.to_dict()`` is the JSON document ``ampkit doctor --json`` writes.
+    """
+    from ..backends import parse_framework
     from ..progress import shown
     from .driver import run
 
-    return shown(progress, "doctor", "doctor", lambda cb, _live: run(device, framework, quick=quick, progress=cb,
-                                                                      thorough=thorough))
+    config = DoctorConfig(device=device, quick=quick, thorough=thorough)
+    framework = parse_framework(framework)  # a bad name: one UsageError before anything runs
+    return shown(progress, "doctor", "doctor", lambda cb, _live: run(config, framework, progress=cb))
+
+
+make_callable(__name__, run_doctor)
+#: ``inspect.signature(ampkit.doctor)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
+__signature__ = inspect.signature(run_doctor)

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 
 from ..cpu import cpu_emulation_note
-from ..precision import MODES
 from .auto import remember_for_auto
+from .config import DoctorConfig
 from .measure import Plan
 from .report import DoctorReport
 from .sizes import CPU_SIZES, GPU_SIZES
@@ -23,10 +23,12 @@ from .verdicts import evaluate
 ACCELERATOR_PLAN = Plan(budget_s=10.0, op_box_s=0.1, max_reps=10)
 
 
-def run(device="auto", backend="auto", *, quick: bool = False, progress: Callable[[str], None] | None = None,
-        modes: tuple[str, ...] = MODES, thorough: bool = False) -> DoctorReport:
-    """The doctor's report on ``device`` (``--device``: auto, cpu, cuda, cuda:N) for ``backend`` (a
-    Backend, or a framework name: ``auto``, ``torch``, ``tensorflow``, a registered one).
+def run(config: DoctorConfig | str = "auto", backend="auto", *, progress: Callable[[str], None] | None = None,
+        quick: bool | None = None, modes: tuple[str, ...] | None = None, thorough: bool | None = None) -> DoctorReport:
+    """The doctor's report for ``config`` (:class:`~ampkit.doctor.config.DoctorConfig`) on ``backend``
+    (a Backend, or a framework name: ``auto``, ``torch``, ``tensorflow``, a registered one) -- the
+    same ``run(config, backend)`` as bench's and parity's drivers. The older call, ``run(device,
+    backend, quick=..., modes=..., thorough=...)``, still works: those keywords make the config.
 
     ``quick``: self-tests only (no measurement, nothing cached for ``auto``). ``progress(msg)``
     hears each step, named by framework ("torch self-test bf16"). ``modes``: the rows of the
@@ -36,26 +38,31 @@ def run(device="auto", backend="auto", *, quick: bool = False, progress: Callabl
     CPU: loading the emulation takes seconds), and a framework's other builds (``doctor_variants``:
     tf_keras beside Keras 3, where ``tf.keras`` is not tf_keras).
     """
+    asked = {k: v for k, v in (("quick", quick), ("modes", modes), ("thorough", thorough)) if v is not None}
+    if not isinstance(config, DoctorConfig):  # run(device, backend, ...): the call before the config
+        config = DoctorConfig(device=config, **asked)
+    elif asked:
+        raise TypeError(f"run(config, ...) takes {', '.join(asked)} from the DoctorConfig, not as keywords")
     from ..backends import get_backend
 
     if isinstance(backend, str):
         backend = get_backend(backend)
     t0 = time.perf_counter()
-    target = backend.target(device)
+    target = backend.target(config.device)
     prefix = f"{backend.name} "
     say = (lambda msg: progress(prefix + msg)) if progress else (lambda msg: None)
     with backend.doctor_session(target):
         reports, recommended, reason = evaluate(
-            modes, lambda m: backend.mode_support(m, target), lambda m: backend.selftest(m, target),
-            lambda m: backend.doctor_work(m, target), quick=quick,
+            config.modes, lambda m: backend.mode_support(m, target), lambda m: backend.selftest(m, target),
+            lambda m: backend.doctor_work(m, target), quick=config.quick,
             plan=ACCELERATOR_PLAN if target.accelerator else Plan(),
             sizes=GPU_SIZES if target.accelerator else CPU_SIZES,
             emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say,
-            training=lambda m: backend.training_support(m, target), emulated_selftest=thorough)
+            training=lambda m: backend.training_support(m, target), emulated_selftest=config.thorough)
         report = DoctorReport(backend.name, target.label, reports, recommended, reason, backend.environment(target),
-                              quick)
+                              config.quick)
         report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say,
-                                                       thorough=thorough))
+                                                       thorough=config.thorough))
     report.elapsed_s = round(time.perf_counter() - t0, 3)
     remember_for_auto(report, backend.auto_fingerprint(target))  # auto follows this measurement from now on
     return report
