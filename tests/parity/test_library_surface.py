@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -128,6 +129,7 @@ def test_doctor_config_and_the_older_driver_call_give_the_same_rows():
     with pytest.raises(TypeError, match="takes quick from the DoctorConfig"):
         driver.run(config, "torch", quick=False)
     lib = ampkit.doctor("torch", "cpu", quick=True, progress=False)  # the package is callable, like bench/parity
+    assert list(inspect.signature(ampkit.doctor).parameters)[:2] == ["framework", "device"]
     assert lib.framework == "torch" and lib.quick and set(lib.modes) == set(ampkit.MODES)
 
 
