@@ -93,8 +93,11 @@ def test_parity_data_holds_one_shape_built_with_keywords():
     assert data.arrays is arrays and data.sets is None and data.data_spec is None
     with pytest.raises(TypeError):
         ParityData("blobs", "mlp", arrays, 1)  # positional: refused
+    short = Arrays(x_train=X, y_train=Y, x_test=X[:4], y_test=Y[:3])
     with pytest.raises(UsageError, match="test needs as many targets as inputs, at least one; received 4 inputs, 3"):
-        Arrays(x_train=X, y_train=Y, x_test=X[:4], y_test=Y[:3])
+        ParityData(name="blobs", model="mlp", source=short, epochs=1)
+    with pytest.raises(UsageError, match="make_model must be a zero-argument callable"):  # the first wrong argument
+        ampkit.parity()
     calls = []
 
     def make_data():

@@ -26,15 +26,17 @@ from .report import RunRecord
 class Arrays:
     """Inputs and class indices in memory, for training and validation: NumPy arrays for the
     built-in datasets (:func:`ampkit.parity.datasets.load`: float32 inputs, images NCHW, int64
-    targets), or a framework's own tensors from its library entry. Checked when made: as many
-    targets as inputs in each part, at least one."""
+    targets), or a framework's own tensors from its library entry. Checked (:meth:`check`) by the
+    :class:`ParityData` that holds them, after its own arguments, so the library names the first
+    wrong one: as many targets as inputs in each part, at least one."""
 
     x_train: object
     y_train: object
     x_test: object
     y_test: object
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """One :class:`~ampkit.errors.UsageError` naming the part (``train``/``test``) that is not arrays."""
         for part, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
             try:
                 nx, ny = len(x), len(y)
@@ -121,6 +123,8 @@ class ParityData:
             raise UsageError(f"lr must be a positive number; received {self.lr!r}")
         if not isinstance(self.source, (Arrays, DataSets)):
             raise TypeError(f"ParityData.source is Arrays or DataSets; received {type(self.source).__name__}")
+        if isinstance(self.source, Arrays):  # a data factory's data sets: the backend checks them (prepare_parity)
+            self.source.check()
 
     @property
     def arrays(self) -> Arrays | None:
