@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 
 import ampkit
+from ampkit.backends import framework_of, made_by
 from ampkit.errors import UsageError
-from ampkit.factory import framework_of, made_by
 from ampkit.parity.ops import Arrays, DataSets, ParityData
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,6 +55,7 @@ def test_made_by_calls_the_factory_once_and_never_fails():
 
     assert made_by(factory, "factory") == "torch" and len(calls) == 1
     assert made_by(nn.Linear(2, 2), "a model") == "torch"  # a model where a factory belongs: not called
+    assert made_by(nn.Linear, "a class") == "torch"  # a model class is a factory that tells without a call
     assert made_by(lambda: 1 / 0, "broken") is None  # its runs report the failure in their own words
     assert made_by(lambda: sys.exit(3), "exits") is None
 

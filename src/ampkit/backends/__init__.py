@@ -23,8 +23,8 @@ _REGISTERED: dict[str, str] = {}
 _ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow",
             "keras": "tensorflow", AUTO: AUTO}
 
-__all__ = ["Backend", "FRAMEWORKS", "auto_has_choice", "backend_spec", "get_backend", "load_backend", "parse_framework", "register_backend",
-           "resolve_framework"]
+__all__ = ["Backend", "FRAMEWORKS", "auto_has_choice", "backend_spec", "framework_of", "get_backend", "load_backend",
+           "made_by", "parse_framework", "register_backend", "resolve_framework"]
 
 
 def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
@@ -66,6 +66,57 @@ def resolve_framework(name: str | None) -> str:
     if _tensorflow_present():
         return "tensorflow"
     raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+
+
+#: where a class is defined -> its framework (Keras first: a Keras 3 model on Keras's torch backend is a
+#: torch.nn.Module too, and only ampkit's Keras engine audits it)
+_HOMES = (("keras", "tensorflow"), ("tf_keras", "tensorflow"), ("tensorflow", "tensorflow"),
+          ("ampkit.backends.tensorflow", "tensorflow"), ("torch", "torch"), ("ampkit.backends.torch", "torch"))
+
+
+def _home(obj) -> str | None:
+    """The framework whose classes ``obj`` (an object or a class) is made of, from the modules they
+    are defined in (nothing is imported)."""
+    classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+    modules = [c.__module__ or "" for c in classes]
+    for prefix, framework in _HOMES:
+        if any(m == prefix or m.startswith(prefix + ".") for m in modules):
+            return framework
+    return None
+
+
+def framework_of(*objects) -> str | None:
+    """The framework of the first object that tells (:func:`_home`) -- a model or its class, an
+    ``ampkit.Workload``, a data set or loader, a tensor -- looking into ``(inputs, targets)`` pairs
+    and ``(train, validation)`` pairs of them; None when none tells (NumPy arrays, plain Python)."""
+    for obj in objects:
+        found = framework_of(*obj[:4]) if isinstance(obj, (tuple, list)) else _home(obj)
+        if found:
+            return found
+    return None
+
+
+def made_by(factory, spec: str) -> str | None:
+    """The framework of what a model ``factory`` returns, for ``framework="auto"``: the factory's own
+    when it tells (a model class, or a model passed where a factory belongs: not called), else
+    what one call returns; None when that call fails (the runs that call it again say so) or
+    nothing tells."""
+    from ..factory import call_user
+
+    if framework_of(factory):
+        return framework_of(factory)
+    try:
+        return framework_of(call_user(factory, spec))
+    except UsageError:  # the factory failed (FactoryFailed) or refused: its runs report it in their own words
+        return None
+
+
+def factory_framework(spec: str) -> str | None:
+    """In a child (:func:`~ampkit.isolation.run_isolated`): the framework of what MODULE:FACTORY
+    returns (bench's ``framework="auto"`` with ``--model``)."""
+    from ..factory import call_factory
+
+    return framework_of(call_factory(spec))
 
 
 def auto_has_choice() -> bool:

@@ -83,11 +83,10 @@ def _framework(framework, cfg):
     line), only when both frameworks are installed."""
     if not (isinstance(framework, str) or framework is None) and hasattr(framework, "target"):
         return framework  # a Backend
-    from ..backends import auto_has_choice, parse_framework
+    from ..backends import auto_has_choice, factory_framework, parse_framework
 
     framework = parse_framework(framework)
     if framework == "auto" and cfg.model and auto_has_choice():
-        from ..factory import factory_framework
         from ..isolation import run_isolated
 
         framework = run_isolated(factory_framework, cfg.model, what=f"probing --model {cfg.model}",
