@@ -91,17 +91,16 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
         from .datasets import check_dataset  # a built-in dataset, as `ampkit parity --dataset NAME` runs it
 
         return run(ParityConfig(dataset=check_dataset(dataset), **asked), framework, progress=progress)
+    config = ParityConfig(dataset=dataset, **asked)  # checked before any user code runs
     sizes = {"batch_size": batch_size, "lr": lr, "loss_fn": loss_fn, "metric_fn": metric_fn}
     if model is not None or data is not None:
         model, data, spec = _factories(make_model, train, test, model, data)
-        config = ParityConfig(dataset=dataset, **asked)
         sets = DataSets.from_factory(data, spec)
         pd = ParityData(name=dataset, model=model, model_spec=getattr(model, "__name__", "model"), source=sets,
                         epochs=USER_EPOCHS, **sizes)
         if framework == "auto" and auto_has_choice():  # the data says, else what the model factory returns
             framework = framework_of(sets.train, sets.test) or made_by(model, pd.model_spec) or framework
         return run(config, framework, data=pd, progress=progress)
-    config = ParityConfig(dataset=dataset, **asked)
     pd = ParityData(name=dataset, model=make_model, source=Arrays.of(train, test), epochs=10, **sizes)
     if framework == "auto" and auto_has_choice():
         framework = framework_of(train, test) or made_by(make_model, "make_model") or framework
