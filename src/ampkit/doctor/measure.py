@@ -15,7 +15,7 @@ callable that has finished when it returns (or is timed by the backend's clock).
    leave from ``first_look`` on, undecided ones get the rounds as before).
 
 Before all that, a *screen look* (:meth:`_Rounds.screen`): two rounds of the cheapest kernel alone
-(the matmul), with only it warmed up. A mode it shows slower at the corrected confidence (an emulated
+(the matmul; at ``Plan.screen_n``, 256², where the Works can be sized), with only it warmed up. A mode it shows slower at the corrected confidence (an emulated
 fp16 on a CPU: 60x slower, and a second per training step) leaves decided, its convolution and
 training steps never warmed up or timed; it can never be recommended, and more rounds would not
 change that. Each Series says why it stopped (``stopped``).
@@ -75,6 +75,10 @@ class Plan:
     #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
     #: they were before :mod:`.sequential`; what a test compares the sequential verdicts with)
     sequential: bool = True
+    #: the screen look's matmul size where every screened Work can be sized (``Work.at_size``); None:
+    #: the screen times the main op itself. An emulated mode is as many times slower at 256² as at
+    #: 512², and its one call there costs an eighth (on a CPU without AVX512-FP16: 15 ms, not 120)
+    screen_n: int | None = 256
 
 
 @dataclass
@@ -91,6 +95,8 @@ class Series:
     screened: str | None = None
     #: fp32's rounds this series is paired with when not fp32's main ones (the screen's), else None
     baseline: list[tuple[int, dict[str, dict[str, float]]]] | None = None
+    #: the size of the screen's ``n``-square matmul when it was not the main one's (``Plan.screen_n``)
+    screen_size: int | None = None
 
     def times(self, kind: str, op: str) -> list[float]:
         return [t[kind][op] for _, t in self.rounds if op in t.get(kind, {})]
@@ -185,13 +191,14 @@ class _Rounds:
         self.active: list[str] = []
         self.index = 0  # the next round's index (the screen's rounds come first)
 
-    def _warm(self, mode: str, ops: dict[str, list[str]]) -> bool:
-        work = self.works[mode]
+    def _warm(self, mode: str, ops: dict[str, list[str]], work: Work | None = None, timed: dict | None = None) -> bool:
+        work = self.works[mode] if work is None else work
+        timed = self.timed if timed is None else timed
         try:
             for kind, names in ops.items():
                 for op in names:
-                    if op not in self.timed[mode][kind]:
-                        self.timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock, self.plan)
+                    if op not in timed[mode][kind]:
+                        timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock, self.plan)
         except Exception as exc:
             self._fail(mode, exc)
             return False
@@ -203,15 +210,16 @@ class _Rounds:
             self.active.remove(mode)
 
     def _round(self, ops_of: Callable[[str], dict[str, list[str]]], series_of: Callable[[str], Series],
-               modes: list[str] | None = None) -> bool:
+               modes: list[str] | None = None, timed: dict | None = None) -> bool:
         """One interleaved round over fp32 and ``modes`` (the active ones); False when fp32 failed."""
         r = self.index
         self.index += 1
         modes = self.active if modes is None else modes
+        timed = self.timed if timed is None else timed
         order = ["fp32", *modes] if r % 2 == 0 else [*reversed(modes), "fp32"]
         for mode in order:
             try:
-                times = {kind: {op: self.timed[mode][kind][op]() for op in names} for kind, names in ops_of(mode).items()}
+                times = {kind: {op: timed[mode][kind][op]() for op in names} for kind, names in ops_of(mode).items()}
             except Exception as exc:
                 self._fail(mode, exc)
                 if mode == "fp32":
@@ -226,26 +234,44 @@ class _Rounds:
         leaves, decided. The others start afresh: their
         screen rounds are not counted (one kernel is not the kernels' mix), nor are fp32's: a screened
         mode pairs with them through ``Series.baseline``."""
-        self.say(f"screen {op}")
         ops = {"kernels": [op]}
-        for mode in ["fp32", *[m for m in self.active if op in self.works[m].kernels]]:
-            if not self._warm(mode, ops) and mode == "fp32":
+        candidates = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
+        sized = self._screen_works(op, ["fp32", *candidates])
+        works = sized or self.works
+        timed = {m: {kind: {} for kind in KINDS} for m in works} if sized else self.timed
+        self.say(f"screen {op}" + (f" {self.plan.screen_n}²" if sized else ""))
+        for mode in ["fp32", *candidates]:
+            if not self._warm(mode, ops, works[mode], timed) and mode == "fp32":
                 self.active = []
                 return
-        screened = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
+        screened = [m for m in candidates if m in self.active]
         trial = {m: Series() for m in ["fp32", *screened]}
         for _ in range(SCREEN_ROUNDS):
-            if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active]):
+            if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active], timed):
                 self.active = []
                 return
         for mode in [m for m in screened if m in self.active]:
             ratios = round_ratios(trial["fp32"], trial[mode], "kernels")
             wide = interval(ratios, self.confidence)
             if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER and wide.high < SCREEN_DROP:
-                self.series[mode].rounds, self.series[mode].baseline = trial[mode].rounds, trial["fp32"].rounds
-                self.series[mode].stopped = f"decided: {SLOWER}"
-                self.series[mode].screened = op
+                s = self.series[mode]
+                s.rounds, s.baseline = trial[mode].rounds, trial["fp32"].rounds
+                s.stopped, s.screened = f"decided: {SLOWER}", op
+                if sized:  # its matmul's figures (op table, TFLOP/s) are the screen's size
+                    s.flops[op], s.screen_size = sized[mode].kernels[op][1], self.plan.screen_n
                 self.active.remove(mode)
+
+    def _screen_works(self, op: str, modes: list[str]) -> dict[str, Work]:
+        """The screen's smaller Works (``Plan.screen_n``), where every mode's Work can be sized and
+        names ``op`` alike; else {} (the screen times the main op)."""
+        n = self.plan.screen_n
+        if not n or not self.plan.sequential or any(self.works[m].at_size is None for m in modes):
+            return {}
+        try:
+            sized = {m: self.works[m].at_size(n) for m in modes}
+        except Exception:  # the main op is timed instead; its own failure is reported there
+            return {}
+        return sized if all(op in w.kernels for w in sized.values()) else {}
 
     def main(self, now: Callable[[], float]) -> None:
         """Rounds of every op until each mode is decided, the cap (``max_rounds``), or the time budget

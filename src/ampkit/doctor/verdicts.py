@@ -137,8 +137,9 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
             parts = [describe("kernels", kern)] + ([describe("training", train)] if train else [])
             s = series[mode]
             if s.screened:
-                parts[0] = parts[0].replace(_what("kernels"), s.screened, 1)
-                parts.append(f"decided on the {s.screened} alone; its other kernels and training steps were not "
+                op = s.screened + (f" ({s.screen_size}²)" if s.screen_size else "")
+                parts[0] = parts[0].replace(_what("kernels"), op, 1)
+                parts.append(f"decided on the {op} alone; its other kernels and training steps were not "
                              "timed (a slower mode cannot be recommended)")
             if rep.speedup_by_size:
                 parts.append("by size: " + size_words(mode, rep.speedup_by_size_detail))
