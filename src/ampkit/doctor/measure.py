@@ -44,6 +44,8 @@ from .sequential import (
 )
 
 KINDS = ("kernels", "training")
+#: ``Series.screened`` of a mode :meth:`_Rounds.kernel_look` decided: all its kernels, no training step
+KERNELS_ALONE = "matmul/conv"
 
 
 @dataclass
@@ -160,11 +162,15 @@ def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *,
             if mode == "fp32":
                 return series
     screen = _screen_op(works) if plan.sequential else None
-    looks = planned_looks(plan.first_look, plan.max_rounds, screen is not None)
+    late = screen is not None and any(getattr(fn, "builds_on_first_call", False) for m, w in works.items()
+                                      if m != "fp32" for fn, _ in w.training.values())
+    looks = planned_looks(plan.first_look, plan.max_rounds, screen is not None) + (1 if late else 0)
     rounds = _Rounds(series, works, plan, threshold, corrected_confidence(looks), say)
     rounds.active = [m for m in works if m != "fp32"]
     if screen is not None and rounds.active:
-        rounds.screen(screen)
+        doubtful = rounds.screen(screen)
+        if late and doubtful:
+            rounds.kernel_look(doubtful)
     rounds.main(now)
     return series
 
@@ -228,12 +234,13 @@ class _Rounds:
             series_of(mode).rounds.append((r, times))
         return True
 
-    def screen(self, op: str) -> None:
+    def screen(self, op: str) -> list[str]:
         """The screen look: fp32 and every mode on ``op`` alone for SCREEN_ROUNDS rounds; a mode that
         is slower on it at the corrected confidence, and many times slower (high end < SCREEN_DROP),
         leaves, decided. The others start afresh: their
         screen rounds are not counted (one kernel is not the kernels' mix), nor are fp32's: a screened
-        mode pairs with them through ``Series.baseline``."""
+        mode pairs with them through ``Series.baseline``. Returns the modes left in that looked slower
+        (point below 1): the ones :meth:`kernel_look` reads."""
         ops = {"kernels": [op]}
         candidates = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
         sized = self._screen_works(op, ["fp32", *candidates])
@@ -249,16 +256,47 @@ class _Rounds:
         for _ in range(SCREEN_ROUNDS):
             if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active], timed):
                 self.active = []
-                return
+                return []
+        doubtful = []
         for mode in [m for m in screened if m in self.active]:
             ratios = round_ratios(trial["fp32"], trial[mode], "kernels")
             wide = interval(ratios, self.confidence)
+            if wide is not None and wide.point < 1:
+                doubtful.append(mode)
             if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER and wide.high < SCREEN_DROP:
                 s = self.series[mode]
                 s.rounds, s.baseline = trial[mode].rounds, trial["fp32"].rounds
                 s.stopped, s.screened = f"decided: {SLOWER}", op
                 if sized:  # its matmul's figures (op table, TFLOP/s) are the screen's size
                     s.flops[op], s.screen_size = sized[mode].kernels[op][1], self.plan.screen_n
+                self.active.remove(mode)
+                doubtful.remove(mode)
+        return doubtful
+
+    def kernel_look(self, modes: list[str]) -> None:
+        """Where training steps are costly to build (a traced ``tf.function``: seconds each), ``modes``
+        (those the screen saw slower without deciding) first run ``first_look`` rounds of their kernels
+        alone beside fp32; one that is slower on them at the corrected confidence (the rule of every
+        look: kernels slower decide a mode slower) leaves, decided, its training steps never built.
+        The others start afresh, as after the screen (these rounds are not counted)."""
+        kernels = {m: {"kernels": list(self.works[m].kernels)} for m in ["fp32", *modes]}
+        modes = [m for m in modes if kernels[m]["kernels"]]
+        for mode in ["fp32", *modes]:
+            if not self._warm(mode, kernels[mode]) and mode == "fp32":
+                self.active = []
+                return
+        trial = {m: Series() for m in ["fp32", *modes]}
+        for r in range(self.plan.first_look):
+            self.say(f"kernels round {r + 1}")
+            if not self._round(lambda m: kernels[m], lambda m: trial[m], [m for m in modes if m in self.active]):
+                self.active = []
+                return
+        for mode in [m for m in modes if m in self.active]:
+            if mode_decision(round_ratios(trial["fp32"], trial[mode], "kernels"), [], self.threshold,
+                             self.confidence) == SLOWER:
+                s = self.series[mode]
+                s.rounds, s.baseline = trial[mode].rounds, trial["fp32"].rounds
+                s.stopped, s.screened = f"decided: {SLOWER}", KERNELS_ALONE
                 self.active.remove(mode)
 
     def _screen_works(self, op: str, modes: list[str]) -> dict[str, Work]:
@@ -332,7 +370,8 @@ def op_table(base: Series, s: Series) -> dict:
             flops = s.flops.get(op)
             if flops:
                 row["tflops"] = flops / med / 1e12
-            one = Series([(i, {kind: {op: t[kind][op]}}) for i, t in s.rounds if op in t.get(kind, {})])
+            one = Series([(i, {kind: {op: t[kind][op]}}) for i, t in s.rounds if op in t.get(kind, {})],
+                         baseline=s.baseline)  # a screened mode pairs with the screen's fp32
             est = estimate(base, one, kind) if s is not base else None
             if est is not None and math.isfinite(est.point):
                 row["speedup"], row["speedup_ci"] = round(est.point, 4), est.ci
