@@ -139,7 +139,7 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
             if s.screened:
                 op = s.screened + (f" ({s.screen_size}²)" if s.screen_size else "")
                 parts[0] = parts[0].replace(_what("kernels"), op, 1)
-                parts.append(f"decided on the {op} alone; its training steps were not built or timed"
+                parts.append(f"decided on the {op} alone; its training steps were not timed (never built)"
                              if s.screened == KERNELS_ALONE else
                              f"decided on the {op} alone; its other kernels and training steps were not timed")
                 parts[-1] += " (a slower mode cannot be recommended)"
