@@ -71,7 +71,7 @@ class Plan:
     max_rounds: int = 9        # the cap
     budget_s: float = 5.0      # for all rounds together, after warm-up
     op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
-    max_reps: int = 8
+    max_reps: int = 5         # the fastest of up to 5 back-to-back calls a round (8 before #41)
     #: the first look (:mod:`.sequential`): a mode may leave decided from this round on
     first_look: int = 3
     #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
