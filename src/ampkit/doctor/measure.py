@@ -15,10 +15,12 @@ callable that has finished when it returns (or is timed by the backend's clock).
    leave from ``first_look`` on, undecided ones get the rounds as before).
 
 Before all that, a *screen look* (:meth:`_Rounds.screen`): two rounds of the cheapest kernel alone
-(the matmul; at ``Plan.screen_n``, 256², where the Works can be sized), with only it warmed up. A mode it shows slower at the corrected confidence (an emulated
-fp16 on a CPU: 60x slower, and a second per training step) leaves decided, its convolution and
-training steps never warmed up or timed; it can never be recommended, and more rounds would not
-change that. Each Series says why it stopped (``stopped``).
+(the matmul; at ``Plan.screen_n``, 256², where the Works can be sized), with only it warmed up. A
+mode it shows slower at the corrected confidence (an emulated fp16 on a CPU: 60x slower, and a
+second per training step) leaves decided, its convolution and training steps never warmed up or
+timed; it can never be recommended, and more rounds would not change that. Where training steps
+are costly to build (traced Keras steps), a mode the screen saw slower without deciding gets a
+*kernel look* first (:meth:`_Rounds.kernel_look`). Each Series says why it stopped (``stopped``).
 """
 
 from __future__ import annotations
