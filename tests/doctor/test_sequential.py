@@ -261,3 +261,21 @@ def test_the_screen_times_a_smaller_matmul_where_the_work_can_be_sized():
     assert fp16.benchmark["matmul"]["tflops"] == pytest.approx(2.0 * 256**3 / 0.05 / 1e12)
     assert fp16.benchmark["matmul"]["speedup"] == pytest.approx(0.02)  # paired with the screen's fp32
     assert ("fp16", "matmul") not in calls  # the 512² matmul of the main work never ran
+
+
+def test_on_an_accelerator_the_screen_times_the_main_matmul():
+    """A 256² matmul is launch-bound on a GPU (an emulated mode would look no slower there): the
+    accelerator plan screens on the main op even where the Work can be sized."""
+    from ampkit.doctor.driver import ACCELERATOR_PLAN
+
+    calls: list = []
+    base = scripted({"fp32": FLAT, "fp16": {"matmul": [0.5], "conv": [0.5], "train": [0.5]}}, calls)
+
+    def work_for(mode):
+        w = base(mode)
+        w.at_size = lambda n: pytest.fail("the accelerator's screen sized a Work")
+        return w
+    reports, _, _ = evaluate(["fp32", "fp16"], lambda m: (True, ""), lambda m: ("pass", ""), work_for, quick=False,
+                             plan=ACCELERATOR_PLAN)
+    assert ACCELERATOR_PLAN.screen_n is None and Plan().screen_n == 256
+    assert "decided on the matmul alone" in reports["fp16"].reason and ("fp16", "matmul") in calls
