@@ -252,7 +252,7 @@ class _Rounds:
         for mode in ["fp32", *candidates]:
             if not self._warm(mode, ops, works[mode], timed) and mode == "fp32":
                 self.active = []
-                return
+                return []
         screened = [m for m in candidates if m in self.active]
         trial = {m: Series() for m in ["fp32", *screened]}
         for _ in range(SCREEN_ROUNDS):
