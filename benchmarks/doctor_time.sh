@@ -6,7 +6,7 @@
 # TensorFlow installed (or --framework tensorflow): `import tensorflow` and the TensorFlow doctor too.
 # CPU seconds (user+sys, children included) are printed beside the wall time: on a shared machine the
 # wall time mostly measures the other jobs, the CPU time much less so. The load average is printed
-# with every figure.
+# with every figure, and the recommendation of every full run (repeats should agree, #41 acceptance 2).
 #   bash benchmarks/doctor_time.sh [--repeats N] [--framework torch|tensorflow|all] [--device DEV]
 # Targets (#41, a quiet 2-core CPU): doctor full <= 1.3x and --quick <= 0.8x collect_env;
 # TensorFlow doctor full <= 1.5x `import tensorflow` + 1 s.
@@ -31,7 +31,13 @@ else
 fi
 $PY -m ampkit doctor --device "$device" --quick --json /dev/null >/dev/null 2>&1  # bytecode written, files cached
 
-declare -A WALL CPU
+declare -A WALL CPU REC
+tmpd=$(mktemp -d); trap 'rm -rf "$tmpd"' EXIT
+# the recommendation of the doctor document just written (so that a run shows whether repeats agree)
+said() {
+  local rec; rec=$("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['recommended'])" "$tmpd/d.json" 2>/dev/null || echo '?')
+  REC[$1]="${REC[$1]:-} $rec"; printf '  %-34s recommended %s\n' "" "$rec"; rm -f "$tmpd/d.json"
+}
 # one timed command: label, then the command; adds "wall cpu" to WALL[label]/CPU[label]
 timed() {
   local label=$1; shift
@@ -48,12 +54,14 @@ for i in $(seq 1 "$repeats"); do
   for fw in $fws; do
     if [ "$fw" = torch ]; then
       timed "collect_env" "$PY" -m torch.utils.collect_env
-      timed "ampkit doctor (torch, full)" "$PY" -m ampkit doctor --framework torch --device "$device" --json /dev/null
+      timed "ampkit doctor (torch, full)" "$PY" -m ampkit doctor --framework torch --device "$device" --json "$tmpd/d.json"
+      said "ampkit doctor (torch, full)"
       timed "python -c 'import torch'" "$PY" -c "import torch"
       timed "ampkit doctor (torch, --quick)" "$PY" -m ampkit doctor --framework torch --device "$device" --quick --json /dev/null
     else
       timed "python -c 'import tensorflow'" "$PY" -c "import tensorflow"
-      timed "ampkit doctor (tensorflow, full)" "$PY" -m ampkit doctor --framework tensorflow --device "$device" --json /dev/null
+      timed "ampkit doctor (tensorflow, full)" "$PY" -m ampkit doctor --framework tensorflow --device "$device" --json "$tmpd/d.json"
+      said "ampkit doctor (tensorflow, full)"
       timed "ampkit doctor (tensorflow, --quick)" "$PY" -m ampkit doctor --framework tensorflow --device "$device" --quick --json /dev/null
     fi
   done
@@ -81,4 +89,7 @@ if [ -n "${WALL[$itf]:-}" ] && [ -n "${WALL[$dtf]:-}" ]; then
   echo "  tensorflow doctor full: ${tf} s wall, ${tfc} s cpu; target 1.5 x import tensorflow + 1 s =" \
        "$(awk -v a="$it" 'BEGIN{printf "%.2f", 1.5*a+1}') s wall, $(awk -v a="$itc" 'BEGIN{printf "%.2f", 1.5*a+1}') s cpu"
 fi
+for label in "ampkit doctor (torch, full)" "ampkit doctor (tensorflow, full)"; do
+  [ -n "${REC[$label]:-}" ] && echo "  $label recommended:${REC[$label]}"
+done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

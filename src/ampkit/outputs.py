@@ -43,6 +43,13 @@ def own_stdout() -> None:
     _may_reserve = True
 
 
+def owns_process() -> bool:
+    """True in the ``ampkit`` program itself (its entry point called :func:`own_stdout`), never in a
+    library caller's process: only there may a command make settings it cannot undo (TensorFlow's
+    thread pools, made once per process)."""
+    return _may_reserve
+
+
 def _ext(path: str) -> str:
     return os.path.splitext(path)[1].lower().lstrip(".")
 

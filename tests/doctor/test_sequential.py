@@ -207,3 +207,75 @@ def test_the_screen_sends_off_only_a_many_times_slower_mode():
     bf16 = series["bf16"]
     assert bf16.screened is None and bf16.stopped == "decided: slower" and len(bf16.rounds) == 3
     assert {name for mode, name in calls if mode == "bf16"} == {"matmul", "conv", "train"}
+
+
+class _LateOp(_Op):
+    builds_on_first_call = True  # a traced training step (TensorFlow): built on its first call
+
+
+def test_costly_training_steps_wait_for_a_kernel_look_and_a_slower_mode_never_builds_them(monkeypatch):
+    """Where training steps are built on first call (seconds each), a mode the screen saw slower but not
+    many times slower (TensorFlow's fp16 here: 0.5-0.8x) runs first_look rounds of its kernels alone;
+    slower on them at the corrected confidence, it leaves without building its training steps. The
+    kernel look is one more planned look: the correction counts it."""
+    calls: list = []
+    base = scripted({"fp32": FLAT, "fp16": {"matmul": [0.014], "conv": [0.014], "train": [0.014]},
+                     "bf16": {"matmul": [0.005], "conv": [0.005], "train": [0.006]}}, calls)
+
+    def work_for(mode):
+        w = base(mode)
+        w.training = {n: (_LateOp(mode, n, calls), fl) for n, (_, fl) in w.training.items()}
+        return w
+    seen = []
+    real = measure.mode_decision
+    monkeypatch.setattr(measure, "mode_decision", lambda k, t, thr, conf: seen.append(conf) or real(k, t, thr, conf))
+    series = run_rounds(["fp32", "fp16", "bf16"], work_for, Plan(max_rounds=9), threshold=T)
+    fp16, bf16 = series["fp16"], series["bf16"]
+    assert fp16.stopped == "decided: slower" and fp16.screened == measure.KERNELS_ALONE and len(fp16.rounds) == 3
+    assert {name for mode, name in calls if mode == "fp16"} == {"matmul", "conv"}  # training never built
+    assert round_ratios(series["fp32"], fp16, "kernels") == pytest.approx([1 / 1.4] * 3)
+    assert bf16.stopped == f"decided: {ACCELERATED}" and "train" in {n for m, n in calls if m == "bf16"}
+    assert seen and seen == [pytest.approx(1 - 0.05 / 9)] * len(seen)  # screen, kernel look, rounds 3..9
+    reports, _, _ = evaluate(["fp32", "fp16", "bf16"], lambda m: (True, ""), lambda m: ("pass", ""), work_for,
+                             quick=False, plan=Plan(max_rounds=9))
+    assert reports["fp16"].verdict == "slower" and "training steps were not timed (never built)" in reports["fp16"].reason
+
+
+def test_the_screen_times_a_smaller_matmul_where_the_work_can_be_sized():
+    """An emulated mode is as many times slower at 256² as at 512², for an eighth of the time: the
+    screen uses Work.at_size(Plan.screen_n), and the row's matmul figures are that size's."""
+    calls: list = []
+    base = scripted({"fp32": FLAT, "fp16": {"matmul": [0.5], "conv": [0.5], "train": [0.5]}}, calls)
+    small = scripted({"fp32": {"matmul": [0.001]}, "fp16": {"matmul": [0.05]}})
+
+    def work_for(mode):
+        w = base(mode)
+        w.at_size = lambda n, mode=mode: Work({"matmul": (_Op(mode, "matmul", []), 2.0 * n**3)}, {},
+                                               small(mode).clock)
+        return w
+    reports, _, _ = evaluate(["fp32", "fp16"], lambda m: (True, ""), lambda m: ("pass", ""), work_for, quick=False,
+                             plan=Plan(max_rounds=9))
+    fp16 = reports["fp16"]
+    assert fp16.verdict == "slower" and fp16.speedup == pytest.approx(0.02) and fp16.rounds == 2
+    assert "matmul (256²) 50.0x slower" in fp16.reason and "decided on the matmul (256²) alone" in fp16.reason
+    assert fp16.benchmark["matmul"]["tflops"] == pytest.approx(2.0 * 256**3 / 0.05 / 1e12)
+    assert fp16.benchmark["matmul"]["speedup"] == pytest.approx(0.02)  # paired with the screen's fp32
+    assert ("fp16", "matmul") not in calls  # the 512² matmul of the main work never ran
+
+
+def test_on_an_accelerator_the_screen_times_the_main_matmul():
+    """A 256² matmul is launch-bound on a GPU (an emulated mode would look no slower there): the
+    accelerator plan screens on the main op even where the Work can be sized."""
+    from ampkit.doctor.driver import ACCELERATOR_PLAN
+
+    calls: list = []
+    base = scripted({"fp32": FLAT, "fp16": {"matmul": [0.5], "conv": [0.5], "train": [0.5]}}, calls)
+
+    def work_for(mode):
+        w = base(mode)
+        w.at_size = lambda n: pytest.fail("the accelerator's screen sized a Work")
+        return w
+    reports, _, _ = evaluate(["fp32", "fp16"], lambda m: (True, ""), lambda m: ("pass", ""), work_for, quick=False,
+                             plan=ACCELERATOR_PLAN)
+    assert ACCELERATOR_PLAN.screen_n is None and Plan().screen_n == 256
+    assert "decided on the matmul alone" in reports["fp16"].reason and ("fp16", "matmul") in calls

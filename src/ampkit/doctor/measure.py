@@ -15,10 +15,12 @@ callable that has finished when it returns (or is timed by the backend's clock).
    leave from ``first_look`` on, undecided ones get the rounds as before).
 
 Before all that, a *screen look* (:meth:`_Rounds.screen`): two rounds of the cheapest kernel alone
-(the matmul), with only it warmed up. A mode it shows slower at the corrected confidence (an emulated
-fp16 on a CPU: 60x slower, and a second per training step) leaves decided, its convolution and
-training steps never warmed up or timed; it can never be recommended, and more rounds would not
-change that. Each Series says why it stopped (``stopped``).
+(the matmul; at ``Plan.screen_n``, 256², where the Works can be sized), with only it warmed up. A
+mode it shows slower at the corrected confidence (an emulated fp16 on a CPU: 60x slower, and a
+second per training step) leaves decided, its convolution and training steps never warmed up or
+timed; it can never be recommended, and more rounds would not change that. Where training steps
+are costly to build (traced Keras steps), a mode the screen saw slower without deciding gets a
+*kernel look* first (:meth:`_Rounds.kernel_look`). Each Series says why it stopped (``stopped``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from .sequential import (
 )
 
 KINDS = ("kernels", "training")
+#: ``Series.screened`` of a mode :meth:`_Rounds.kernel_look` decided: all its kernels, no training step
+KERNELS_ALONE = "matmul/conv"
 
 
 @dataclass
@@ -69,12 +73,16 @@ class Plan:
     max_rounds: int = 9        # the cap
     budget_s: float = 5.0      # for all rounds together, after warm-up
     op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
-    max_reps: int = 8
+    max_reps: int = 5         # the fastest of up to 5 back-to-back calls a round (8 before #41)
     #: the first look (:mod:`.sequential`): a mode may leave decided from this round on
     first_look: int = 3
     #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
     #: they were before :mod:`.sequential`; what a test compares the sequential verdicts with)
     sequential: bool = True
+    #: the screen look's matmul size where every screened Work can be sized (``Work.at_size``); None:
+    #: the screen times the main op itself. An emulated mode is as many times slower at 256² as at
+    #: 512², and its one call there costs an eighth (on a CPU without AVX512-FP16: 15 ms, not 120)
+    screen_n: int | None = 256
 
 
 @dataclass
@@ -91,6 +99,8 @@ class Series:
     screened: str | None = None
     #: fp32's rounds this series is paired with when not fp32's main ones (the screen's), else None
     baseline: list[tuple[int, dict[str, dict[str, float]]]] | None = None
+    #: the size of the screen's ``n``-square matmul when it was not the main one's (``Plan.screen_n``)
+    screen_size: int | None = None
 
     def times(self, kind: str, op: str) -> list[float]:
         return [t[kind][op] for _, t in self.rounds if op in t.get(kind, {})]
@@ -154,11 +164,15 @@ def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *,
             if mode == "fp32":
                 return series
     screen = _screen_op(works) if plan.sequential else None
-    looks = planned_looks(plan.first_look, plan.max_rounds, screen is not None)
+    late = screen is not None and any(getattr(fn, "builds_on_first_call", False) for m, w in works.items()
+                                      if m != "fp32" for fn, _ in w.training.values())
+    looks = planned_looks(plan.first_look, plan.max_rounds, screen is not None) + (1 if late else 0)
     rounds = _Rounds(series, works, plan, threshold, corrected_confidence(looks), say)
     rounds.active = [m for m in works if m != "fp32"]
     if screen is not None and rounds.active:
-        rounds.screen(screen)
+        doubtful = rounds.screen(screen)
+        if late and doubtful:
+            rounds.kernel_look(doubtful)
     rounds.main(now)
     return series
 
@@ -185,13 +199,14 @@ class _Rounds:
         self.active: list[str] = []
         self.index = 0  # the next round's index (the screen's rounds come first)
 
-    def _warm(self, mode: str, ops: dict[str, list[str]]) -> bool:
-        work = self.works[mode]
+    def _warm(self, mode: str, ops: dict[str, list[str]], work: Work | None = None, timed: dict | None = None) -> bool:
+        work = self.works[mode] if work is None else work
+        timed = self.timed if timed is None else timed
         try:
             for kind, names in ops.items():
                 for op in names:
-                    if op not in self.timed[mode][kind]:
-                        self.timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock, self.plan)
+                    if op not in timed[mode][kind]:
+                        timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock, self.plan)
         except Exception as exc:
             self._fail(mode, exc)
             return False
@@ -203,15 +218,16 @@ class _Rounds:
             self.active.remove(mode)
 
     def _round(self, ops_of: Callable[[str], dict[str, list[str]]], series_of: Callable[[str], Series],
-               modes: list[str] | None = None) -> bool:
+               modes: list[str] | None = None, timed: dict | None = None) -> bool:
         """One interleaved round over fp32 and ``modes`` (the active ones); False when fp32 failed."""
         r = self.index
         self.index += 1
         modes = self.active if modes is None else modes
+        timed = self.timed if timed is None else timed
         order = ["fp32", *modes] if r % 2 == 0 else [*reversed(modes), "fp32"]
         for mode in order:
             try:
-                times = {kind: {op: self.timed[mode][kind][op]() for op in names} for kind, names in ops_of(mode).items()}
+                times = {kind: {op: timed[mode][kind][op]() for op in names} for kind, names in ops_of(mode).items()}
             except Exception as exc:
                 self._fail(mode, exc)
                 if mode == "fp32":
@@ -220,32 +236,82 @@ class _Rounds:
             series_of(mode).rounds.append((r, times))
         return True
 
-    def screen(self, op: str) -> None:
+    def screen(self, op: str) -> list[str]:
         """The screen look: fp32 and every mode on ``op`` alone for SCREEN_ROUNDS rounds; a mode that
         is slower on it at the corrected confidence, and many times slower (high end < SCREEN_DROP),
         leaves, decided. The others start afresh: their
         screen rounds are not counted (one kernel is not the kernels' mix), nor are fp32's: a screened
-        mode pairs with them through ``Series.baseline``."""
-        self.say(f"screen {op}")
+        mode pairs with them through ``Series.baseline``. Returns the modes left in that looked slower
+        (point below 1): the ones :meth:`kernel_look` reads."""
         ops = {"kernels": [op]}
-        for mode in ["fp32", *[m for m in self.active if op in self.works[m].kernels]]:
-            if not self._warm(mode, ops) and mode == "fp32":
+        candidates = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
+        sized = self._screen_works(op, ["fp32", *candidates])
+        works = sized or self.works
+        timed = {m: {kind: {} for kind in KINDS} for m in works} if sized else self.timed
+        self.say(f"screen {op}" + (f" {self.plan.screen_n}²" if sized else ""))
+        for mode in ["fp32", *candidates]:
+            if not self._warm(mode, ops, works[mode], timed) and mode == "fp32":
                 self.active = []
-                return
-        screened = [m for m in self.active if op in self.works[m].kernels]  # a mode without the op goes on
+                return []
+        screened = [m for m in candidates if m in self.active]
         trial = {m: Series() for m in ["fp32", *screened]}
         for _ in range(SCREEN_ROUNDS):
-            if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active]):
+            if not self._round(lambda m: ops, lambda m: trial[m], [m for m in screened if m in self.active], timed):
                 self.active = []
-                return
+                return []
+        doubtful = []
         for mode in [m for m in screened if m in self.active]:
             ratios = round_ratios(trial["fp32"], trial[mode], "kernels")
             wide = interval(ratios, self.confidence)
+            if wide is not None and wide.point < 1:
+                doubtful.append(mode)
             if mode_decision(ratios, [], self.threshold, self.confidence) == SLOWER and wide.high < SCREEN_DROP:
-                self.series[mode].rounds, self.series[mode].baseline = trial[mode].rounds, trial["fp32"].rounds
-                self.series[mode].stopped = f"decided: {SLOWER}"
-                self.series[mode].screened = op
+                s = self.series[mode]
+                s.rounds, s.baseline = trial[mode].rounds, trial["fp32"].rounds
+                s.stopped, s.screened = f"decided: {SLOWER}", op
+                if sized:  # its matmul's figures (op table, TFLOP/s) are the screen's size
+                    s.flops[op], s.screen_size = sized[mode].kernels[op][1], self.plan.screen_n
                 self.active.remove(mode)
+                doubtful.remove(mode)
+        return doubtful
+
+    def kernel_look(self, modes: list[str]) -> None:
+        """Where training steps are costly to build (a traced ``tf.function``: seconds each), ``modes``
+        (those the screen saw slower without deciding) first run ``first_look`` rounds of their kernels
+        alone beside fp32; one that is slower on them at the corrected confidence (the rule of every
+        look: kernels slower decide a mode slower) leaves, decided, its training steps never built.
+        The others start afresh, as after the screen (these rounds are not counted)."""
+        kernels = {m: {"kernels": list(self.works[m].kernels)} for m in ["fp32", *modes]}
+        modes = [m for m in modes if kernels[m]["kernels"]]
+        for mode in ["fp32", *modes]:
+            if not self._warm(mode, kernels[mode]) and mode == "fp32":
+                self.active = []
+                return
+        trial = {m: Series() for m in ["fp32", *modes]}
+        for r in range(self.plan.first_look):
+            self.say(f"kernels round {r + 1}")
+            if not self._round(lambda m: kernels[m], lambda m: trial[m], [m for m in modes if m in self.active]):
+                self.active = []
+                return
+        for mode in [m for m in modes if m in self.active]:
+            if mode_decision(round_ratios(trial["fp32"], trial[mode], "kernels"), [], self.threshold,
+                             self.confidence) == SLOWER:
+                s = self.series[mode]
+                s.rounds, s.baseline = trial[mode].rounds, trial["fp32"].rounds
+                s.stopped, s.screened = f"decided: {SLOWER}", KERNELS_ALONE
+                self.active.remove(mode)
+
+    def _screen_works(self, op: str, modes: list[str]) -> dict[str, Work]:
+        """The screen's smaller Works (``Plan.screen_n``), where every mode's Work can be sized and
+        names ``op`` alike; else {} (the screen times the main op)."""
+        n = self.plan.screen_n
+        if not n or not self.plan.sequential or any(self.works[m].at_size is None for m in modes):
+            return {}
+        try:
+            sized = {m: self.works[m].at_size(n) for m in modes}
+        except Exception:  # the main op is timed instead; its own failure is reported there
+            return {}
+        return sized if all(op in w.kernels for w in sized.values()) else {}
 
     def main(self, now: Callable[[], float]) -> None:
         """Rounds of every op until each mode is decided, the cap (``max_rounds``), or the time budget
@@ -306,7 +372,8 @@ def op_table(base: Series, s: Series) -> dict:
             flops = s.flops.get(op)
             if flops:
                 row["tflops"] = flops / med / 1e12
-            one = Series([(i, {kind: {op: t[kind][op]}}) for i, t in s.rounds if op in t.get(kind, {})])
+            one = Series([(i, {kind: {op: t[kind][op]}}) for i, t in s.rounds if op in t.get(kind, {})],
+                         baseline=s.baseline)  # a screened mode pairs with the screen's fp32
             est = estimate(base, one, kind) if s is not base else None
             if est is not None and math.isfinite(est.point):
                 row["speedup"], row["speedup_ci"] = round(est.point, 4), est.ci

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
-from .measure import Plan, Series, estimate, op_table, round_ratios, run_rounds
+from .measure import KERNELS_ALONE, Plan, Series, estimate, op_table, round_ratios, run_rounds
 from .report import ModeReport
 from .sizes import measure_sizes, size_words
 
@@ -137,9 +137,12 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
             parts = [describe("kernels", kern)] + ([describe("training", train)] if train else [])
             s = series[mode]
             if s.screened:
-                parts[0] = parts[0].replace(_what("kernels"), s.screened, 1)
-                parts.append(f"decided on the {s.screened} alone; its other kernels and training steps were not "
-                             "timed (a slower mode cannot be recommended)")
+                op = s.screened + (f" ({s.screen_size}²)" if s.screen_size else "")
+                parts[0] = parts[0].replace(_what("kernels"), op, 1)
+                parts.append(f"decided on the {op} alone; its training steps were not timed (never built)"
+                             if s.screened == KERNELS_ALONE else
+                             f"decided on the {op} alone; its other kernels and training steps were not timed")
+                parts[-1] += " (a slower mode cannot be recommended)"
             if rep.speedup_by_size:
                 parts.append("by size: " + size_words(mode, rep.speedup_by_size_detail))
             elif sizes and not _may_be_recommended(rep, s):

@@ -41,6 +41,8 @@ def test_doctor_framework_all_holds_both_documents():
     for fw, sub in doc["frameworks"].items():
         assert sub["framework"] == fw and set(sub["modes"]) == {"fp32", "tf32", "fp16", "bf16", "fp8"}
     assert doc["frameworks"]["tensorflow"]["environment"]["keras_version"].startswith("3.")
+    # the program times TensorFlow on one thread on a CPU, as the PyTorch doctor does (#41)
+    assert doc["frameworks"]["tensorflow"]["environment"]["tf_threads"] == {"intra_op": 1, "inter_op": 1}
 
 
 def test_bench_mlp_rows_ok_under_mirrored_strategy_with_two_replicas():

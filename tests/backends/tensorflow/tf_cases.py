@@ -25,6 +25,8 @@ def doctor_selftests():
     assert "inf gradient skipped, scale 256 -> 128" in rep.modes["fp16"].selftest_detail
     assert "float32 output layer" in rep.modes["bf16"].selftest_detail
     assert rep.framework == "tensorflow"
+    # a library call leaves TensorFlow's thread pools alone (only the ampkit program times on one thread)
+    assert rep.environment["tf_threads"] == {"intra_op": 0, "inter_op": 0}
 
 
 def parity_digits():

@@ -57,6 +57,9 @@ def tf_environment(keras_ran=None) -> dict:
         "device_name": gpus[0]["name"] if gpus else env["cpu"]["model"],
         "compute_capability": gpus[0]["compute_capability"] if gpus else None,
         "gpus": gpus,
+        # TensorFlow's thread pools (0: its default, every core); the doctor program times on one (doctor.py)
+        "tf_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                       "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
     })
     return env
 

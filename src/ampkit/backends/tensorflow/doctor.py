@@ -48,9 +48,9 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
                             f"{hidden.variable_dtype} variables; expected {want} / float32")
         x = tf.random.stateless_normal((8, 16), seed=(1, 2))
         y = tf.constant([0, 1, 2, 3, 0, 1, 2, 3])
-        inner = keras.Model(inputs, h)
-        if inner(x).dtype.name != want:
-            return "fail", f"Dense output is {inner(x).dtype.name}, expected {want}"
+        out_dtype = hidden(x).dtype.name  # the layer itself under its policy (no second Model to build)
+        if out_dtype != want:
+            return "fail", f"Dense output is {out_dtype}, expected {want}"
         checks.append(f"Dense computes {want}, variables float32")
         if model(x).dtype.name != "float32":
             return "fail", f"the float32 output layer returned {model(x).dtype.name}"
@@ -77,12 +77,34 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
         return "fail", one_line(exc, 300)
 
 
+def one_measuring_thread() -> bool:
+    """On a CPU, TensorFlow's ops on one thread, as the PyTorch doctor times them: the ratio of per-core
+    speeds is what a mode changes, and on a shared CPU a two-thread op waits at every barrier for a
+    descheduled thread (measured under load 12, a transformer block's training step: 37-137 ms on two
+    threads, bf16/fp32 0.4-4.6x from one run to the next; 104-120 ms on one, 1.4-1.6x). Only in the
+    ``ampkit`` program itself (:func:`ampkit.outputs.owns_process`) and before TensorFlow ran an op:
+    its thread pools cannot be changed back, and a library caller's process keeps its own. True when set."""
+    from ...outputs import owns_process
+
+    if not owns_process():
+        return False
+    tf = import_tf()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already ran an op in this process: its pools are made
+        return False
+    return True
+
+
 class TensorFlowDoctor:
     """:class:`ampkit.doctor.ops.DoctorOps` for TensorFlow/Keras (the flow: :mod:`ampkit.doctor.driver`)."""
 
     @contextlib.contextmanager
     def doctor_session(self, target):
         grow_gpu_memory()  # the doctor only looks: GPU memory as it needs it, not all of it at the first op
+        if not target.accelerator:
+            one_measuring_thread()
         yield
 
     def selftest(self, mode: str, target) -> tuple[str, str]:
