@@ -50,6 +50,18 @@ def _on_stop_request(signum, frame) -> None:
     _stop_requested = True
 
 
+class TimedOut(UsageError):
+    """A ``keep_partial`` run that had started (:func:`tell_parent`) went past ``timeout``: the child
+    was asked to stop as on Ctrl-C, and ``result`` is what it returned (None when it did not answer
+    within the grace period). Still a
+    :class:`UsageError` (one line, exit 2) for a caller that does not keep partial results."""
+
+    def __init__(self, message: str, result=None, notes=()):
+        super().__init__(message)
+        self.result = result
+        self.notes = list(notes)  # what the child told (tell_parent) before it stopped answering
+
+
 class PartialResult(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a ``keep_partial`` run, and the child returned what finished.
 
@@ -131,7 +143,22 @@ def run_exit_hooks() -> None:
             multiprocessing.util._run_finalizers(0)
 
 
+#: in a child of run_isolated: the pipe to the parent (for :func:`tell_parent`)
+_parent_conn = None
+
+
+def tell_parent(note: str) -> None:
+    """In a child run by :func:`run_isolated`: tell the parent how far the run got (e.g. "started":
+    the user's factory returned and measuring began), so that a run past ``timeout`` that cannot
+    answer is told apart from one that never got going. Elsewhere a no-op."""
+    if _parent_conn is not None:
+        with contextlib.suppress(Exception):
+            _parent_conn.send(("note", note))
+
+
 def _child(conn, target, args, term_is_request: bool = False) -> None:
+    global _parent_conn
+    _parent_conn = conn
     die_with_parent()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
@@ -187,7 +214,7 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
         proc.start()
     send.close()
     deadline = None if timeout is None else time.monotonic() + timeout
-    msg = None
+    msg, notes = None, []
     try:
         while True:
             if recv.poll(0.1):
@@ -195,12 +222,23 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
                     msg = recv.recv()
                 except EOFError:
                     msg = None
+                if msg is not None and msg[0] == "note":  # how far it got (tell_parent): keep waiting
+                    notes.append(msg[1])
+                    msg = None
+                    continue
                 break
             if not proc.is_alive() and not recv.poll(0):
                 break
             if deadline is not None and time.monotonic() > deadline:
+                # a run that started measuring (tell_parent) and can end early is asked to, as on Ctrl-C:
+                # what finished is kept (bench keeps a timed-out mode as an error row; the audit its steps)
+                partial = _ask_to_stop(proc, recv, min(keep_partial, max(5.0, timeout / 2)),
+                                       why=f"--timeout {timeout:g} s reached") if hard and notes else None
                 stop(proc, hard=hard)
-                raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")
+                if hard and (partial is not None or notes):
+                    kept = "what finished is kept" if partial is not None else "it did not answer, nothing is kept"
+                    raise TimedOut(f"{what}: stopped at --timeout {timeout:g} s; {kept}", partial, notes)
+                raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")  # it never got going (a factory that hangs): a usage line
     except KeyboardInterrupt as exc:
         partial = _ask_to_stop(proc, recv, keep_partial) if hard else None
         if partial is not None:
@@ -225,19 +263,21 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     raise UsageError(f"{what} failed: {value}")
 
 
-def _ask_to_stop(proc, recv, grace: float):
+def _ask_to_stop(proc, recv, grace: float, why: str = ""):
     """Send the stop request and wait up to ``grace`` s for the child's result; None without one."""
     if STOP_SIGNAL is None or (not proc.is_alive() and not recv.poll(0)):
         return None
     try:
         if proc.is_alive():
             os.kill(proc.pid, STOP_SIGNAL)
-        print(f"ampkit: stopping after the current step (up to {grace:g} s; Ctrl-C again to stop now)",
-              file=sys.stderr)
+        print(f"ampkit: {why + ': ' if why else ''}stopping after the current step (up to {grace:g} s; "
+              "Ctrl-C again to stop now)", file=sys.stderr)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if recv.poll(0.1):
                 kind, value = recv.recv()
+                if kind == "note":  # how far it got: not its answer
+                    continue
                 return value if kind == "ok" else None
             if not proc.is_alive() and not recv.poll(0):
                 return None

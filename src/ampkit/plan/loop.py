@@ -160,6 +160,9 @@ def run_plan(cfg: PlanConfig, framework: str = "auto", say=lambda text: None) ->
         say(f"{mode}: auditing")
         audit = audit_driver.run(AuditConfig(mode=mode, steps=cfg.audit_steps, **{k: v for k, v in common.items()}),
                                  backend)
+        if getattr(audit, "error", None):  # stopped by --timeout: a plan from part of the steps is no plan
+            att.why = f"audit of {mode}: {audit.error}"
+            continue
         plan = propose_plan(audit, backend.name)
         plan.evidence["audit_findings"] = [{"layer": f.layer, "kind": f.kind} for f in audit.findings]
         att.plan = plan.to_dict()
