@@ -74,6 +74,7 @@ def run(args) -> int:
     if args.resume is not None:
         doc = grid.read(args.resume)
         resume = (args.resume, doc)
+        _from_identity(args, doc.grid["identity"])
         modes = modes if modes is not None else ",".join(doc.grid["modes"])
         seeds = seeds if seeds is not None else tuple(doc.grid["seeds"])
         if not args.json and not shard:
@@ -98,6 +99,10 @@ def run(args) -> int:
     seeds = len(report.results[0].seeds) if report.results else 0
     kept = ("the runs that finished" if shard or resume or report.world_size
             else f"the {seeds} seed(s) whose every mode finished")
+    if report.unpaired_runs:  # an unfinished seed's finished runs: in the document, for --resume
+        where = args.json if args.json not in (None, "-") else "PATH"
+        kept += (f", and {len(report.unpaired_runs)} run(s) of an unfinished seed (--resume {where} runs only "
+                 "the rest)")
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {}, kept=kept)
 
@@ -125,6 +130,22 @@ def _merge(args) -> int:
     con = console(json_to_stdout=args.json == "-")
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {}, kept="the runs the parts hold")
+
+
+def _from_identity(args, ident: dict) -> None:
+    """``--resume PATH`` alone: what to train comes from the document's grid (its dataset or
+    factories, steps or epochs, and a user's data's lr and batch size) where the flags do not say;
+    a flag given and different is still refused as another grid (ampkit.parity.grid.same_grid)."""
+    if args.dataset is None and args.model is None and args.data is None:
+        if isinstance(ident.get("data"), str) and isinstance(ident.get("model"), str):
+            args.model, args.data = ident["model"], ident["data"]
+            for flag in ("lr", "batch_size"):
+                if getattr(args, flag) is None and ident.get(flag) is not None:
+                    setattr(args, flag, ident[flag])
+        elif isinstance(ident.get("dataset"), str):
+            args.dataset = ident["dataset"]
+    if args.steps is None and args.epochs is None:
+        args.steps, args.epochs = ident.get("steps"), ident.get("epochs")
 
 
 def _plan(path, framework):

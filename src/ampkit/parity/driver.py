@@ -61,9 +61,11 @@ def resolve_modes(modes, support, where: str, auto=None) -> tuple[list[str], str
 
 
 class SeedRecords(list):
-    """The runs of :func:`run_seeds`; ``interrupted`` when Ctrl-C or SIGTERM stopped the loop."""
+    """The runs of :func:`run_seeds`; ``interrupted`` when Ctrl-C or SIGTERM stopped the loop, and
+    then ``unpaired``: the finished runs of seeds that did not finish every mode (kept apart)."""
 
     interrupted: bool = False
+    unpaired: list = []
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,9 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
     ``on_done(record)`` around each run.
 
     Ctrl-C or SIGTERM stops the loop and keeps the seeds whose every mode finished (a seed with
-    some modes missing cannot be paired, so its runs are dropped; with ``whole_seeds`` False every
-    finished run is kept, for a merge or a resume to pair); ``interrupted`` is then set.
+    some modes missing cannot be paired: its finished runs go to ``unpaired``, outside the
+    statistics, for a resume to pair; with ``whole_seeds`` False every finished run is kept, for a
+    merge or a resume to pair); ``interrupted`` is then set.
     A run that raises is recorded with its error (the mode then fails) and the loop goes on.
     """
     records = SeedRecords()
@@ -204,6 +207,7 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
         records.interrupted = True
         if whole_seeds:
             planned, done = Counter(s for s, _ in plan), Counter(r.seed for r in records)
+            records.unpaired = [r for r in records if done[r.seed] != planned[r.seed]]
             records[:] = [r for r in records if done[r.seed] == planned[r.seed]]
     return records
 
@@ -315,7 +319,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
             data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run, plan=mine,
             whole_seeds=shard is None and group is None and resume is None, who=who,
             on_start=group.started if group else None, on_done=group.post if group else None, timeout=config.timeout)
-        interrupted = records.interrupted
+        interrupted, unpaired = records.interrupted, list(records.unpaired)
         if group and group.rank != 0:
             if interrupted:
                 group.stopped()
@@ -329,7 +333,8 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     report = G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
                      higher_is_better=data.higher_is_better,
                      shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
-                     interrupted=interrupted, note=note, world_size=group.world if group else None)
+                     interrupted=interrupted, note=note, world_size=group.world if group else None,
+                     unpaired_runs=unpaired)
     for r in report.results:  # --plan: the plan its mode trained with
         if r.mode.startswith("plan:"):
             r.plan = config.plan

@@ -103,7 +103,8 @@ def read(path: str) -> ParityReport:
 
 
 def runs_of(report: ParityReport) -> list[RunRecord]:
-    return [run for r in report.results for run in r.runs]
+    """Every run the document holds: its results' and the unpaired runs an interruption left."""
+    return [run for r in report.results for run in r.runs] + list(report.unpaired_runs)
 
 
 def held(report: ParityReport, ident: dict, path: str) -> list[RunRecord]:
