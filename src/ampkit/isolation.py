@@ -119,6 +119,27 @@ def sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def main_not_rerun():
+    """Start spawned children inside this: they do not re-run the caller's script. A spawned child
+    imports the parent's ``__main__`` by path before it unpickles its target -- a library call at a
+    script's top level, without ``if __name__ == "__main__":``, would run the whole script again in
+    the child (and fail there starting its own children). The children ampkit isolates run ampkit's
+    functions on picklable specs, never the script's objects, so they skip it: a ``__main__`` that
+    names itself ``__main__`` is not re-imported (multiprocessing.spawn._fixup_main_from_name)."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None or not getattr(main, "__file__", None):
+        yield  # `python -m ...`, a notebook, an interactive shell: nothing to re-run
+        return
+    import importlib.machinery
+
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = None
+
+
 #: called in a child before it ends (see :func:`at_child_exit`)
 _exit_hooks: list = []
 
@@ -210,7 +231,7 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     recv, send = ctx.Pipe(duplex=False)
     hard = bool(keep_partial)  # the child takes SIGTERM as a stop request: end it with SIGKILL
     proc = ctx.Process(target=_child, args=(send, target, args, hard), daemon=True)
-    with sigint_blocked():
+    with sigint_blocked(), main_not_rerun():
         proc.start()
     send.close()
     deadline = None if timeout is None else time.monotonic() + timeout

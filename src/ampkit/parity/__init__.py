@@ -90,8 +90,16 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
             raise UsageError("give make_model, train and test, or model= and data=, not both")
         if model is None or data is None:
             raise UsageError("model= needs data= too (and data= needs model=)")
+        config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance,
+                              device=device, margin=margin, steps=steps, timeout=timeout)  # checked before user code
         if isinstance(model, str) or isinstance(data, str):
             from ..factory import load_factory
+            from .driver import check_isolated
+
+            # as the CLI does: the strings' factories called in a child first (one that exits, aborts or
+            # hangs is a UsageError naming it, never the end of the caller's process)
+            check_isolated(model if isinstance(model, str) else None, data if isinstance(data, str) else None,
+                           config.timeout, flags=("model", "data"))
 
             model = load_factory(model, flag="model") if isinstance(model, str) else model
             spec = data if isinstance(data, str) else None
@@ -102,8 +110,6 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
             raise UsageError("model= and data= must be factories (zero-argument callables or 'MODULE:FACTORY'); "
                              f"received {type(model).__name__} and {type(data).__name__}")
         spec = spec or getattr(data, "__name__", "data")
-        config = ParityConfig(dataset=dataset, modes=modes, seeds=seeds, epochs=epochs, tolerance=tolerance,
-                              device=device, margin=margin, steps=steps, timeout=timeout)
         pd = ParityData(dataset, None, None, None, None, model=model, epochs=USER_EPOCHS, batch_size=batch_size, lr=lr,
                         loss_fn=loss_fn, metric_fn=metric_fn, **split_data(data, f"{spec}"), data_factory=data,
                         model_spec=getattr(model, "__name__", "model"), data_spec=spec)

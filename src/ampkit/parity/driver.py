@@ -216,10 +216,7 @@ def user_data(config: ParityConfig) -> ParityData:
     """``--model MODULE:FACTORY --data MODULE:FACTORY``: the model factory (called per run, after
     seeding) and what the data factory returns, ``(train, validation)``; one usage line for a
     factory that cannot be imported or called or returns something else."""
-    # first in a child: a factory that exits, aborts, hangs or raises KeyboardInterrupt is one line
-    # naming it, never the end of ampkit (bench and audit isolate theirs the same way)
-    run_isolated(check_factories, config.model, config.data, timeout=config.timeout,
-                 what=f"calling --data {config.data}() then --model {config.model}() (in a child process)")
+    check_isolated(config.model, config.data, config.timeout)
     make_model = load_factory(config.model, flag="--model")
     make_data = load_factory(config.data, flag="--data")
     sizes = {k: v for k, v in (("lr", config.lr), ("batch_size", config.batch_size)) if v is not None}
@@ -228,10 +225,25 @@ def user_data(config: ParityConfig) -> ParityData:
                       data_spec=config.data, **sizes)
 
 
-def check_factories(model_spec: str, data_spec: str) -> None:
-    """In a child (:func:`~ampkit.isolation.run_isolated`): import and call both factories once; what
-    fails is a usage line naming the factory."""
-    for spec, flag in ((data_spec, "--data"), (model_spec, "--model")):
+def check_isolated(model_spec: str | None, data_spec: str | None, timeout: float | None,
+                   flags: tuple[str, str] = ("--model", "--data")) -> None:
+    """The ``MODULE:FACTORY`` strings among ``model_spec``/``data_spec`` (None: not a string, not
+    checked) imported and called once in a child first: a factory that exits, aborts, hangs or
+    raises KeyboardInterrupt is one usage line naming it, never the end of the caller's process (the
+    CLI's and the library's ``ampkit.parity(model="m:f")``; bench and audit isolate theirs the same way)."""
+    if model_spec is None and data_spec is None:
+        return
+    said = " then ".join(f"{flag} {spec}()" for flag, spec in ((flags[1], data_spec), (flags[0], model_spec)) if spec)
+    run_isolated(check_factories, model_spec, data_spec, flags, timeout=timeout,
+                 what=f"calling {said} (in a child process)")
+
+
+def check_factories(model_spec: str | None, data_spec: str | None, flags: tuple[str, str] = ("--model", "--data")) -> None:
+    """In a child (:func:`~ampkit.isolation.run_isolated`): import and call the factories once (a
+    None spec is skipped); what fails is a usage line naming the factory."""
+    for spec, flag in ((data_spec, flags[1]), (model_spec, flags[0])):
+        if spec is None:
+            continue
         factory = load_factory(spec, flag=flag)
         try:
             call_user(factory, spec)  # an exception or sys.exit: call_user's one line (FactoryFailed)
