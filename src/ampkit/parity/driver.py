@@ -282,22 +282,25 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     from ..backends import get_backend
     from . import grid as G
 
-    if data is None:
-        data = user_data(config) if config.model else load(config.dataset)
+    if data is None and not config.model:
+        data = load(config.dataset)
     if isinstance(backend, str):
         backend = get_backend(backend)
     group = _join(backend, config)
     target = group.target if group else backend.target(config.device)
     modes, note = resolve_modes(config.modes, lambda m: _trains(backend, m, target)[::2], f"on {target.label}",
                                 auto=lambda: backend.resolve_auto(target))
-    emulated = [m for m in modes if _trains(backend, m, target)[1]]
-    if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
-        note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
     if config.plan is not None:  # --plan: its default must run here; compared as one more mode
-        label = f"plan:{config.plan['default']}"
         ok, why = _trains(backend, config.plan["default"], target)[::2]
         if not ok:
             raise UsageError(f"the plan's default mode {config.plan['default']!r} cannot run on {target.label}: {why}")
+    if data is None:  # the user's factories, checked once the modes are known to run here (a broken fp8
+        data = user_data(config)  # install is one line before any factory is called)
+    emulated = [m for m in modes if _trains(backend, m, target)[1]]
+    if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
+        note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
+    if config.plan is not None:
+        label = f"plan:{config.plan['default']}"
         modes = [m for m in modes if m != label] + [label]
         data = replace(data, plan=config.plan)
     if config.steps:
