@@ -93,3 +93,24 @@ def test_health_is_ok_after_good_tensor_limits(monkeypatch):
     monkeypatch.setattr(clip_limit, "on_host", lambda t: False)
     mp, _, _ = _weights_after(torch.tensor(1e-3))
     assert mp.health()["status"] == "ok" and mp.health()["messages"] == []
+
+
+@pytest.mark.gpu
+def test_a_cuda_tensor_limit_costs_no_sync_and_a_nan_one_clips_nothing():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    torch.manual_seed(0)
+    mp = ampkit.MixedPrecision("bf16", "cuda")
+    model = nn.Linear(4, 3).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with mp.autocast():
+        loss = nn.functional.cross_entropy(model(X.cuda()), Y.cuda())
+    mp.backward(loss)
+    limit = torch.tensor(float("nan"), device="cuda")
+    torch.cuda.set_sync_debug_mode("error")  # any host-device sync in step() raises
+    try:
+        mp.step(opt, max_grad_norm=limit)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert "in 1 step(s)" in mp.health()["messages"][-1]
