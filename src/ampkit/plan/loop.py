@@ -105,7 +105,7 @@ class PlanRun:
     chosen: Plan | None = None
     attempts: list[Attempt] = field(default_factory=list)
     order: list[dict] = field(default_factory=list)    # the ordering bench: [{"mode", "samples_per_s", ...}]
-    status: str = "accepted"                           # accepted | none_faster | none_trains
+    status: str = "accepted"                           # accepted | none_faster | none_trains | not_measured
     note: str = ""
     device: str = ""
     environment: dict = field(default_factory=dict)
@@ -209,6 +209,11 @@ def run_plan(cfg: PlanConfig, framework: str = "auto", say=lambda text: None) ->
             run.chosen, run.status = fallback, "none_faster"
             run.note = (f"no mode is faster than fp32 on {target.label} (figures above); the plan written is the "
                         f"fastest candidate that trains finite and is not worse ({fallback.default}): use fp32 here")
+        elif not any(a.finite is not None for a in run.attempts):  # nothing got as far as a bench of its plan
+            why = "; ".join(f"{a.mode}: {a.why}" for a in run.attempts if a.why) or "no candidate"
+            run.chosen, run.status = Plan("fp32", {}, backend.name, {"why": f"no candidate was measured ({why})"}), \
+                "not_measured"
+            run.note = f"no candidate mode was measured ({why}): the plan is plain fp32, not a finding about them"
         else:
             run.chosen, run.status = Plan("fp32", {}, backend.name, {"why": "no candidate trained finite and equivalent"}), "none_trains"
             run.note = "no candidate mode trains finite and equivalent to fp32 here: the plan is plain fp32"

@@ -1,0 +1,55 @@
+"""Issue #40 (no verdict from nothing), in ``ampkit plan``: when no candidate got as far as a bench
+of its plan -- the --budget spent before the first, its bench row unsupported or out of memory, its
+audit stopped by --timeout -- the plan is plain fp32 with status ``not_measured`` and says why, never
+"no mode trains finite and equivalent" (a claim about candidates nobody measured)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampkit.audit.report import AuditReport
+from ampkit.bench.report import BenchReport, BenchRow
+from ampkit.plan import loop
+from ampkit.plan.report import PlanReport
+
+
+def _bench(rows):
+    return BenchReport("m:f", "cpu", [BenchRow(mode, status=status, samples_per_s=100.0 if status == "ok" else None,
+                                               error=None if status == "ok" else "no memory")
+                                      for mode, status in rows], {})
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    from ampkit.audit import driver as audit_driver
+    from ampkit.bench import driver as bench_driver
+
+    state = {"bench": [("fp32", "ok"), ("bf16", "ok")], "audit": None}
+    monkeypatch.setattr(bench_driver, "run", lambda cfg, backend: _bench(state["bench"]))
+    monkeypatch.setattr(audit_driver, "run", lambda cfg, backend: state["audit"])
+    return state
+
+
+def test_a_budget_spent_before_any_candidate_is_not_measured(fake_runs, monkeypatch):
+    clock = iter([0.0] + [100.0] * 10)  # the first reading starts the budget; every later one is past it
+    monkeypatch.setattr(loop.time, "monotonic", lambda: next(clock))
+    run = loop.run_plan(loop.PlanConfig(model="m:f", modes=("bf16",), budget_s=1.0, device="cpu"), "torch")
+    assert run.status == "not_measured" and run.chosen.default == "fp32"
+    assert run.chosen.evidence["why"] == "no candidate was measured (bf16: not tried: the --budget of 1 s was spent)"
+    report = PlanReport.from_run(run, "m:f", None, None)
+    assert PlanReport.from_dict(report.to_dict()).status == "not_measured"
+    assert repr(report) == "<ampkit plan m:f on cpu: fp32; not measured>"
+
+
+def test_a_candidate_out_of_memory_is_not_measured(fake_runs):
+    fake_runs["bench"] = [("fp32", "ok"), ("bf16", "oom")]
+    run = loop.run_plan(loop.PlanConfig(model="m:f", modes=("bf16",), device="cpu"), "torch")
+    assert run.status == "not_measured" and "bf16: bench of bf16: oom: no memory" in run.note
+
+
+def test_an_audit_stopped_by_its_timeout_proposes_no_plan(fake_runs):
+    fake_runs["audit"] = AuditReport("bf16", 1.0, [], None, [], "cpu", 2, steps_completed=1, interrupted=True,
+                                     error="auditing m:f: stopped at --timeout 5 s; what finished is kept")
+    run = loop.run_plan(loop.PlanConfig(model="m:f", modes=("bf16",), device="cpu"), "torch")
+    assert run.status == "not_measured"
+    assert run.attempts[0].why == "audit of bf16: auditing m:f: stopped at --timeout 5 s; what finished is kept"
