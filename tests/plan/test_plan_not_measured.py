@@ -53,3 +53,19 @@ def test_an_audit_stopped_by_its_timeout_proposes_no_plan(fake_runs):
     run = loop.run_plan(loop.PlanConfig(model="m:f", modes=("bf16",), device="cpu"), "torch")
     assert run.status == "not_measured"
     assert run.attempts[0].why == "audit of bf16: auditing m:f: stopped at --timeout 5 s; what finished is kept"
+
+
+def test_a_plan_file_where_a_result_document_goes_is_named_as_such(tmp_path):
+    import json
+
+    from ampkit.errors import UsageError
+    from ampkit.parity import grid
+    from ampkit.report.load import load
+
+    path = tmp_path / "p.plan"
+    path.write_text(json.dumps({"kind": "ampkit-plan", "version": 1, "framework": "torch", "default": "bf16",
+                                "modules": {}}))
+    for read in (load, grid.read):  # ampkit report, parity --merge/--resume
+        with pytest.raises(UsageError, match=r"p.plan: a precision plan \(what to keep in float32\), not a result "
+                                             r"document; run it with 'ampkit bench\|parity --plan PATH'"):
+            read(str(path))
