@@ -69,3 +69,53 @@ def test_a_plan_file_where_a_result_document_goes_is_named_as_such(tmp_path):
         with pytest.raises(UsageError, match=r"p.plan: a precision plan \(what to keep in float32\), not a result "
                                              r"document; run it with 'ampkit bench\|parity --plan PATH'"):
             read(str(path))
+
+
+def test_a_stage_stopped_by_ctrl_c_stops_the_plan_and_keeps_what_finished(fake_runs, monkeypatch):
+    """Before: SIGTERM during the first bench was swallowed -- the plan went on with 'no row' for every
+    candidate, wrote a plain fp32 plan file and exited 0."""
+    from ampkit.bench import driver as bench_driver
+
+    def stopped(cfg, backend):
+        report = _bench([("fp32", "ok")])
+        report.interrupted = True
+        return report
+
+    monkeypatch.setattr(bench_driver, "run", stopped)
+    run = loop.run_plan(loop.PlanConfig(model="m:f", modes=("bf16",), device="cpu"), "torch")
+    assert run.interrupted and run.status == "not_measured" and run.attempts == []
+    assert [r["mode"] for r in run.order] == ["fp32"]  # the finished row is kept
+    assert run.note == "stopped before a candidate was decided: no plan written"
+
+
+def test_an_audit_stopped_by_ctrl_c_marks_its_candidate(fake_runs, monkeypatch):
+    from ampkit.audit import driver as audit_driver
+    from ampkit.isolation import PartialResult
+
+    def stopped(cfg, backend):
+        raise PartialResult(AuditReport("bf16", 1.0, [], None, [], "cpu", 2, steps_completed=0), KeyboardInterrupt())
+
+    monkeypatch.setattr(audit_driver, "run", stopped)
+    run = loop.run_plan(loop.PlanConfig(model="m:f", modes=("bf16",), device="cpu"), "torch")
+    assert run.interrupted and run.status == "not_measured"
+    assert [(a.mode, a.why) for a in run.attempts] == [("bf16", "stopped here (interrupted)")]
+
+
+def test_the_cli_writes_no_plan_file_when_stopped_first(fake_runs, monkeypatch, tmp_path, capsys):
+    import json
+
+    from ampkit.bench import driver as bench_driver
+    from ampkit.cli.main import main
+
+    def stopped(cfg, backend):
+        report = _bench([])
+        report.interrupted = True
+        return report
+
+    monkeypatch.setattr(bench_driver, "run", stopped)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["plan", "--device", "cpu", "--model", "m:f", "--modes", "bf16", "--out", "p.plan", "--json", "d.json"])
+    assert rc == 130 and not (tmp_path / "p.plan").exists()
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["interrupted"] is True and doc["status"] == "not_measured" and doc["out"] is None
+    assert "kept the candidates tried so far (no plan written)" in capsys.readouterr().err

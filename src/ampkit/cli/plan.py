@@ -52,6 +52,10 @@ def run(args) -> int:
     con = console(json_to_stdout=args.json == "-")
     err = console(json_to_stdout=True)
     result = run_plan(cfg, framework, say=lambda text: err.print(f"[dim]plan: {text}[/]"))
-    result.chosen.save(args.out)
-    report = PlanReport.from_run(result, args.model or args.workload, args.out, use_line(result.chosen, args.out))
-    return finish(report, args, con, render_plan.render)
+    decided = not (result.interrupted and result.status == "not_measured")  # stopped first: no plan file
+    if decided:
+        result.chosen.save(args.out)
+    report = PlanReport.from_run(result, args.model or args.workload, args.out if decided else None,
+                                 use_line(result.chosen, args.out) if decided else None)
+    return finish(report, args, con, render_plan.render, kept="the candidates tried so far (no plan written)"
+                  if not decided else "the plan decided before the stop")

@@ -39,7 +39,7 @@ class PlanReport(Enveloped, ResultDisplay, command="plan"):
     @classmethod
     def from_run(cls, run, workload: str | None, out: str | None, use: str | None) -> PlanReport:
         return cls(run.chosen, [a.to_dict() for a in run.attempts], run.status, run.device, run.environment,
-                   workload, run.order, run.note or None, out, use)
+                   workload, run.order, run.note or None, out, use, interrupted=getattr(run, "interrupted", False))
 
     def to_dict(self) -> dict:
         return envelope("plan", self.environment, framework=self.framework or self.plan.framework,
