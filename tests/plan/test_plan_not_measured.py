@@ -119,3 +119,22 @@ def test_the_cli_writes_no_plan_file_when_stopped_first(fake_runs, monkeypatch, 
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["interrupted"] is True and doc["status"] == "not_measured" and doc["out"] is None
     assert "kept the candidates tried so far (no plan written)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_plan_file_the_os_refuses_is_one_line_and_a_fallback(fake_runs, monkeypatch, tmp_path, capsys):
+    """Before: FileNotFoundError as a traceback, and the document lost with it."""
+    import json
+
+    from ampkit.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    fake_runs["bench"] = [("fp32", "ok"), ("bf16", "oom")]
+    rc = main(["plan", "--device", "cpu", "--model", "m:f", "--modes", "bf16", "--out", "/proc/p.plan",
+               "--json", "d.json"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert (f"ampkit: error: could not write --out to '/proc/p.plan' (No such file or directory); wrote it to "
+            f"{tmp_path / 'p.plan'} instead") in err
+    assert json.loads((tmp_path / "p.plan").read_text())["kind"] == "ampkit-plan"
+    assert json.loads((tmp_path / "d.json").read_text())["out"] == str(tmp_path / "p.plan")
