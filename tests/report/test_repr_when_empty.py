@@ -52,3 +52,10 @@ def test_an_empty_or_interrupted_result_has_a_short_sensible_repr_and_html(name)
     text = repr(result)
     assert text == expected and len(text) < 200 and "\n" not in text
     assert "<html" in result._repr_html_().lower() or "<div" in result._repr_html_()
+
+
+def test_parity_per_seed_frame_shows_the_unpaired_runs_it_kept():
+    report = CASES["parity-seed-cut-short"][0]()
+    frame = report.to_pandas(per="seed")
+    assert list(frame["mode"]) == ["fp32"] and list(frame["paired"]) == [False]
+    assert report.to_pandas().shape[0] == 0  # no mode has statistics: no per-mode row
