@@ -79,6 +79,7 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
     from ..errors import UsageError
     from .driver import USER_EPOCHS, run, split_data
 
+    _check_arguments(train, test, loss_fn, metric_fn, dataset)
     if all(x is None for x in (make_model, train, test, model, data)) and dataset != "custom":
         from .datasets import check_dataset  # a built-in dataset, as `ampkit parity --dataset NAME` runs it
 
@@ -120,6 +121,22 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
                       test[0] if test is not None else None, test[1] if test is not None else None,
                       model=make_model, epochs=10, batch_size=batch_size, lr=lr, loss_fn=loss_fn, metric_fn=metric_fn)
     return run(config, framework, data=data, progress=progress)
+
+
+def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
+    """The library's own arguments, refused up front in one UsageError as the CLI refuses a flag
+    (a loss_fn that is not callable failed every run, and fp32 'failed too')."""
+    from ..errors import UsageError
+
+    for name, part in (("train", train), ("test", test)):
+        if part is not None and not (isinstance(part, (tuple, list)) and len(part) == 2):
+            got = f"a {type(part).__name__}" + (f" of {len(part)}" if isinstance(part, (tuple, list)) else "")
+            raise UsageError(f"{name} must be (inputs, targets); received {got}")
+    for name, fn in (("loss_fn", loss_fn), ("metric_fn", metric_fn)):
+        if fn is not None and not callable(fn):
+            raise UsageError(f"{name} must be callable (logits, targets) -> scalar; received {type(fn).__name__}")
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise UsageError(f"dataset must be a name (a string); received {dataset!r}")
 
 
 make_callable(__name__, parity)
