@@ -259,7 +259,8 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
                 if hard and (partial is not None or notes):
                     kept = "what finished is kept" if partial is not None else "it did not answer, nothing is kept"
                     raise TimedOut(f"{what}: stopped at --timeout {timeout:g} s; {kept}", partial, notes)
-                raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")  # it never got going (a factory that hangs): a usage line
+                # it never got going (a factory that hangs): a usage line
+                raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")
     except KeyboardInterrupt as exc:
         partial = _ask_to_stop(proc, recv, keep_partial) if hard else None
         if partial is not None:
