@@ -126,7 +126,10 @@ def frame_rows(result, per: str | None = None) -> list[dict]:
         return rows
     if command == "parity":
         if per == "seed":
-            return [{"dataset": doc.get("dataset"), **head, **run} for p in doc["results"] for run in p.get("runs") or []]
+            # an interrupted run's unpaired runs too (outside the statistics): "paired" tells them apart
+            return [{"dataset": doc.get("dataset"), **head, **run, **({"paired": not alone} if doc.get("unpaired_runs") else {})}
+                    for alone, runs in ((False, [x for p in doc["results"] for x in p.get("runs") or []]),
+                                        (True, doc.get("unpaired_runs") or [])) for run in runs]
         rows = []
         for p in doc["results"]:
             row = {"dataset": doc.get("dataset"), **head, **{k: v for k, v in p.items() if k != "runs"}}

@@ -36,6 +36,9 @@ def load_factory(spec: str, flag: str = "--model"):
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise UsageError(f"cannot import module {module_name!r} for {flag} {spec}: {type(exc).__name__}: {exc}")
+    except SystemExit as exc:  # at import, in the caller's process: it would end it silently
+        raise UsageError(f"cannot import module {module_name!r} for {flag} {spec}: it called sys.exit({exc.code!r})") \
+            from None
     factory = module
     for part in attr.split("."):
         if not hasattr(factory, part):

@@ -50,6 +50,18 @@ def _on_stop_request(signum, frame) -> None:
     _stop_requested = True
 
 
+class TimedOut(UsageError):
+    """A ``keep_partial`` run that had started (:func:`tell_parent`) went past ``timeout``: the child
+    was asked to stop as on Ctrl-C, and ``result`` is what it returned (None when it did not answer
+    within the grace period). Still a
+    :class:`UsageError` (one line, exit 2) for a caller that does not keep partial results."""
+
+    def __init__(self, message: str, result=None, notes=()):
+        super().__init__(message)
+        self.result = result
+        self.notes = list(notes)  # what the child told (tell_parent) before it stopped answering
+
+
 class PartialResult(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a ``keep_partial`` run, and the child returned what finished.
 
@@ -107,6 +119,27 @@ def sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def main_not_rerun():
+    """Start spawned children inside this: they do not re-run the caller's script. A spawned child
+    imports the parent's ``__main__`` by path before it unpickles its target -- a library call at a
+    script's top level, without ``if __name__ == "__main__":``, would run the whole script again in
+    the child (and fail there starting its own children). The children ampkit isolates run ampkit's
+    functions on picklable specs, never the script's objects, so they skip it: a ``__main__`` that
+    names itself ``__main__`` is not re-imported (multiprocessing.spawn._fixup_main_from_name)."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None or not getattr(main, "__file__", None):
+        yield  # `python -m ...`, a notebook, an interactive shell: nothing to re-run
+        return
+    import importlib.machinery
+
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = None
+
+
 #: called in a child before it ends (see :func:`at_child_exit`)
 _exit_hooks: list = []
 
@@ -131,7 +164,22 @@ def run_exit_hooks() -> None:
             multiprocessing.util._run_finalizers(0)
 
 
+#: in a child of run_isolated: the pipe to the parent (for :func:`tell_parent`)
+_parent_conn = None
+
+
+def tell_parent(note: str) -> None:
+    """In a child run by :func:`run_isolated`: tell the parent how far the run got (e.g. "started":
+    the user's factory returned and measuring began), so that a run past ``timeout`` that cannot
+    answer is told apart from one that never got going. Elsewhere a no-op."""
+    if _parent_conn is not None:
+        with contextlib.suppress(Exception):
+            _parent_conn.send(("note", note))
+
+
 def _child(conn, target, args, term_is_request: bool = False) -> None:
+    global _parent_conn
+    _parent_conn = conn
     die_with_parent()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
@@ -183,11 +231,11 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     recv, send = ctx.Pipe(duplex=False)
     hard = bool(keep_partial)  # the child takes SIGTERM as a stop request: end it with SIGKILL
     proc = ctx.Process(target=_child, args=(send, target, args, hard), daemon=True)
-    with sigint_blocked():
+    with sigint_blocked(), main_not_rerun():
         proc.start()
     send.close()
     deadline = None if timeout is None else time.monotonic() + timeout
-    msg = None
+    msg, notes = None, []
     try:
         while True:
             if recv.poll(0.1):
@@ -195,11 +243,23 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
                     msg = recv.recv()
                 except EOFError:
                     msg = None
+                if msg is not None and msg[0] == "note":  # how far it got (tell_parent): keep waiting
+                    notes.append(msg[1])
+                    msg = None
+                    continue
                 break
             if not proc.is_alive() and not recv.poll(0):
                 break
             if deadline is not None and time.monotonic() > deadline:
+                # a run that started measuring (tell_parent) and can end early is asked to, as on Ctrl-C:
+                # what finished is kept (bench keeps a timed-out mode as an error row; the audit its steps)
+                partial = _ask_to_stop(proc, recv, min(keep_partial, max(5.0, timeout / 2)),
+                                       why=f"--timeout {timeout:g} s reached") if hard and notes else None
                 stop(proc, hard=hard)
+                if hard and (partial is not None or notes):
+                    kept = "what finished is kept" if partial is not None else "it did not answer, nothing is kept"
+                    raise TimedOut(f"{what}: stopped at --timeout {timeout:g} s; {kept}", partial, notes)
+                # it never got going (a factory that hangs): a usage line
                 raise UsageError(f"{what}: no result after {timeout:g} s (--timeout); the process was stopped")
     except KeyboardInterrupt as exc:
         partial = _ask_to_stop(proc, recv, keep_partial) if hard else None
@@ -225,19 +285,21 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     raise UsageError(f"{what} failed: {value}")
 
 
-def _ask_to_stop(proc, recv, grace: float):
+def _ask_to_stop(proc, recv, grace: float, why: str = ""):
     """Send the stop request and wait up to ``grace`` s for the child's result; None without one."""
     if STOP_SIGNAL is None or (not proc.is_alive() and not recv.poll(0)):
         return None
     try:
         if proc.is_alive():
             os.kill(proc.pid, STOP_SIGNAL)
-        print(f"ampkit: stopping after the current step (up to {grace:g} s; Ctrl-C again to stop now)",
-              file=sys.stderr)
+        print(f"ampkit: {why + ': ' if why else ''}stopping after the current step (up to {grace:g} s; "
+              "Ctrl-C again to stop now)", file=sys.stderr)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if recv.poll(0.1):
                 kind, value = recv.recv()
+                if kind == "note":  # how far it got: not its answer
+                    continue
                 return value if kind == "ok" else None
             if not proc.is_alive() and not recv.poll(0):
                 return None

@@ -144,7 +144,14 @@ def callback(progress, live: NotebookProgress | None, method: str):
 
 def shown(progress, title: str, method: str, call):
     """``call(progress_callback, live)`` under one live display (when :func:`notebook_progress` gives
-    one); the display ends as done, or interrupted when the call raised or its report says so."""
+    one); the display ends as done, or interrupted when the call raised or its report says so.
+    ``progress`` is None or True (the display), False (none) or a callable: anything else is one
+    UsageError (an int was called in every run, and every run failed with a TypeError)."""
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        from .errors import UsageError
+
+        raise UsageError(f"progress must be a callable, None or True (the display in a notebook) or False (none); "
+                         f"received {type(progress).__name__}")
     live = notebook_progress(progress, title)
     try:
         report = call(callback(progress, live, method), live)

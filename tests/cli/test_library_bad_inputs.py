@@ -43,6 +43,15 @@ def _parity(**kw):
     (lambda: ampkit.audit(MODEL, (X, Y), loss_scale="1024"), "--loss-scale must be a number; received '1024'"),
     (lambda: ampkit.audit(MODEL, (X, Y), loss_scale=True), "--loss-scale must be a number; received True"),
     (lambda: ampkit.audit(MODEL, (X, Y), seed="a"), "seed must be >= 0"),
+    # issue #40, after the first round: each of these ran every seed into a TypeError, and fp32 "failed too"
+    (lambda: _parity(loss_fn=5), "loss_fn must be callable (logits, targets) -> scalar; received int"),
+    (lambda: _parity(metric_fn="x"), "metric_fn must be callable (logits, targets) -> scalar; received str"),
+    (lambda: _parity(progress=3), "progress must be a callable, None or True (the display in a notebook) or False"),
+    (lambda: ampkit.bench("mlp", progress="yes"), "progress must be a callable"),
+    (lambda: _parity(modes=[]), "no modes given"),
+    (lambda: _parity(train=(X,)), "train must be (inputs, targets); received a tuple of 1"),
+    (lambda: _parity(test=X), "test must be (inputs, targets); received a Tensor"),
+    (lambda: _parity(dataset=5), "dataset must be a name (a string); received 5"),
 ])
 def test_the_library_says_which_argument_is_wrong(call, needle):
     with pytest.raises(UsageError) as info:

@@ -20,7 +20,7 @@ from ..backends import backend_spec, load_backend
 from ..bench.sizes import size_kwargs
 from ..errors import UsageError
 from ..factory import class_count_hint
-from ..isolation import PartialResult, run_isolated, stop_requested
+from ..isolation import PartialResult, TimedOut, run_isolated, stop_requested, tell_parent
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
 from .fp8 import fp8_findings
@@ -37,8 +37,10 @@ STOP_GRACE_S = 60.0
 
 def run(config: AuditConfig, backend, progress: bool = False) -> AuditReport:
     """The audit in a child process (``config.timeout``); raises :class:`PartialResult` holding the
-    finished steps' report (marked interrupted) when Ctrl-C or SIGTERM stopped it. ``progress``: a
-    line per pass on stderr (:mod:`.progress`)."""
+    finished steps' report (marked interrupted) when Ctrl-C or SIGTERM stopped it. Past the timeout
+    the child is asked to stop the same way and the report comes back marked ``interrupted`` with
+    ``error`` saying why (a report of no step when the child did not answer: ``not_measured``).
+    ``progress``: a line per pass on stderr (:mod:`.progress`)."""
     what = f"auditing {config.model or config.workload or 'the default workload'}"
     try:
         return run_isolated(_in_child, backend_spec(backend), config, progress, what=what, timeout=config.timeout,
@@ -46,6 +48,16 @@ def run(config: AuditConfig, backend, progress: bool = False) -> AuditReport:
     except PartialResult as stopped:
         stopped.result.interrupted = True  # stopped as its last step finished: still a stopped command
         raise
+    except TimedOut as late:  # as bench's timed-out mode: a document that says so, with what finished
+        report = late.result if late.result is not None else _nothing_finished(config)
+        report.interrupted, report.error = True, str(late)
+        return report
+
+
+def _nothing_finished(config: AuditConfig) -> AuditReport:
+    """The report of an audit stopped before it could answer: no step, no verdict (not_measured)."""
+    return AuditReport("fp32" if config.what_if else config.mode, float(config.loss_scale or 1.0), [], None, [],
+                       config.device, config.steps, workload=config.model or config.workload, steps_completed=0)
 
 
 def _in_child(spec: str, config: AuditConfig, progress: bool = False) -> AuditReport:
@@ -71,6 +83,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
         config = replace(config, workload=name)
     try:
         session = backend.audit_session(config, target, live)
+        tell_parent("started")  # the model is built: past --timeout from here the run keeps a document
         try:
             fed = getattr(session, "input", None)  # what the batch was (ampkit.audit.ops.AuditSession.input)
             if config.data and (fed or {}).get("kind") != "data":  # never a silent default batch instead

@@ -145,10 +145,11 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
     #: what the audited batch's inputs were: {"kind": "token_ids" | "normal(0,1)" | "data" | "given" |
     #: "workload", "dtype", "shape", "min", "max", ...} ("range": [0, vocab) for token ids); None: not said
     input: dict | None = None
+    error: str | None = None  # why the run was stopped before its steps finished (--timeout), else None
 
     @property
     def failed(self) -> bool:
-        return self.first_nonfinite is not None
+        return self.first_nonfinite is not None or self.error is not None
 
     def to_dict(self) -> dict:
         return envelope("audit", self.environment, framework=self.framework, workload=self.workload,
@@ -161,6 +162,7 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
                         skipped_steps=self.skipped_steps, output_rel_error=self.output_rel_error,
                         **({"what_if": self.what_if} if self.what_if is not None else {}),
                         **({"input": self.input} if self.input is not None else {}),
+                        **({"error": self.error} if self.error is not None else {}),
                         **({"verdict": "not_measured", "not_measured": self.not_measured} if self.not_measured else {}))
 
     @property
@@ -210,4 +212,5 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
                    d.get("reference_nonfinite", False), d.get("suggested_loss_scale"), d.get("resolved_from"),
                    d.get("note"), bool(d.get("interrupted", False)), d.get("steps_completed"),
                    d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0,
-                   what_if, d.get("input") if isinstance(d.get("input"), dict) else None)
+                   what_if, d.get("input") if isinstance(d.get("input"), dict) else None,
+                   d.get("error") if isinstance(d.get("error"), str) else None)

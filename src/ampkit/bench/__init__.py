@@ -23,8 +23,8 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
           replicas: int | None = None, plan=None) -> BenchReport:
     """Train the same model on the same batch in each mode, each mode in a fresh process.
 
-    The processes are *spawned* (Python's ``multiprocessing`` "spawn"): call this from a script under
-    ``if __name__ == "__main__":``, or each worker re-runs the script's top level when it starts.
+    The processes are *spawned* (Python's ``multiprocessing`` "spawn"); they do not re-run the calling
+    script, so no ``if __name__ == "__main__":`` guard is needed (ampkit.isolation.main_not_rerun).
 
     Args:
         workload: a built-in workload (``mlp``, ``cnn``, ``resnet50``, ``vit_b_16``, ``bert-base``,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import one_line
-from ..isolation import describe_exit, die_with_parent, run_exit_hooks, sigint_blocked, stop
+from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
@@ -177,7 +177,7 @@ def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
     saved = {k: os.environ.get(k) for k in _CHILD_ENV}
     os.environ.update(_CHILD_ENV)
     try:
-        with sigint_blocked():
+        with sigint_blocked(), main_not_rerun():  # a script calling ampkit.bench at its top level is not re-run
             proc.start()
     finally:
         for k, v in saved.items():

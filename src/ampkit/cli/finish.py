@@ -2,7 +2,7 @@
 
 Show the report, write ``--json`` (and ``--csv``/``--plot`` where the command has them), say what an
 interrupted run kept, and return the exit code: the signal's (130/143) when interrupted, 1 when the
-report says it failed or an output could not be written (its fallback is named), else 0.
+report says it failed (or ``--timeout`` stopped it: ``report.error``) or an output could not be written (its fallback is named), else 0.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ def finish(report, args, con, render: Callable, *, writers: dict[str, Callable] 
         if path:
             name = f"ampkit-{command}.{ {'plot': 'png'}.get(flag, flag) }"
             lost.append(salvage(lambda p, w=write: w(report, p), path, f"--{flag}", name))
+    stopped = getattr(report, "error", None) if interrupted and cause is None else None
+    if stopped:  # stopped by ampkit itself (--timeout), not by a signal: a failed run, exit 1
+        print(f"ampkit: {stopped}" + (f"; kept {kept}" if kept else ""), file=sys.stderr)
+        return 1
     if interrupted:
         print(f"ampkit: {signals.describe()}" + (f": kept {kept}" if kept else ""), file=sys.stderr)
         return signals.exit_code(cause)

@@ -70,18 +70,20 @@ def run(args) -> int:
                          f"(one per share, e.g. --json part-{shard[0]}-of-{shard[1]}.json)")
     if shard and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         raise UsageError("--shard and torchrun both split the grid: use one (each torchrun job may run the whole grid)")
-    resume, modes, seeds = None, args.modes, args.seeds
+    resume, modes, seeds, plan = None, args.modes, args.seeds, None
     if args.resume is not None:
         doc = grid.read(args.resume)
         resume = (args.resume, doc)
-        modes = modes if modes is not None else ",".join(doc.grid["modes"])
+        _from_identity(args, doc.grid["identity"])
+        modes = modes if modes is not None else ",".join(m for m in doc.grid["modes"] if not m.startswith("plan:"))
+        plan = _held_plan(args, doc)
         seeds = seeds if seeds is not None else tuple(doc.grid["seeds"])
         if not args.json and not shard:
             args.json = args.resume  # the grown document replaces the one it grew from
     cfg = ParityConfig(dataset=args.dataset or "digits", modes=modes, seeds=3 if seeds is None else seeds,
                        epochs=args.epochs, tolerance=args.tolerance, device=args.device, margin=args.margin,
                        steps=args.steps, model=args.model, data=args.data, lr=args.lr, batch_size=args.batch_size,
-                       timeout=args.timeout, plan=_plan(args.plan, framework))
+                       timeout=args.timeout, plan=plan if plan is not None else _plan(args.plan, framework))
     v.outputs(args, ("json", "JSON", "--json", True), ("plot", "plot", "--plot", False))
     con = console(json_to_stdout=args.json == "-")
     lines = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # one bar per rank would garble: plain lines
@@ -98,6 +100,10 @@ def run(args) -> int:
     seeds = len(report.results[0].seeds) if report.results else 0
     kept = ("the runs that finished" if shard or resume or report.world_size
             else f"the {seeds} seed(s) whose every mode finished")
+    if report.unpaired_runs:  # an unfinished seed's finished runs: in the document, for --resume
+        where = args.json if args.json not in (None, "-") else "PATH"
+        kept += (f", and {len(report.unpaired_runs)} run(s) of an unfinished seed (--resume {where} runs only "
+                 "the rest)")
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {}, kept=kept)
 
@@ -125,6 +131,46 @@ def _merge(args) -> int:
     con = console(json_to_stdout=args.json == "-")
     return finish(report, args, con, render_parity.render,
                   writers={"plot": render_parity.plot} if report.results else {}, kept="the runs the parts hold")
+
+
+def _from_identity(args, ident: dict) -> None:
+    """``--resume PATH`` alone: what to train comes from the document's grid (its dataset or
+    factories, steps or epochs, and a user's data's lr and batch size) where the flags do not say;
+    a flag given and different is still refused as another grid (ampkit.parity.grid.same_grid)."""
+    if args.dataset is None and args.model is None and args.data is None:
+        if isinstance(ident.get("data"), str) and isinstance(ident.get("model"), str):
+            args.model, args.data = ident["model"], ident["data"]
+            for flag in ("lr", "batch_size"):
+                if getattr(args, flag) is None and ident.get(flag) is not None:
+                    setattr(args, flag, ident[flag])
+        elif isinstance(ident.get("dataset"), str):
+            args.dataset = ident["dataset"]
+    if args.steps is None and args.epochs is None:
+        args.steps, args.epochs = ident.get("steps"), ident.get("epochs")
+
+
+def _held_plan(args, doc):
+    """``--resume`` of a document with a plan's mode (``plan:<default>``) and no ``--plan``: the plan
+    its results carry (the runs to add train the same plan), or one line asking for it."""
+    from ..errors import UsageError
+
+    if not any(m.startswith("plan:") for m in doc.grid["modes"]):
+        return None
+    held = next((r.plan for r in doc.results if r.mode.startswith("plan:") and isinstance(r.plan, dict)), None)
+    if args.plan is not None:  # the same plan, or its runs would mix with another's under one label
+        from ..plan import load_plan
+
+        given = load_plan(args.plan).to_dict()
+        if held is not None and [given.get(k) for k in ("default", "modules")] != [held.get(k) for k in
+                                                                                ("default", "modules")]:
+            raise UsageError(f"--plan {args.plan} is not the plan {args.resume} was run with (default "
+                             f"{held.get('default')}, modules {held.get('modules')}); give that plan, or start a new "
+                             "document")
+        return None
+    if held is None:
+        raise UsageError(f"{args.resume} compares a precision plan ({', '.join(m for m in doc.grid['modes'] if m.startswith('plan:'))}) "
+                         "but holds no copy of it: give the same --plan PATH to resume it")
+    return held
 
 
 def _plan(path, framework):

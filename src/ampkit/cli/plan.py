@@ -52,6 +52,14 @@ def run(args) -> int:
     con = console(json_to_stdout=args.json == "-")
     err = console(json_to_stdout=True)
     result = run_plan(cfg, framework, say=lambda text: err.print(f"[dim]plan: {text}[/]"))
-    result.chosen.save(args.out)
-    report = PlanReport.from_run(result, args.model or args.workload, args.out, use_line(result.chosen, args.out))
-    return finish(report, args, con, render_plan.render)
+    decided = not (result.interrupted and result.status == "not_measured")  # stopped first: no plan file
+    written, lost = [], None
+    if decided:  # a path the OS refuses (a full disk, /proc): one line and a fallback file, never a traceback
+        from ..outputs import salvage
+
+        lost = salvage(lambda p: (result.chosen.save(p), written.append(p)), args.out, "--out", "ampkit.plan")
+    out = written[-1] if written else None
+    report = PlanReport.from_run(result, args.model or args.workload, out, use_line(result.chosen, out) if out else None)
+    rc = finish(report, args, con, render_plan.render, kept="the candidates tried so far (no plan written)"
+                if not decided else "the plan decided before the stop")
+    return rc or (1 if lost else 0)

@@ -87,6 +87,7 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
     asked = {"modes": modes, "seeds": seeds, "epochs": epochs, "tolerance": tolerance, "device": device,
              "margin": margin, "steps": steps, "timeout": timeout}
+    _check_arguments(train, test, loss_fn, metric_fn, dataset)
     if all(x is None for x in (make_model, train, test, model, data)) and dataset != "custom":
         from .datasets import check_dataset  # a built-in dataset, as `ampkit parity --dataset NAME` runs it
 
@@ -94,7 +95,7 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
     config = ParityConfig(dataset=dataset, **asked)  # checked before any user code runs
     sizes = {"batch_size": batch_size, "lr": lr, "loss_fn": loss_fn, "metric_fn": metric_fn}
     if model is not None or data is not None:
-        model, data, spec = _factories(make_model, train, test, model, data)
+        model, data, spec = _factories(make_model, train, test, model, data, config.timeout)
         sets = DataSets.from_factory(data, spec)
         pd = ParityData(name=dataset, model=model, model_spec=getattr(model, "__name__", "model"), source=sets,
                         epochs=USER_EPOCHS, **sizes)
@@ -107,7 +108,7 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
     return run(config, framework, data=pd, progress=progress)
 
 
-def _factories(make_model, train, test, model, data):
+def _factories(make_model, train, test, model, data, timeout):
     """``model=``/``data=``: two factories (callables, or ``"MODULE:FACTORY"`` loaded here) and the
     data factory's name; a usage error for anything else or for a mix with make_model/train/test."""
     from ..errors import UsageError
@@ -119,13 +120,34 @@ def _factories(make_model, train, test, model, data):
     spec = data if isinstance(data, str) else None
     if isinstance(model, str) or isinstance(data, str):
         from ..factory import load_factory
+        from .driver import check_isolated
 
+        # as the CLI does: the strings' factories called in a child first (one that exits, aborts or
+        # hangs is a UsageError naming it, never the end of the caller's process)
+        check_isolated(model if isinstance(model, str) else None, data if isinstance(data, str) else None,
+                       timeout, flags=("model", "data"))
         model = load_factory(model, flag="model") if isinstance(model, str) else model
         data = load_factory(data, flag="data") if isinstance(data, str) else data
     if not callable(model) or not callable(data):
         raise UsageError("model= and data= must be factories (zero-argument callables or 'MODULE:FACTORY'); "
                          f"received {type(model).__name__} and {type(data).__name__}")
     return model, data, spec or getattr(data, "__name__", "data")
+
+
+def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
+    """The library's own arguments, refused up front in one UsageError as the CLI refuses a flag
+    (a loss_fn that is not callable failed every run, and fp32 'failed too')."""
+    from ..errors import UsageError
+
+    for name, part in (("train", train), ("test", test)):
+        if part is not None and not (isinstance(part, (tuple, list)) and len(part) == 2):
+            got = f"a {type(part).__name__}" + (f" of {len(part)}" if isinstance(part, (tuple, list)) else "")
+            raise UsageError(f"{name} must be (inputs, targets); received {got}")
+    for name, fn in (("loss_fn", loss_fn), ("metric_fn", metric_fn)):
+        if fn is not None and not callable(fn):
+            raise UsageError(f"{name} must be callable (logits, targets) -> scalar; received {type(fn).__name__}")
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise UsageError(f"dataset must be a name (a string); received {dataset!r}")
 
 
 make_callable(__name__, parity)

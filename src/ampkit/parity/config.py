@@ -44,8 +44,12 @@ class ParityConfig:
 
             object.__setattr__(self, "plan", load_plan(self.plan).to_dict())
         if self.modes is not None:
+            if not isinstance(self.modes, (str, list, tuple)):
+                raise UsageError(f"modes must be a comma string or a list of modes; received {type(self.modes).__name__}")
             modes = (parse_mode_list(self.modes, allow_auto=True) if isinstance(self.modes, str)
                      else [parse_mode(m, allow_auto=True) for m in self.modes])
+            if not modes:  # as the CLI's --modes "": an empty list would compare fp32 with nothing
+                raise UsageError("no modes given; choose from: fp32, tf32, fp16, bf16, fp8, auto")
             object.__setattr__(self, "modes", tuple(dict.fromkeys(modes)))  # normalised once, still frozen after
         if isinstance(self.seeds, int):
             int_in(self.seeds, "--seeds", 1, MAX_SEEDS)

@@ -61,9 +61,11 @@ def resolve_modes(modes, support, where: str, auto=None) -> tuple[list[str], str
 
 
 class SeedRecords(list):
-    """The runs of :func:`run_seeds`; ``interrupted`` when Ctrl-C or SIGTERM stopped the loop."""
+    """The runs of :func:`run_seeds`; ``interrupted`` when Ctrl-C or SIGTERM stopped the loop, and
+    then ``unpaired``: the finished runs of seeds that did not finish every mode (kept apart)."""
 
     interrupted: bool = False
+    unpaired: list = []
 
 
 @dataclass(frozen=True)
@@ -169,8 +171,9 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
     ``on_done(record)`` around each run.
 
     Ctrl-C or SIGTERM stops the loop and keeps the seeds whose every mode finished (a seed with
-    some modes missing cannot be paired, so its runs are dropped; with ``whole_seeds`` False every
-    finished run is kept, for a merge or a resume to pair); ``interrupted`` is then set.
+    some modes missing cannot be paired: its finished runs go to ``unpaired``, outside the
+    statistics, for a resume to pair; with ``whole_seeds`` False every finished run is kept, for a
+    merge or a resume to pair); ``interrupted`` is then set.
     A run that raises is recorded with its error (the mode then fails) and the loop goes on.
     """
     records = SeedRecords()
@@ -204,6 +207,7 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
         records.interrupted = True
         if whole_seeds:
             planned, done = Counter(s for s, _ in plan), Counter(r.seed for r in records)
+            records.unpaired = [r for r in records if done[r.seed] != planned[r.seed]]
             records[:] = [r for r in records if done[r.seed] == planned[r.seed]]
     return records
 
@@ -212,10 +216,7 @@ def user_data(config: ParityConfig) -> ParityData:
     """``--model MODULE:FACTORY --data MODULE:FACTORY``: the model factory (called per run, after
     seeding) and what the data factory returns, ``(train, validation)``; one usage line for a
     factory that cannot be imported or called or returns something else."""
-    # first in a child: a factory that exits, aborts, hangs or raises KeyboardInterrupt is one line
-    # naming it, never the end of ampkit (bench and audit isolate theirs the same way)
-    run_isolated(check_factories, config.model, config.data, timeout=config.timeout,
-                 what=f"calling --data {config.data}() then --model {config.model}() (in a child process)")
+    check_isolated(config.model, config.data, config.timeout)
     make_model = load_factory(config.model, flag="--model")
     make_data = load_factory(config.data, flag="--data")
     sizes = {k: v for k, v in (("lr", config.lr), ("batch_size", config.batch_size)) if v is not None}
@@ -223,10 +224,25 @@ def user_data(config: ParityConfig) -> ParityData:
                       source=DataSets.from_factory(make_data, config.data), **sizes)
 
 
-def check_factories(model_spec: str, data_spec: str) -> None:
-    """In a child (:func:`~ampkit.isolation.run_isolated`): import and call both factories once; what
-    fails is a usage line naming the factory."""
-    for spec, flag in ((data_spec, "--data"), (model_spec, "--model")):
+def check_isolated(model_spec: str | None, data_spec: str | None, timeout: float | None,
+                   flags: tuple[str, str] = ("--model", "--data")) -> None:
+    """The ``MODULE:FACTORY`` strings among ``model_spec``/``data_spec`` (None: not a string, not
+    checked) imported and called once in a child first: a factory that exits, aborts, hangs or
+    raises KeyboardInterrupt is one usage line naming it, never the end of the caller's process (the
+    CLI's and the library's ``ampkit.parity(model="m:f")``; bench and audit isolate theirs the same way)."""
+    if model_spec is None and data_spec is None:
+        return
+    said = " then ".join(f"{flag} {spec}()" for flag, spec in ((flags[1], data_spec), (flags[0], model_spec)) if spec)
+    run_isolated(check_factories, model_spec, data_spec, flags, timeout=timeout,
+                 what=f"calling {said} (in a child process)")
+
+
+def check_factories(model_spec: str | None, data_spec: str | None, flags: tuple[str, str] = ("--model", "--data")) -> None:
+    """In a child (:func:`~ampkit.isolation.run_isolated`): import and call the factories once (a
+    None spec is skipped); what fails is a usage line naming the factory."""
+    for spec, flag in ((data_spec, flags[1]), (model_spec, flags[0])):
+        if spec is None:
+            continue
         factory = load_factory(spec, flag=flag)
         try:
             call_user(factory, spec)  # an exception or sys.exit: call_user's one line (FactoryFailed)
@@ -256,22 +272,25 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     from ..backends import get_backend
     from . import grid as G
 
-    if data is None:
-        data = user_data(config) if config.model else load(config.dataset)
+    if data is None and not config.model:
+        data = load(config.dataset)
     if isinstance(backend, str):
         backend = get_backend(backend)
     group = _join(backend, config)
     target = group.target if group else backend.target(config.device)
     modes, note = resolve_modes(config.modes, lambda m: _trains(backend, m, target)[::2], f"on {target.label}",
                                 auto=lambda: backend.resolve_auto(target))
-    emulated = [m for m in modes if _trains(backend, m, target)[1]]
-    if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
-        note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
     if config.plan is not None:  # --plan: its default must run here; compared as one more mode
-        label = f"plan:{config.plan['default']}"
         ok, why = _trains(backend, config.plan["default"], target)[::2]
         if not ok:
             raise UsageError(f"the plan's default mode {config.plan['default']!r} cannot run on {target.label}: {why}")
+    if data is None:  # the user's factories, checked once the modes are known to run here (a broken fp8
+        data = user_data(config)  # install is one line before any factory is called)
+    emulated = [m for m in modes if _trains(backend, m, target)[1]]
+    if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
+        note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
+    if config.plan is not None:
+        label = f"plan:{config.plan['default']}"
         modes = [m for m in modes if m != label] + [label]
         data = replace(data, plan=config.plan)
     if config.steps:
@@ -305,7 +324,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
             data, mode, seed, target, epochs=epochs, on_epoch=on_epoch), progress, on_run, plan=mine,
             whole_seeds=shard is None and group is None and resume is None, who=who,
             on_start=group.started if group else None, on_done=group.post if group else None, timeout=config.timeout)
-        interrupted = records.interrupted
+        interrupted, unpaired = records.interrupted, list(records.unpaired)
         if group and group.rank != 0:
             if interrupted:
                 group.stopped()
@@ -319,7 +338,8 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     report = G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
                      higher_is_better=data.higher_is_better,
                      shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
-                     interrupted=interrupted, note=note, world_size=group.world if group else None)
+                     interrupted=interrupted, note=note, world_size=group.world if group else None,
+                     unpaired_runs=unpaired)
     for r in report.results:  # --plan: the plan its mode trained with
         if r.mode.startswith("plan:"):
             r.plan = config.plan

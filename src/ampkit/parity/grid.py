@@ -103,7 +103,8 @@ def read(path: str) -> ParityReport:
 
 
 def runs_of(report: ParityReport) -> list[RunRecord]:
-    return [run for r in report.results for run in r.runs]
+    """Every run the document holds: its results' and the unpaired runs an interruption left."""
+    return [run for r in report.results for run in r.runs] + list(report.unpaired_runs)
 
 
 def held(report: ParityReport, ident: dict, path: str) -> list[RunRecord]:
@@ -163,6 +164,7 @@ def merge(paths: list[str]) -> ParityReport:
                                  f"({again}); give each run once")
             owner[key] = _label(path, rep.shard)
             records.append(run)
+    _same_plans(parts)
     missing = [(m, s) for path, rep in parts for s, m in plan(rep.grid["modes"], rep.grid["seeds"])
                if (m, s) not in owner]
     if missing:
@@ -179,6 +181,20 @@ def merge(paths: list[str]) -> ParityReport:
                  note="; ".join(dict.fromkeys(rep.note for _, rep in parts if rep.note)) or None,
                  world_size=max((rep.world_size or 1 for _, rep in parts), default=1) if any(
                      rep.world_size for _, rep in parts) else None)
+
+
+def _same_plans(parts) -> None:
+    """Parts that ran a precision plan's mode ran the same plan (the grid's identity does not hold it):
+    else one line naming the two parts."""
+    seen: dict[str, tuple[str, dict]] = {}
+    for path, rep in parts:
+        for r in rep.results:
+            if r.mode.startswith("plan:") and isinstance(r.plan, dict):
+                key = {k: r.plan.get(k) for k in ("default", "modules")}
+                first = seen.setdefault(r.mode, (_label(path, rep.shard), key))
+                if first[1] != key:
+                    raise UsageError(f"{_label(path, rep.shard)} ran another plan as {r.mode} than {first[0]} "
+                                     f"({key} vs {first[1]}); merge parts of one plan")
 
 
 def _missing_shards(parts, missing) -> str:

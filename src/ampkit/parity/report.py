@@ -95,6 +95,9 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
     grid: dict | None = None
     shard: str | None = None       # "I/N": a partial document holding the I-th share of the grid's runs
     world_size: int | None = None  # under torchrun: the processes the runs were spread over
+    #: an interrupted run: the finished runs of seeds whose other modes did not finish; outside the
+    #: statistics (nothing to pair them with), kept so that --resume and --merge need not run them again
+    unpaired_runs: list[RunRecord] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
@@ -113,7 +116,8 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
                         device=self.device, tolerance=self.tolerance, alpha=self.alpha, epochs=self.epochs,
                         results=[r.to_dict() for r in self.results], elapsed_s=self.elapsed_s,
                         interrupted=self.interrupted, note=self.note, margin=self.margin, steps=self.steps,
-                        metric=self.metric, grid=self.grid, shard=self.shard, world_size=self.world_size)
+                        metric=self.metric, grid=self.grid, shard=self.shard, world_size=self.world_size,
+                        **({"unpaired_runs": [asdict(r) for r in self.unpaired_runs]} if self.unpaired_runs else {}))
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityReport:
@@ -129,4 +133,5 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
                    interrupted=bool(d.get("interrupted", False)), note=d.get("note"), margin=d.get("margin"),
                    steps=d.get("steps"), metric=d.get("metric") or "accuracy",
                    grid=d.get("grid") if isinstance(d.get("grid"), dict) else None,
-                   shard=d.get("shard") if isinstance(d.get("shard"), str) else None, world_size=d.get("world_size"))
+                   shard=d.get("shard") if isinstance(d.get("shard"), str) else None, world_size=d.get("world_size"),
+                   unpaired_runs=[RunRecord.from_dict(r) for r in d.get("unpaired_runs") or [] if isinstance(r, dict)])

@@ -11,8 +11,10 @@ from .document import Plan, load_plan
 __all__ = ["PlanReport", "STATUSES"]
 
 #: accepted: faster than fp32 and not worse; none_faster: no mode is faster here (the plan is the best
-#: that trains); none_trains: no candidate trained finite and equivalent (the plan is plain fp32)
-STATUSES = ("accepted", "none_faster", "none_trains")
+#: that trains); none_trains: no candidate trained finite and equivalent (the plan is plain fp32);
+#: not_measured: no candidate got as far as a bench of its plan (a --budget spent, an audit stopped,
+#: every bench row unsupported): plain fp32, and no verdict about the candidates
+STATUSES = ("accepted", "none_faster", "none_trains", "not_measured")
 SCHEMA = {"status": str, "plan": dict, "tried": list}
 
 
@@ -37,7 +39,7 @@ class PlanReport(Enveloped, ResultDisplay, command="plan"):
     @classmethod
     def from_run(cls, run, workload: str | None, out: str | None, use: str | None) -> PlanReport:
         return cls(run.chosen, [a.to_dict() for a in run.attempts], run.status, run.device, run.environment,
-                   workload, run.order, run.note or None, out, use)
+                   workload, run.order, run.note or None, out, use, interrupted=getattr(run, "interrupted", False))
 
     def to_dict(self) -> dict:
         return envelope("plan", self.environment, framework=self.framework or self.plan.framework,

@@ -85,6 +85,11 @@ def render(report, con) -> None:
             con.print(f"  {r.mode}: {r.reason}", markup=False, highlight=False)
         if isinstance(r.equivalence, dict) and r.equivalence.get("reason"):
             con.print(f"  {r.mode} equivalence: {r.equivalence['reason']}", markup=False, highlight=False)
+    unpaired = getattr(report, "unpaired_runs", None) or []
+    if unpaired:  # an interrupted seed's finished runs: kept, outside the statistics
+        runs = ", ".join(f"{r.mode} seed {r.seed}" for r in unpaired[:6]) + (", ..." if len(unpaired) > 6 else "")
+        con.print(f"  kept outside the statistics ({len(unpaired)} run(s) of a seed that did not finish every mode: "
+                  f"{runs}); --resume runs only the rest", markup=False, highlight=False)
     if report.elapsed_s is not None:
         con.print(f"[dim]parity took {report.elapsed_s:.1f} s[/]")
 

@@ -12,7 +12,8 @@ from .output import PageView, fmt, verdict_row
 __all__ = ["render", "rows", "PlanView", "page_view", "verdicts", "figure"]
 
 STATUS_WORDS = {"accepted": "faster than fp32 and not worse", "none_faster": "no mode is faster than fp32 here",
-                "none_trains": "no mode trains finite and equivalent: plain fp32"}
+                "none_trains": "no mode trains finite and equivalent: plain fp32",
+                "not_measured": "no candidate was measured: plain fp32, no verdict"}
 
 
 def _ci(ci) -> str:
@@ -77,7 +78,8 @@ def page_view(report, doc=None) -> PlanView:
 
 
 def verdicts(view: PlanView) -> list[dict]:
-    word = "pass" if view.status == "accepted" else "skip" if view.status == "none_faster" else "fail"
+    word = ("pass" if view.status == "accepted" else "skip" if view.status == "none_faster" else
+            "not_measured" if view.status == "not_measured" else "fail")
     kept = ", ".join(view.modules) or "no island"
     return [verdict_row(f"plan {view.workload}", word, f" ({view.default}, {kept}: {STATUS_WORDS.get(view.status, '')})")]
 

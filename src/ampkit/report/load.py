@@ -126,6 +126,9 @@ def _parse(path: str, text: str):
 def load(path: str) -> list[Document]:
     """One file -> its documents (two for a ``--framework all`` doctor document)."""
     doc = _parse(path, _read_text(path))
+    if isinstance(doc, dict) and doc.get("kind") == "ampkit-plan":  # a plan file, not a result document
+        raise UsageError(f"{path}: a precision plan (what to keep in float32), not a result document; run it with "
+                         "'ampkit bench|parity --plan PATH', or pass the document 'ampkit plan --json PATH' wrote")
     try:
         return documents(path, doc)
     except DocumentError as exc:

@@ -132,7 +132,8 @@ def _line_of(command: str, view) -> str:
             ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows) or _NONE)
     if command == "doctor":
         others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
-        return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}; {others}"
+        return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}" + (
+            f"; {others}" if others else "")
     if command == "plan":
         kept = ", ".join(f"{p} {m}" for p, m in view.modules.items())
         return f"plan {view.workload} on {view.device}: {view.default}" + (f" ({kept})" if kept else "") + f"; {view.status}"
@@ -151,7 +152,13 @@ def line(result) -> str:
     for kind, report, part in _parts(result):
         view = PRESENTERS[kind].page_view(report, Document(f"ampkit.{kind}()", kind, report, __version__, part=part))
         parts.append(_line_of(kind, view))
-    if not parts:
-        return f"<ampkit {_generic_line(result, [])}>"
     interrupted = " (interrupted)" if getattr(result, "interrupted", False) else ""
-    return f"<ampkit {' | '.join(parts)}{interrupted}>"
+    if not parts:  # a result with nothing in it (an interrupted doctor of several frameworks): said so
+        empty = ": nothing finished" if command == "doctor" else ""
+        return f"<ampkit {_generic_line(result, [])}{empty}{interrupted}>"
+    text = " | ".join(parts).replace("not_measured", "not measured")
+    if getattr(result, "unpaired_runs", None):  # parity: an unfinished seed's runs, kept for --resume
+        text += f"; {len(result.unpaired_runs)} unpaired run(s) kept"
+    if text.endswith("interrupted"):  # the line already says it (a plan's status)
+        interrupted = ""
+    return f"<ampkit {text}{interrupted}>"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -114,8 +115,12 @@ def _selftest_fp8(device: torch.device) -> tuple[str, str]:
 class TorchDoctor:
     """:class:`ampkit.doctor.ops.DoctorOps` for PyTorch (the flow: :mod:`ampkit.doctor.driver`)."""
 
+    @contextlib.contextmanager
     def doctor_session(self, target):
-        return doctor_work.measuring_threads(torch.device(target.device))
+        from .engine.fp8 import found_only  # asking whether fp8 trains here must not import torchao (start-up)
+
+        with doctor_work.measuring_threads(torch.device(target.device)), found_only():
+            yield
 
     def selftest(self, mode: str, target) -> tuple[str, str]:
         return selftest(mode, torch.device(target.device))

@@ -16,12 +16,14 @@ torchao is imported only here, and only when fp8 is asked for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import importlib.util
 import logging
 import types
 
-from ....errors import ModeUnavailableError, UsageError
+from ....errors import ModeUnavailableError, UsageError, one_line
 from ....precision import Precision, parse_mode
 
 __all__ = ["FP8_EXTRA", "FP8_REGION", "RECIPES", "Fp8Training", "fp8_engine", "fp8_support", "torchao_installed"]
@@ -58,11 +60,42 @@ def fp8_support(device) -> tuple[bool, bool, str]:
 
     if not torchao_installed():
         return False, False, FP8_EXTRA
+    broken = torchao_import_error() if _check_import else None
+    if broken:  # found but broken: said now, before any work (not after fp32 trained)
+        return False, False, broken
     native, why = mode_support("fp8", device)
     if native:
         return True, False, f"{why}; torchao float8 training kernels"
     return True, True, (f"{why}; fp8 numerics can be tried here in torchao's emulation (emulate=True), "
                         "without fp8 speed")
+
+
+#: whether fp8_support imports torchao to find a broken install (off inside :func:`found_only`)
+_check_import = True
+
+
+@contextlib.contextmanager
+def found_only():
+    """Inside: :func:`fp8_support` asks only whether torchao is found, without importing it (a second
+    or two): for the doctor, which says whether fp8 could run without running it (its --thorough
+    self-test runs the engine, and a broken install fails there with its reason)."""
+    global _check_import
+    before, _check_import = _check_import, False
+    try:
+        yield
+    finally:
+        _check_import = before
+
+
+@functools.lru_cache(maxsize=1)
+def torchao_import_error() -> str | None:
+    """Why torchao's float8 API cannot be imported (a broken install: the import fails or raises),
+    else None. Imports it once (a second or two): called only where fp8 is asked for."""
+    try:
+        _torchao_float8()
+    except ModeUnavailableError as exc:
+        return str(exc)
+    return None
 
 
 def _torchao_float8():
@@ -75,8 +108,10 @@ def _torchao_float8():
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         from torchao.float8.float8_linear import Float8Linear
-    except ImportError as exc:  # a broken install reads like a missing one, with its cause
-        raise ModeUnavailableError(f"{FP8_EXTRA} (import failed: {exc})") from None
+    except Exception as exc:  # a broken install (an ImportError, or an error raised while importing) reads
+        # like a missing one, with its cause
+        raise ModeUnavailableError(f"{FP8_EXTRA} (import failed: {one_line(exc, 200)})") \
+            from None
     finally:
         pytree_log.setLevel(level)
     return types.SimpleNamespace(convert_to_float8_training=convert_to_float8_training,

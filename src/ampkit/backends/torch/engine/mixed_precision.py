@@ -25,12 +25,12 @@ from typing import Any
 import torch
 
 from ....capability import resolve_mode
-from ....checks import positive_finite
 from ....errors import UsageError
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
 from ..tf32 import tf32_math
 from .alarm import engine_health, health_report, model_path
+from .clip_limit import ClipLimits
 from .contract import verify_engine
 from .copying import engine_state, load_engine_state, restore_engine
 from .distributed import clip_grad_norm, no_gradient_sync, scaling_for_model
@@ -118,6 +118,7 @@ class MixedPrecision(PlanFront):
         self.precision: Precision = get_precision(resolved)
         self.accumulation_steps = int(accumulation_steps)
         self._health = engine_health(device, min_scale_warning, consecutive_skip_warning)
+        self._clip_limits = ClipLimits()  # mp.step's max_grad_norm, checked without a sync (.clip_limit)
         self._scaling = scaling_for(self.precision.loss_scaling, device.type, init_scale=init_scale,
                                     growth_factor=growth_factor, backoff_factor=backoff_factor,
                                     growth_interval=growth_interval, health=self._health)
@@ -282,8 +283,8 @@ class MixedPrecision(PlanFront):
         followed = self._followers.records(opts, self.check_parameters)  # master weights checked first
         scaling = self._scaling
         grad_norm = None
-        if max_grad_norm is not None:
-            positive_finite(max_grad_norm, "max_grad_norm")  # NaN made every weight NaN; <= 0 stops training
+        if max_grad_norm is not None:  # NaN made every weight NaN; <= 0 stops training (.clip_limit: no sync)
+            max_grad_norm = self._clip_limits.limit(max_grad_norm)
             scaling.unscale_all(opts)
             grad_norm = clip_grad_norm(self.model, opts, max_grad_norm)
         if self._watch.armed:  # the first step after prepare()/verify(): the gradients, for verify()
@@ -326,7 +327,12 @@ class MixedPrecision(PlanFront):
 
     def health(self) -> dict:
         """The loss-scale alarm (:mod:`.alarm`): ``{"status": "ok"|"warning"|"collapsed", "messages", ...}``."""
-        return health_report(self._health, self._steps, self._skipped, self._scaling.scaler is not None)
+        out = health_report(self._health, self._steps, self._skipped, self._scaling.scaler is not None)
+        unclipped = self._clip_limits.messages()  # a tensor max_grad_norm that was not a number > 0 (a sync)
+        if unclipped:
+            out["messages"] = out["messages"] + unclipped
+            out["status"] = "warning" if out["status"] == "ok" else out["status"]
+        return out
 
     def verify(self, model: torch.nn.Module | None = None, optimizer=None, *, example_input=None) -> list[dict]:
         """The precision contract (:mod:`.contract`): ``[{"where", "expected", "actual", "advice", "check"}]``,
