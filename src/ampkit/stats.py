@@ -53,13 +53,6 @@ class Estimate:
         return f"{self.point:.2f}x{ci}"
 
 
-def paired_ratios(base: Sequence[float], other: Sequence[float]) -> list[float]:
-    """``base[i] / other[i]``: with times, how many times faster ``other`` is than ``base``, per round."""
-    if len(base) != len(other):
-        raise ValueError(f"paired timings need equal lengths; received {len(base)} and {len(other)}")
-    return [b / o for b, o in zip(base, other)]
-
-
 def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                    seed: int = SEED) -> Estimate:
     """Median (log scale) of per-round ratios and its seeded bootstrap percentile interval."""
@@ -77,11 +70,6 @@ def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, r
     low = math.exp(medians[int(math.floor(alpha * (resamples - 1)))])
     high = math.exp(medians[int(math.ceil((1 - alpha) * (resamples - 1)))])
     return Estimate(point, min(low, point), max(high, point), n)
-
-
-def speedup_estimate(base_times: Sequence[float], mode_times: Sequence[float], **kw) -> Estimate:
-    """The speedup of a mode over the baseline from paired per-round times (seconds)."""
-    return ratio_estimate(paired_ratios(base_times, mode_times), **kw)
 
 
 def classify(est: Estimate, threshold: float) -> str:

@@ -21,6 +21,7 @@ from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
 from .numerics.params import holder as _holder
+from .numerics.replay import same_randomness
 from .numerics.summary import parse, summarize
 from .whatif_inner import InnerOps, autocast_dtypes
 
@@ -69,8 +70,6 @@ class TorchWhatIfSession(TorchAuditSession):
 
     def observe(self, step: int) -> None:
         """One float32 training step, its forward outputs and output gradients summarized."""
-        from .audit import _same_randomness
-
         probe = _Probe()
         fp8 = self._fp8
 
@@ -91,13 +90,13 @@ class TorchWhatIfSession(TorchAuditSession):
 
         if self._dtypes is None:  # what autocast holds in float32 (the same for fp16 and bf16)
             def fp16_forward():
-                with _same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
+                with same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
                     self.workload_obj.loss(self.batch)
             self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
         inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1])
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
-            with _same_randomness(self.dev, self.seed + step):
+            with same_randomness(self.dev, self.seed + step):
                 with Recorder(self.model, on_forward, on_grad, grad_inputs=False, keep_grad_targets=False) as rec:
                     with self.fp32.autocast(), inner:
                         loss = self.workload_obj.loss(self.batch)
