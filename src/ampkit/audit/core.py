@@ -52,17 +52,6 @@ def precision_threshold(fmt: FloatFormat) -> float:
     return PRECISION_UNITS * rounding_unit(fmt)
 
 
-def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) -> float:
-    """``||low - fp32|| / ||fp32||``, meaningful near zero: the denominator is at least what a
-    tensor of ``size`` elements at the format's smallest normal would have, so an output that is
-    zero in fp32 (a zero-initialised BatchNorm, a ReLU of negatives) and tiny in the mode reads
-    as the small error it is, not as 10**34."""
-    if dist == 0:
-        return 0.0
-    floor = math.sqrt(max(size, 1)) * fmt.smallest_normal
-    return float(dist / max(ref_norm, floor))
-
-
 def backoff_note(scaler: str, initial: float, final: float, skipped: int, params: list[str] | None = None) -> str:
     """What a default fp16 run does at its start, said as the audit saw it (not a finding: it is how
     dynamic loss scaling is meant to work). ``params``: the parameters whose gradient overflowed."""
