@@ -21,7 +21,7 @@ from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
 from .numerics.params import holder as _holder
-from .numerics.replay import same_randomness
+from .numerics.replay import same_randomness, snapshot
 from .numerics.summary import parse, summarize
 from .whatif_inner import InnerOps, autocast_dtypes
 
@@ -152,7 +152,7 @@ class TorchWhatIfSession(TorchAuditSession):
                  if m.grad.nonzero and m.grad.share_below(at, self.initial_scale) > UNDERFLOW_THRESHOLD}
         if not names:
             return
-        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        buffers = snapshot(self.model)
         for name, (noise, _lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
                                                   self.seed + step, buffers, at / self.initial_scale).items():
             self._mods[name].grad_noise = noise
