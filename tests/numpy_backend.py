@@ -14,12 +14,13 @@ import time
 
 import numpy as np
 
-from ampkit.audit.core import Advice, LayerStats, format_of, lost_below, merge_dtypes, relative_error
+from ampkit.audit.core import Advice, LayerStats, format_of, lost_below, merge_dtypes
 from ampkit.audit.ops import StepOutcome
 from ampkit.auto_cache import fingerprint
 from ampkit.bench.ops import ModelProbe
 from ampkit.bench.report import BenchRow
 from ampkit.bench.runner import check_final_loss, fill_timing
+from ampkit.compare import relative_error
 from ampkit.doctor.measure import Work
 from ampkit.environment import base_environment
 from ampkit.errors import UsageError

@@ -62,10 +62,6 @@ class Precision:
     tf32: bool | None = None
     keras_policy: str | None = None
 
-    @property
-    def is_mixed(self) -> bool:
-        return self.autocast
-
 
 _PRECISIONS: dict[str, Precision] = {
     "fp32": Precision("fp32", "float32", tf32=False, keras_policy="float32"),

@@ -54,13 +54,6 @@ class Estimate:
         return f"{self.point:.2f}x{ci}"
 
 
-def paired_ratios(base: Sequence[float], other: Sequence[float]) -> list[float]:
-    """``base[i] / other[i]``: with times, how many times faster ``other`` is than ``base``, per round."""
-    if len(base) != len(other):
-        raise ValueError(f"paired timings need equal lengths; received {len(base)} and {len(other)}")
-    return [b / o for b, o in zip(base, other)]
-
-
 def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                    seed: int = SEED) -> Estimate:
     """Median (log scale) of per-round ratios and its seeded bootstrap percentile interval."""
@@ -104,10 +97,6 @@ def _bootstrap_medians(logs: list[float], resamples: int, seed: int) -> list[flo
     mid = values[:, n // 2] if n % 2 else (values[:, n // 2 - 1] + values[:, n // 2]) / 2
     return np.sort(mid).tolist()
 
-
-def speedup_estimate(base_times: Sequence[float], mode_times: Sequence[float], **kw) -> Estimate:
-    """The speedup of a mode over the baseline from paired per-round times (seconds)."""
-    return ratio_estimate(paired_ratios(base_times, mode_times), **kw)
 
 
 def classify(est: Estimate, threshold: float) -> str:

@@ -38,20 +38,6 @@ class HostClock:
 HOST = HostClock()
 
 
-def time_calls(fn: Callable[[], object], clock: Clock = HOST, *, warmup: int = 1, min_reps: int = 2,
-               max_reps: int = 50, budget_s: float = 0.5) -> list[float]:
-    """Seconds per call of ``fn`` for a number of reps chosen to fit ``budget_s``."""
-    for _ in range(warmup):
-        fn()
-    clock.sync()
-    t0 = time.perf_counter()  # calibration call, also timed
-    fn()
-    clock.sync()
-    first = time.perf_counter() - t0
-    reps = max(min_reps, min(max_reps, int(budget_s / max(first, 1e-6))))
-    return clock.time(fn, reps)
-
-
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
 

@@ -52,17 +52,6 @@ def precision_threshold(fmt: FloatFormat) -> float:
     return PRECISION_UNITS * rounding_unit(fmt)
 
 
-def relative_error(dist: float, ref_norm: float, size: int, fmt: FloatFormat) -> float:
-    """``||low - fp32|| / ||fp32||``, meaningful near zero: the denominator is at least what a
-    tensor of ``size`` elements at the format's smallest normal would have, so an output that is
-    zero in fp32 (a zero-initialised BatchNorm, a ReLU of negatives) and tiny in the mode reads
-    as the small error it is, not as 10**34."""
-    if dist == 0:
-        return 0.0
-    floor = math.sqrt(max(size, 1)) * fmt.smallest_normal
-    return float(dist / max(ref_norm, floor))
-
-
 def backoff_note(scaler: str, initial: float, final: float, skipped: int, params: list[str] | None = None) -> str:
     """What a default fp16 run does at its start, said as the audit saw it (not a finding: it is how
     dynamic loss scaling is meant to work). ``params``: the parameters whose gradient overflowed."""
@@ -124,6 +113,12 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     def _scale(value: float | None) -> str | None:
         return scale_code(value) if scale_code and value else None
 
+    def _keep_fp32(lay: LayerStats, kind: str, what: str, who: str = "") -> Finding:
+        """A forward finding whose fix is float32 for the module (``who``: named, with its code), or bf16 under fp16."""
+        keep = f"keep {who} in float32 ({_fp32(lay.name)})" if who else "keep it in float32"
+        return Finding(lay.name, kind, f"{what}: {keep}" + (" or train in bf16" if mode == "fp16" else ""),
+                       SEVERITY[kind], fp32_hint(lay.name))
+
     by_name = {lay.name: lay for lay in layers}
     out: list[Finding] = []
     for lay in layers:
@@ -138,11 +133,8 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         inner = any(o is not lay and o.name.startswith(lay.name + ".") if lay.name else o is not lay for o in over)
         if inner:
             continue
-        out.append(Finding(lay.name, "overflow",
-                           f"outputs reach {lay.fwd_amax:.3g}, beyond {fmt.name}'s max {fmt.max_finite:g} "
-                           f"(headroom {lay.fwd_headroom_log2:.1f} bits): keep {lay.name or 'the model'} in float32 "
-                           f"({_fp32(lay.name)})"
-                           + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["overflow"], fp32_hint(lay.name)))
+        out.append(_keep_fp32(lay, "overflow", f"outputs reach {lay.fwd_amax:.3g}, beyond {fmt.name}'s max "
+                              f"{fmt.max_finite:g} (headroom {lay.fwd_headroom_log2:.1f} bits)", lay.name or "the model"))
     # gradient overflow at this loss scale (leaf modules: where the scaled gradient is produced)
     for lay in layers:
         # predicted from fp32's gradients, and raised only where the mode's pass really produced
@@ -186,11 +178,9 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                            SEVERITY["precision"] if held is not None else SEVERITY["underflow"], code))
     for lay in layers:
         if lay.fwd_lost_frac > UNDERFLOW_THRESHOLD and lay.leaf and lay.in_format(fmt):
-            out.append(Finding(lay.name, "underflow",
-                               f"{lay.fwd_lost_frac:.0%} of its nonzero outputs are lost in {fmt.name}: flushed to zero "
-                               f"or below {lost_below(fmt):.2g}, where fewer than {LOST_BITS} significant bits remain "
-                               f"({lay.fwd_underflow_frac:.0%} below the smallest normal): keep it in float32"
-                               + (" or train in bf16" if mode == "fp16" else ""), SEVERITY["underflow"], fp32_hint(lay.name)))
+            out.append(_keep_fp32(lay, "underflow", f"{lay.fwd_lost_frac:.0%} of its nonzero outputs are lost in "
+                                  f"{fmt.name}: flushed to zero or below {lost_below(fmt):.2g}, where fewer than {LOST_BITS} "
+                                  f"significant bits remain ({lay.fwd_underflow_frac:.0%} below the smallest normal)"))
     # precision: leaf modules whose output differs from the fp32 reference by more than the format's
     # threshold and that make that error themselves (at least twice what their inputs bring: a module
     # that passes on an upstream error is not the one to keep in float32); fp8's layers have their own

@@ -124,6 +124,9 @@ class Finding:
 
 @dataclass
 class AuditReport(Enveloped, ResultDisplay, command="audit"):
+    """One audit's result: the per-layer statistics, the findings with advice, and how the run went
+    (the JSON document's keys, :data:`SCHEMA`; ``from_dict`` reads it back)."""
+
     mode: str
     loss_scale: float
     layers: list[LayerStats]

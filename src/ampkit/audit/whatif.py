@@ -33,7 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..formats import BF16, FP16, FloatFormat
+from ..compare import relative_error
+from ..formats import BF16, FORMATS, FP16, FloatFormat
 from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
 
 #: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
@@ -121,7 +122,7 @@ class TensorSummary:
             return None
         n, s1, s2, e2 = r
         spread2 = max(s2 - s1 * s1 / n, 0.0)
-        rel = math.sqrt(e2 / s2) if s2 > 0 else 0.0
+        rel = relative_error(math.sqrt(e2), math.sqrt(s2), int(n), FORMATS[fmt])  # the audit's one rule
         # a constant (to float32's resolution) has no spread to lose
         to_spread = math.sqrt(e2 / spread2) if spread2 > s2 * 2.0**-46 and e2 > 0 else 0.0
         return rel, to_spread

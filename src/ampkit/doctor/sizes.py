@@ -11,7 +11,6 @@ below it: a matmul's time grows as n³) is left out, with the reason, so that an
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 
 from .measure import Plan, Work, estimate, run_rounds
@@ -20,13 +19,6 @@ CPU_SIZES = (64, 256, 1024)
 GPU_SIZES = (256, 1024, 4096)
 #: short rounds: a size table is three small measurements, not the doctor's main one
 SIZE_PLAN = Plan(min_rounds=3, max_rounds=5, budget_s=0.6, op_box_s=0.02, max_reps=6)
-
-
-def _one_call_s(fn: Callable[[], object], clock) -> float:
-    t0 = time.perf_counter()
-    fn()
-    clock.sync()
-    return time.perf_counter() - t0
 
 
 def measure_sizes(mode: str, work_at: Callable[[str, int], Work], sizes=CPU_SIZES, *, plan: Plan = SIZE_PLAN,

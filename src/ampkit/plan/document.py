@@ -186,3 +186,17 @@ def load_plan(source, framework: str | None = None) -> Plan:
     if framework is not None:
         plan.check_framework(framework)
     return plan
+
+
+def keep_fp32_plan(mode: str, keep_fp32, framework: str, what: str = "module") -> Plan | None:
+    """The plan of an engine's ``MixedPrecision(mode, keep_fp32=...)`` (both frameworks): None without
+    islands; a :class:`Plan` or its dict (``from_plan``) is checked for ``framework``; a list of
+    patterns (``what`` names, globs or class names) keeps each in fp32 under ``mode``."""
+    if keep_fp32 is None:
+        return None
+    if isinstance(keep_fp32, (Plan, dict)):
+        return load_plan(keep_fp32, framework)
+    if isinstance(keep_fp32, str) or not all(isinstance(p, str) and p.strip() for p in keep_fp32):
+        raise UsageError(f"keep_fp32 takes a list of {what} names, globs or class names; received {keep_fp32!r}")
+    return load_plan({"kind": KIND, "version": VERSION, "framework": framework, "default": mode,
+                      "modules": {p.strip(): "fp32" for p in keep_fp32}})

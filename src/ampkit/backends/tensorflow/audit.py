@@ -12,8 +12,9 @@ audited model's non-trainable state (moving statistics) is put back after its pa
 training step that follows sees what it would have seen without the audit.
 
 The relative error of a layer is norm-based, ``||audited - reference|| / max(||reference||, floor)``
-(:func:`relative_error`), over all of the layer's output values. Functional and Sequential models
-are supported (subclassed models expose no per-layer outputs), of Keras 3 or of Keras 2 (tf_keras):
+(:func:`ampkit.compare.relative_error`, the rule of every audit path), over all of the layer's output
+values. Functional and Sequential models are supported (subclassed models expose no per-layer
+outputs), of Keras 3 or of Keras 2 (tf_keras):
 each is audited and trained with its own Keras's mixed-precision API, and the fix for a layer is
 given as code for that Keras (:func:`keras_fp32_hint`). The same tape gives every trainable variable's
 gradient, what LossScaleOptimizer checks (:mod:`.keras_params`); a forward failure is looked at inside
@@ -22,41 +23,21 @@ its layer, operation by operation (:mod:`.keras_origin`).
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import numpy as np
 
 from ...audit.core import Advice, format_of, lost_below, merge_dtypes, precision_threshold
-from ...audit.core import relative_error as core_relative_error
 from ...audit.ops import StepOutcome
 from ...audit.report import AuditReport, LayerStats
+from ...compare import array_relative_error as relative_error
 from ...errors import UsageError
-from ...formats import BF16, FloatFormat
 from .common import import_tf, tf_device_name, tf_environment
 from .keras_origin import composite, fp32_code, origin_of
 from .keras_params import ParamGrads, ParamLedger
 
 #: Keras's LossScaleOptimizer's default initial_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**15
-
-
-def relative_error(audited, reference, fmt: FloatFormat = BF16) -> float:
-    """``||audited - reference||_2 / max(||reference||_2, sqrt(n) * fmt.smallest_normal)`` over all
-    values, in float64 (:func:`ampkit.audit.core.relative_error`: the floor keeps a zero reference
-    finite). ``audited`` and ``reference`` are arrays, or lists of arrays (a layer with several
-    outputs or inputs: the norms are taken over all of their values together)."""
-    a_parts = audited if isinstance(audited, (list, tuple)) else [audited]
-    r_parts = reference if isinstance(reference, (list, tuple)) else [reference]
-    diff2 = ref2 = 0.0
-    n = 0
-    for a, r in zip(a_parts, r_parts):
-        a = np.asarray(a, dtype=np.float64)
-        r = np.asarray(r, dtype=np.float64)
-        diff2 += float(np.sum((a - r) ** 2))
-        ref2 += float(np.sum(r**2))
-        n += r.size
-    return core_relative_error(math.sqrt(diff2), math.sqrt(ref2), n, fmt)
 
 
 def keras_fp32_hint(name: str, flavor=None) -> str:

@@ -57,13 +57,6 @@ def keras_backend() -> str:
     return keras.backend.backend()
 
 
-def keras_label() -> str:
-    """``keras 3.15.1 (jax)``: Keras 3 and the backend it runs on (imports Keras)."""
-    import keras
-
-    return f"keras {keras.__version__} ({keras.backend.backend()})"
-
-
 def refuse_cli_backend() -> None:
     """The CLI's ``--framework tensorflow`` needs Keras on TensorFlow: under another Keras backend,
     one line that says so and what works, before anything is imported (never a segfault)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from ...engine_front import PrecisionFront
 from ...errors import UsageError
 from ...precision import AUTO, Precision, get_precision
 from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
@@ -45,7 +46,7 @@ def _flavor_and_backend(keras) -> tuple[Flavor, str]:
     return flavor, ("tensorflow" if flavor.legacy else backend)
 
 
-class MixedPrecision:
+class MixedPrecision(PrecisionFront):
     """Mixed precision for Keras: a policy scope, the loss-scale optimizer, float32 outputs, checks.
 
     Args:
@@ -118,22 +119,8 @@ class MixedPrecision:
         return self._islands.plan if self._islands is not None else Plan(self.mode, {}, "tensorflow")
 
     @property
-    def mode(self) -> str:
-        return self.precision.mode
-
-    @property
     def policy(self) -> str:
         return self.precision.keras_policy
-
-    @property
-    def emulated(self) -> bool:
-        """True when fp8 runs as Keras's quantize-dequantize without fp8 hardware: numerics, not speed."""
-        return bool(self._fp8 and self._fp8.emulated)
-
-    @property
-    def fp8_layers(self) -> list[dict]:
-        """fp8: each Dense/EinsumDense of the prepared model, ``{"name", "type", "shape", "converted", "reason"}``."""
-        return list(self._fp8.layers) if self._fp8 else []
 
     def prepare(self, model):
         """The model to train: fp8 quantizes its eligible layers to Keras float8 (:mod:`.keras_fp8`; a

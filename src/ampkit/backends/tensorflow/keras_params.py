@@ -14,8 +14,12 @@ top-level layer that owns it (a nested model's variables to the nested model's l
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ...compare import relative_error
+from ...formats import FP32
 from .common import import_tf
 
 
@@ -110,8 +114,9 @@ class ParamLedger:
             st.param_grad_amax = amax if st.param_grad_amax is None else max(st.param_grad_amax, amax)
             st.param_grad_nonfinite += int(sum(audited[j][1] for j in mine))
             diff2, ref2 = sum(audited[j][2] for j in mine), sum(audited[j][3] for j in mine)
-            if ref2 > 0 and not any(audited[j][1] for j in mine):  # its gradients as the optimizer gets them
-                err = float(np.sqrt(diff2 / ref2))
+            if not any(audited[j][1] for j in mine):  # its gradients as the optimizer gets them (float32)
+                size = sum(math.prod(int(d) for d in self.params.variables[j].shape) for j in mine)
+                err = relative_error(float(np.sqrt(diff2)), float(np.sqrt(ref2)), size, FP32)
                 st.param_grad_rel_error = err if st.param_grad_rel_error is None else max(st.param_grad_rel_error, err)
             if i in self.overflow:
                 names, top = self.overflow[i]

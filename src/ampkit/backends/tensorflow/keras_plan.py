@@ -17,8 +17,8 @@ class name (an entry matching nothing is one :class:`~ampkit.errors.UsageError` 
 
 from __future__ import annotations
 
-from ...errors import UsageError
-from ...plan import Plan, load_plan
+from ...plan import Plan
+from ...plan.document import keep_fp32_plan
 
 __all__ = ["KerasIslands", "keras_plan"]
 
@@ -26,14 +26,8 @@ LOW = ("float16", "bfloat16")
 
 
 def keras_plan(mode: str, keep_fp32) -> Plan | None:
-    if keep_fp32 is None:
-        return None
-    if isinstance(keep_fp32, (Plan, dict)):
-        return load_plan(keep_fp32, "tensorflow")
-    if isinstance(keep_fp32, str) or not all(isinstance(p, str) and p.strip() for p in keep_fp32):
-        raise UsageError(f"keep_fp32 takes a list of layer names, globs or class names; received {keep_fp32!r}")
-    return load_plan({"kind": "ampkit-plan", "version": 1, "framework": "tensorflow", "default": mode,
-                      "modules": {p.strip(): "fp32" for p in keep_fp32}})
+    """The plan of ``ampkit.keras.MixedPrecision(mode, keep_fp32=...)`` (:func:`ampkit.plan.document.keep_fp32_plan`)."""
+    return keep_fp32_plan(mode, keep_fp32, "tensorflow", "layer")
 
 
 def _names(layer) -> list[str]:

@@ -146,12 +146,19 @@ class KerasWatch:
         n = len(self._fvars)
         fwd = [None if (v == v and v < 0) else v for v in vals[:n]]
         grad = [None if (v == v and v < 0) else v for v in vals[n:]]
-        order = [i for i in self._order if i < n]
+        if len(self._order) != self._tabled:  # the table changes only when a trace calls a layer first
+            self._set_table()
+        self.record.add(StepRow(self.base + self.steps, loss, [fwd[i] for i in self._row_fwd],
+                                [grad[j] for j in self._row_grad], used, scale, skipped))
+
+    def _set_table(self) -> None:
+        """The record's module table, in the order the layers first ran, and where each row's values are."""
+        order = list(self._order)
+        gpos = {i: j for j, i in enumerate(self._glayers)}
         self.record.set_modules([(self._names[i], self._types[i]) for i in order],
                                 [self._names[i] for i in order if i in self._glayer])
-        gpos = {i: j for j, i in enumerate(self._glayers)}
-        self.record.add(StepRow(self.base + self.steps, loss, [fwd[i] for i in order],
-                                [grad[gpos[i]] for i in order if i in self._glayer], used, scale, skipped))
+        self._row_fwd, self._row_grad = order, [gpos[i] for i in order if i in self._glayer]
+        self._tabled = len(order)
 
     def on_train_end(self, history, logs=None):
         if self.record is None or not hasattr(self, "steps"):
@@ -171,6 +178,7 @@ class KerasWatch:
         self._names = [lay.path if hasattr(lay, "path") and not self.legacy else lay.name for lay in layers]
         self._types = [type(lay).__name__ for lay in layers]
         self._order: list[int] = []
+        self._tabled = -1   # len(self._order) when the record's module table was last set
         self._fvars = [tf.Variable(-1.0, trainable=False, dtype=tf.float32) for _ in layers]
         owner = {}
         for i, lay in enumerate(layers):

@@ -16,6 +16,7 @@ Imported only when ``--explain`` is given.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import tempfile
 import time
@@ -82,7 +83,7 @@ def layer_matmuls(model, batch_size: int) -> list[tuple[int, int, int, float]]:
         try:
             if len(shape) == 2:  # Dense: (in, out); leading input dims other than the batch multiply m
                 lead = [int(d) for d in (layer.input.shape[1:-1] if hasattr(layer, "input") else [])]
-                m = batch_size * (int(__import__("math").prod(lead)) if lead else 1)
+                m = batch_size * (int(math.prod(lead)) if lead else 1)
                 out.append((m, shape[1], shape[0], 2.0 * m * shape[0] * shape[1]))
             elif len(shape) == 4:  # Conv2D: (kh, kw, in, out)
                 oh, ow = (int(d) for d in layer.output.shape[1:3])

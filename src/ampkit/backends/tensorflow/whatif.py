@@ -10,9 +10,9 @@ the batch, sets the top of the loss-scale range where it exceeds every output gr
 layer's own code is replayed with its operations recorded (:func:`.keras_origin.inner_amax`): its
 ``fwd.amax`` is the largest of its output and the tensors its ``call`` computes between its
 sublayers, so unscaled attention scores that overflow fp16 are predicted at that layer.
-Summaries are the neutral :class:`~ampkit.audit.whatif.TensorSummary`, computed here with numpy:
-the exponent histogram from ``np.frexp``, rounding and fp8 quantization as ``ml_dtypes`` round
-trips (float16, bfloat16, float8_e4m3fn, float8_e5m2). Nothing of a tensor is kept past its summary.
+Summaries are the neutral :func:`ampkit.audit.whatif_summary.summarize`, the PyTorch backend's too,
+with rounding and fp8 quantization as ``ml_dtypes`` round trips (float16, bfloat16, float8_e4m3fn,
+float8_e5m2). Nothing of a tensor is kept past its summary.
 """
 
 from __future__ import annotations
@@ -24,75 +24,28 @@ import ml_dtypes
 import numpy as np
 
 from ...audit.core import Advice
-from ...audit.whatif import EMIN, FP8_ROWS, HIST_SAMPLE, NBINS, SAMPLE, ModuleSummary, TensorSummary
-from ...formats import FP8_E4M3, FP8_E5M2
+from ...audit.whatif import ModuleSummary, TensorSummary
+from ...audit.whatif_summary import summarize as summarize_array
 from .audit import DEFAULT_LOSS_SCALE, TensorFlowAudit, _call, _np, _outputs_model, _split, keras_scale_code, layer_fp32_hint
 from .common import import_tf, tf_device_name, tf_environment
 from .keras_origin import inner_amax, is_custom
 from .keras_params import ParamGrads
 
-_ROUND = (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16))
-_FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, FP8_E4M3), "e5m2": (ml_dtypes.float8_e5m2, FP8_E5M2)}
-SATURATED = 1 + 2.0**-20
-#: an all-zero row or block still gets a finite scale (max / 2**-100 fits float32)
-AMAX_FLOOR = 2.0**-100
+#: the what-if's dtypes as ml_dtypes has them (the neutral summary's ``cast``)
+_DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+           "e5m2": ml_dtypes.float8_e5m2}
 FP8_LAYERS = ("Dense", "EinsumDense")
 
 
-def _quantize(xs: np.ndarray, amax: np.ndarray, kind: str) -> list:
-    dt, fmt = _FP8[kind]
-    scale = (fmt.max_finite / np.maximum(amax, AMAX_FLOOR)).astype(np.float32)
-    y = xs * scale
-    q = np.clip(y, -fmt.max_finite, fmt.max_finite).astype(dt).astype(np.float32)
-    nz = xs != 0
-    err = (q / scale - xs).astype(np.float64)
-    xd = xs.astype(np.float64)
-    return [float(xs.size), float(nz.sum()), float((nz & (np.abs(y) < fmt.smallest_normal)).sum()),
-            float((nz & (q == 0)).sum()), float((np.abs(y) > fmt.max_finite * SATURATED).sum()),
-            float((err * err).sum()), float((xd * xd).sum())]
+def ml_dtypes_cast(a: np.ndarray, kind: str) -> np.ndarray:
+    """``a`` (float32) through ``kind``'s dtype and back, as ml_dtypes rounds it (to nearest even)."""
+    return a.astype(_DTYPES[kind]).astype(np.float32)
 
 
-def _fp8(x: np.ndarray, kind: str) -> dict:
-    k = x.shape[-1] if x.ndim else 1
-    x2 = x.reshape(-1, k)
-    a2 = np.abs(x2)
-    step = max(1, math.ceil(x2.shape[0] / FP8_ROWS))
-    xs = x2[::step]
-    xb = np.pad(x2, ((0, 0), (0, (-k) % 32))).reshape(x2.shape[0], -1, 32)
-    return {"tensorwise": _quantize(xs, a2.max(), kind),
-            "rowwise": _quantize(xs, a2.max(axis=1, keepdims=True)[::step], kind),
-            "channelwise": _quantize(xs, a2.max(axis=0, keepdims=True), kind),
-            "block32": _quantize(xb[::step], np.abs(xb).max(axis=2, keepdims=True)[::step], kind)}
-
-
-def summarize(x: np.ndarray, fp8: str | None = None, basic: bool = True) -> TensorSummary:
-    """The neutral summary of a float32 array (the same quantities as the PyTorch backend's)."""
-    x = np.asarray(x, dtype=np.float32)
-    flat = x.ravel()
-    s = TensorSummary(count=int(flat.size))
-    if not flat.size:
-        return s
-    s.amax = float(np.abs(flat).max())
-    if basic:
-        # the same systematic sample as the PyTorch backend's beyond HIST_SAMPLE elements, counts scaled up
-        sample = flat if flat.size <= HIST_SAMPLE else flat[::math.ceil(flat.size / HIST_SAMPLE) | 1]
-        weight = flat.size / sample.size
-        a = np.abs(sample)
-        nz = a[a > 0]
-        s.nonzero = nz.size * weight
-        _, e = np.frexp(nz[np.isfinite(nz)])
-        s.hist = (np.bincount(np.clip(e.astype(np.int64) - (1 + EMIN), 0, NBINS - 1), minlength=NBINS)
-                  * weight).tolist()
-        xs = sample[:: max(1, math.ceil(sample.size / SAMPLE))]
-        xd = xs.astype(np.float64)
-        for name, dt in _ROUND:
-            with np.errstate(over="ignore", invalid="ignore"):
-                q = xs.astype(dt).astype(np.float32)
-            err = np.where(np.isfinite(q), q - xs, 0.0).astype(np.float64)
-            s.rounding[name] = [float(xs.size), float(xd.sum()), float((xd * xd).sum()), float((err * err).sum())]
-    if fp8:
-        s.fp8 = _fp8(x, fp8)
-    return s
+def summarize(x, fp8: str | None = None, basic: bool = True) -> TensorSummary:
+    """The neutral summary of a float32 array (:func:`ampkit.audit.whatif_summary.summarize`, as the
+    PyTorch backend's), its casts by ml_dtypes."""
+    return summarize_array(x, ml_dtypes_cast, fp8, basic)
 
 
 def keras_fp8_code(keep: list, recipe: str | None, flavor=None) -> str:

@@ -39,6 +39,7 @@ from .numerics.origin import step_origin
 from .numerics.output import output_finding
 from .numerics.params import ParamGrads, add_param_stats, param_origin
 from .numerics.probes import InputProbe, StepProbe
+from .numerics.replay import ModelState, snapshot
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
 from .workloads import Workload, cross_entropy
@@ -172,11 +173,9 @@ class TorchAuditSession:
         self.device, self.workload, self.notes = str(device), workload.name, notes
         self.fmt = format_of(mode)
         model = self.model = workload.model
-        self._was_training = model.training
         # the caller's model comes back as it was: the audit trains it (AdamW, so later steps see later
         # weights) on copies' worth of memory, then puts parameters, buffers and .grad back
-        self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
-        self._grads = [(p, p.grad) for p in model.parameters()]
+        self._kept = ModelState(model)
         model.train()
         self._islands = hook_plan(plan, model, device)  # a precision plan's float32 islands, on the model itself
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr if lr is not None else workload.lr)
@@ -191,7 +190,7 @@ class TorchAuditSession:
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         if self._step != step:  # what the reference and each retry start from
-            self._step, self._buffers = step, [(b, b.detach().clone()) for b in self.model.buffers()]
+            self._step, self._buffers = step, snapshot(self.model)
         args = (self.model, self.workload_obj, self.batch)
         try:
             run = _audited_step(*args, self.mode, self.fmt, scale, self.dev, self.seed + step, self._buffers,
@@ -293,10 +292,7 @@ class TorchAuditSession:
         self._run = self._buffers = None
         if self._islands is not None:
             self._islands.remove()
-        self.model.train(self._was_training)
-        _restore(self._saved)
-        for p, g in self._grads:
-            p.grad = g
+        self._kept.restore()
 
 
 def _accumulate(layers, meta, ref_fwd, ref_grad, fwd, grad) -> None:

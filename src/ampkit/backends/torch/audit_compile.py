@@ -14,22 +14,25 @@ A compile that fails (no C++ compiler, an unsupported op) is a note, never a cra
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 
 from ...audit.report import Finding
 from ...errors import one_line
 from .engine import MixedPrecision
-from .numerics.replay import same_randomness
+from .numerics.compare import tensor_relative_error
+from .numerics.replay import restore, same_randomness, snapshot
 from .workloads.base import call_model
 
 __all__ = ["compile_check"]
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor) -> float:
-    if a.shape != b.shape:
-        return float("nan")
-    return float((a - b).norm() / ref.norm().clamp_min(1e-30))
+def _rel(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, fmt) -> float:
+    """``||a - b|| / ||ref||`` by the audit's one rule (:mod:`ampkit.compare`); NaN for other shapes."""
+    err = tensor_relative_error(a, b, fmt, ref)
+    return math.nan if err is None else err
 
 
 def _first_tensor(value):
@@ -68,7 +71,7 @@ def _capture(model: nn.Module, forward, inputs, mp: MixedPrecision, seed: int, d
 
 def compile_check(model: nn.Module, inputs, mode: str, fmt, device, seed: int = 0) -> tuple[list, str | None]:
     """The compile findings and a note (why there are none to give, or what was compared)."""
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    buffers = snapshot(model)
     was_training = model.training
     model.eval()  # inductor draws dropout masks from its own generator: eager's masks cannot be matched
     try:
@@ -79,37 +82,34 @@ def compile_check(model: nn.Module, inputs, mode: str, fmt, device, seed: int = 
 
 def _compare(model, inputs, mode, fmt, device, seed, buffers) -> tuple[list, str | None]:
 
-    def restore():
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
-
     ref = _capture(model, model, inputs, MixedPrecision("fp32", device), seed, device)
-    restore()
+    restore(buffers)
     eager = _capture(model, model, inputs, MixedPrecision(mode, device), seed, device)
-    restore()
+    restore(buffers)
     try:
         torch._dynamo.reset()
         compiled = _capture(model, torch.compile(model), inputs, MixedPrecision(mode, device), seed, device)
     except Exception as exc:  # no C++ compiler, an op inductor does not take: said, not raised
         return [], f"compile unavailable: {type(exc).__name__}: {one_line(str(exc))[:200]}"
     finally:
-        restore()
+        restore(buffers)
         torch._dynamo.reset()
     names = [n for n in ref if n in eager and n in compiled]
     if not names:
         return [], "audit --compile: no leaf module's output was captured under compile"
-    eager_err = {n: _rel(eager[n][1], ref[n][1], ref[n][1]) for n in names}
-    finite = [e for e in eager_err.values() if e == e]
+    eager_err = {n: _rel(eager[n][1], ref[n][1], ref[n][1], fmt) for n in names}
+    finite = [e for e in eager_err.values() if math.isfinite(e)]
     typical = sorted(finite)[len(finite) // 4] if finite else 0.0  # the lower quartile: a planted module's own
     tol = 4 * max(typical, 8 * fmt.eps)                            # large error does not raise the bar
     findings = []
     for n in names:
         (ri, ro), (ei, eo), (ci, co) = ref[n], eager[n], compiled[n]
-        changed = _rel(co, eo, ro)
-        changed_in = _rel(ci, ei, ri) if ri is not None and ei is not None and ci is not None else 0.0
+        if not math.isfinite(eager_err[n]):  # non-finite in eager already: the audit's own finding, not compile's
+            continue
+        changed = _rel(co, eo, ro, fmt)
+        changed_in = _rel(ci, ei, ri, fmt) if ri is not None and ei is not None and ci is not None else 0.0
         if changed > tol and not changed_in > changed / 4:
-            comp_err = _rel(co, ro, ro)
+            comp_err = _rel(co, ro, ro, fmt)
             findings.append(Finding(
                 n, "compile",
                 f"torch.compile changes {n}'s {mode} forward by {changed:.3g} (relative to eager, above the "

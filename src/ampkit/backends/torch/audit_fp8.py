@@ -5,7 +5,7 @@ bf16 (``MixedPrecision("bf16")``) and fp8 (``MixedPrecision("fp8")`` on a copy o
 eligible Linear layers torchao converted, emulated where the hardware has no fp8). For every Linear
 it records, in the report's ``layers[i]["fp8"]``:
 
-* ``output`` and ``weight_grad``: relative errors ``||x - x_fp32|| / ||x_fp32||`` of the layer's
+* ``output`` and ``weight_grad``: relative errors ``||x - x_fp32|| / ||x_fp32||`` (:mod:`ampkit.compare`) of the layer's
   output and of its weight gradient, for fp8 and bf16 against fp32, and fp8 against bf16 (what
   fp8 adds on top of bf16);
 * ``casts`` (converted layers): for its input, its weight and the gradient of its output, the fp8
@@ -35,8 +35,11 @@ import torch.nn as nn
 from ...audit.core import Advice
 from ...audit.ops import StepOutcome
 from ...audit.report import LayerStats
+from ...formats import BF16
 from .engine import MixedPrecision
 from .environment import torch_environment
+from .numerics.compare import tensor_relative_error
+from .numerics.replay import ModelState, snapshot
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
 
@@ -62,13 +65,8 @@ def _fp32_hint(device_type: str):
 
 
 def _rel(x: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
-    if x is None or ref is None or x.shape != ref.shape:
-        return None
-    den = float(ref.norm())
-    num = float((x - ref).norm())
-    if not math.isfinite(num):
-        return math.inf
-    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+    """The audit's one rule (:mod:`ampkit.compare`) with bf16's floor: fp8 training's layers output bf16."""
+    return tensor_relative_error(x, ref, BF16)
 
 
 def cast_shares(x: torch.Tensor, dtype: torch.dtype, rowwise: bool, power_of_2: bool) -> dict:
@@ -143,9 +141,7 @@ class Fp8AuditSession:
         self.workload_obj, self.batch, self.dev, self.seed = workload, batch, device, seed
         self.device, self.workload = str(device), workload.name
         model = self.model = workload.model
-        self._was_training = model.training
-        self._saved = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]
-        self._grads = [(p, p.grad) for p in model.parameters()]
+        self._kept = ModelState(model)
         model.train()
         # a plan: its fp32 islands on the model (the bf16 and fp32 passes run them too); its entries stay out of fp8
         from .engine.islands import hook_plan
@@ -171,7 +167,7 @@ class Fp8AuditSession:
     def measure(self, step: int, scale: float) -> StepOutcome:
         model, seed = self.model, self.seed + step
         self._seed = seed
-        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        buffers = snapshot(model)
         ref, ref_loss = _run(model, self.workload_obj, self.batch, MixedPrecision("fp32", self.dev), self.names, self.dev, seed)
         _restore(buffers)
         low, _ = _run(model, self.workload_obj, self.batch, MixedPrecision("bf16", self.dev), self.names, self.dev, seed)
@@ -296,10 +292,7 @@ class Fp8AuditSession:
         self.m8 = self.w8 = self._rowwise = None
         if self._islands is not None:
             self._islands.remove()
-        self.model.train(self._was_training)
-        _restore(self._saved)
-        for p, g in self._grads:
-            p.grad = g
+        self._kept.restore()
 
 
 def _f(t: torch.Tensor | None) -> torch.Tensor | None:

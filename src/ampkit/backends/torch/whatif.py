@@ -3,10 +3,11 @@
 Each step runs the model in float32 (TF32 off) on the audit's batch, as training runs (train mode,
 the same random numbers per step as the audit's reference), with hooks on every module: the
 forward output and the gradient w.r.t. it are summarized where they are produced
-(:mod:`.numerics.summary`), the input of every ``nn.Linear`` (what an fp8 recipe quantizes) too.
-A full backward follows and AdamW steps, so later steps see later weights. Summaries stay on the
-device until the step ends (one transfer); no tensor is copied or kept. The predictions are the
-neutral :mod:`ampkit.audit.whatif`'s.
+(:mod:`.numerics.summary`: the neutral summary, the Keras backend's too), the input of every
+``nn.Linear`` (what an fp8 recipe quantizes) too. A full backward follows and AdamW steps, so later
+steps see later weights. Each distinct tensor is summarized once, from a float32 host copy (on a
+GPU: a device-to-host transfer each) that is not kept. The predictions are the neutral
+:mod:`ampkit.audit.whatif`'s.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import weakref
 import torch
 import torch.nn as nn
 
-from ...audit.whatif import ModuleSummary
+from ...audit.whatif import ModuleSummary, TensorSummary
 from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
 from .numerics.params import holder as _holder
-from .numerics.summary import parse, summarize
+from .numerics.replay import same_randomness, snapshot
+from .numerics.summary import summarize
 from .whatif_inner import InnerOps, autocast_dtypes
 
 #: module types an fp8 recipe converts (torchao's convert_to_float8_training: nn.Linear)
@@ -29,12 +31,12 @@ FP8_TYPES = (nn.Linear,)
 
 
 class _Probe:
-    """Summaries of one step, on the device: one per distinct tensor (a container returning its last
+    """Summaries of one step: one per distinct tensor (a container returning its last
     child's output, or one gradient reaching several modules, is summarized once)."""
 
     def __init__(self):
-        self.vecs: list[torch.Tensor] = []
-        self.records: list[tuple[str, str, int]] = []   # (module name, "fwd"|"grad"|"in", index in vecs)
+        self.summaries: list[TensorSummary] = []
+        self.records: list[tuple[str, str, int]] = []   # (module name, "fwd"|"grad"|"in", index in summaries)
         self._seen: dict = {}
 
     def add(self, name: str, part: str, t: torch.Tensor, fp8: str | None = None, basic: bool = True) -> None:
@@ -45,13 +47,12 @@ class _Probe:
         key = (id(t), t._version)
         seen = self._seen.get(key)
         if seen is None or seen[0]() is not t or (fp8 and seen[2] != fp8) or (basic and not seen[3]):
-            self.vecs.append(summarize(t, fp8, basic))
-            seen = self._seen[key] = (weakref.ref(t), len(self.vecs) - 1, fp8, basic)
+            self.summaries.append(summarize(t, fp8, basic))
+            seen = self._seen[key] = (weakref.ref(t), len(self.summaries) - 1, fp8, basic)
         self.records.append((name, part, seen[1]))
 
-    def host(self) -> list[tuple[str, str, list]]:
-        flat = torch.stack(self.vecs).tolist() if self.vecs else []
-        return [(name, part, flat[i]) for name, part, i in self.records]
+    def host(self) -> list[tuple[str, str, TensorSummary]]:
+        return [(name, part, self.summaries[i]) for name, part, i in self.records]
 
 
 class TorchWhatIfSession(TorchAuditSession):
@@ -69,8 +70,6 @@ class TorchWhatIfSession(TorchAuditSession):
 
     def observe(self, step: int) -> None:
         """One float32 training step, its forward outputs and output gradients summarized."""
-        from .audit import _same_randomness
-
         probe = _Probe()
         fp8 = self._fp8
 
@@ -91,13 +90,13 @@ class TorchWhatIfSession(TorchAuditSession):
 
         if self._dtypes is None:  # what autocast holds in float32 (the same for fp16 and bf16)
             def fp16_forward():
-                with _same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
+                with same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
                     self.workload_obj.loss(self.batch)
             self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
         inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1])
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
-            with _same_randomness(self.dev, self.seed + step):
+            with same_randomness(self.dev, self.seed + step):
                 with Recorder(self.model, on_forward, on_grad, grad_inputs=False, keep_grad_targets=False) as rec:
                     with self.fp32.autocast(), inner:
                         loss = self.workload_obj.loss(self.batch)
@@ -117,11 +116,10 @@ class TorchWhatIfSession(TorchAuditSession):
             holder = _holder(self._mods, param)
             if holder is not None:
                 holder.param_grad_amax = max(holder.param_grad_amax, amax)
-        for name, part, vec in probe.host():
+        for name, part, summary in probe.host():
             mod = self._mods.get(name)
             if mod is None:
                 continue
-            summary = parse(vec)
             if part == "fwd":
                 mod.calls += 1
                 mod.fwd.merge(summary)
@@ -153,7 +151,7 @@ class TorchWhatIfSession(TorchAuditSession):
                  if m.grad.nonzero and m.grad.share_below(at, self.initial_scale) > UNDERFLOW_THRESHOLD}
         if not names:
             return
-        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        buffers = snapshot(self.model)
         for name, (noise, _lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
                                                   self.seed + step, buffers, at / self.initial_scale).items():
             self._mods[name].grad_noise = noise

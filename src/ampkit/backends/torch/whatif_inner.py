@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from .numerics.hooks import ModuleHooks, float_tensors
 from .numerics.origin import op_name
+from .numerics.replay import restore, snapshot
 
 #: ops whose outputs are summarized when a module's own code runs them (module outputs are summarized
 #: anyway): matmuls, attention, reductions, exp/pow, elementwise sums and scalings, functional activations
@@ -118,7 +119,7 @@ def autocast_dtypes(model: nn.Module, forward) -> tuple[dict[str, bool], dict[tu
     """``forward()`` (the caller's: under fp16 autocast, the step's random numbers) once without
     gradients: per module whether its outputs are low precision, per (module, op) likewise; the
     buffers it updates are put back. None when that forward raises (nothing known: all held)."""
-    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    saved = snapshot(model)
     probe = _Dtypes(model)
     try:
         with torch.no_grad(), probe:
@@ -126,7 +127,5 @@ def autocast_dtypes(model: nn.Module, forward) -> tuple[dict[str, bool], dict[tu
     except Exception:
         return None
     finally:
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
+        restore(saved)
     return probe.modules, probe.ops

@@ -24,21 +24,14 @@ import torch
 
 from ....errors import UsageError
 from ....plan import Plan, load_plan
+from ....plan.document import keep_fp32_plan
 
 __all__ = ["Islands", "PlanFront", "check_plan", "engine_plan", "hook_plan", "islands_for", "raise_unapplied"]
 
 
 def engine_plan(mode: str, keep_fp32) -> Plan | None:
-    """The plan of ``MixedPrecision(mode, keep_fp32=...)``: None without islands; a :class:`Plan`
-    (from ``from_plan``) is checked for the torch framework; a list of patterns keeps each in fp32."""
-    if keep_fp32 is None:
-        return None
-    if isinstance(keep_fp32, (Plan, dict)):
-        return load_plan(keep_fp32, "torch")
-    if isinstance(keep_fp32, str) or not all(isinstance(p, str) and p.strip() for p in keep_fp32):
-        raise UsageError(f"keep_fp32 takes a list of module names, globs or class names; received {keep_fp32!r}")
-    return load_plan({"kind": "ampkit-plan", "version": 1, "framework": "torch", "default": mode,
-                      "modules": {p.strip(): "fp32" for p in keep_fp32}})
+    """The plan of ``MixedPrecision(mode, keep_fp32=...)`` (:func:`ampkit.plan.document.keep_fp32_plan`)."""
+    return keep_fp32_plan(mode, keep_fp32, "torch")
 
 
 def unwrapped(model):

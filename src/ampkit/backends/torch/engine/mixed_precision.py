@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ....capability import resolve_mode
+from ....engine_front import PrecisionFront
 from ....errors import UsageError
 from ....precision import AUTO, Precision, get_precision
 from ..devices import mode_support, resolve_auto, resolve_device
@@ -46,7 +47,7 @@ from .watch import ContractWatch
 __all__ = ["MixedPrecision", "StepResult"]
 
 
-class MixedPrecision(PlanFront):
+class MixedPrecision(PrecisionFront, PlanFront):
     """Autocast, fp32 master weights, dynamic loss scaling, clipping after unscale, accumulation.
 
     Args:
@@ -138,20 +139,6 @@ class MixedPrecision(PlanFront):
             self.prepare(model)
 
     # ------------------------------------------------------------------ set-up
-    @property
-    def mode(self) -> str:
-        return self.precision.mode
-
-    @property
-    def emulated(self) -> bool:
-        """True when fp8 runs in torchao's emulation (no fp8 hardware here): numerics, not speed."""
-        return bool(self._fp8 and self._fp8.emulated)
-
-    @property
-    def fp8_layers(self) -> list[dict]:
-        """fp8: every Linear of the prepared model, ``{"name", "shape", "converted", "reason"}``; else []."""
-        return list(self._fp8.layers) if self._fp8 else []
-
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """The ``torch.amp.GradScaler`` (``ShardedGradScaler`` for FSDP) in fp16 mode, else None."""

@@ -1,9 +1,8 @@
 """Loss scaling for the engine: ``torch.amp.GradScaler`` wrapped (fp16), or nothing at all (the others).
 
 :class:`LossScaling` and :class:`NoScaling` have one interface, so the engine's step reads the same in
-every mode (nanoGPT's "a scaler that is a no-op when disabled"). This module is the only place that
-touches GradScaler's private state (``_per_optimizer_states``: there is no public accessor for a
-step's ``found_inf``, pytorch #67590).
+every mode (nanoGPT's "a scaler that is a no-op when disabled"). GradScaler's private state (there is
+no public accessor for a step's ``found_inf``, pytorch #67590) is read through :mod:`.scaler_state`.
 
 Host-device syncs, fp16 mode: the engine adds none to what GradScaler does for for-loop and
 foreach optimizers, and at most one per step for fused ones, however many there are:
@@ -37,6 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.amp.grad_scaler import OptState
+
+from .scaler_state import found_inf, in_step, optimizer_state
 
 __all__ = ["LossScaling", "NoScaling", "ShardedLossScaling", "scaling_for"]
 
@@ -83,15 +84,15 @@ class _ScaleMirror:
 
     def update(self, found_inf: bool, scaler) -> float:
         if found_inf:
-            backoff = scaler._backoff_factor
+            backoff = scaler.get_backoff_factor()
             self.scale = _f32(self.scale * (_f32(backoff) if self.float32_factors else backoff))
             self.tracker = 0
             if self.scale < self.scale_min:
                 self.scale_min = self.scale
         else:
             self.tracker += 1
-            if self.tracker == scaler._growth_interval:
-                growth = scaler._growth_factor
+            if self.tracker == scaler.get_growth_interval():
+                growth = scaler.get_growth_factor()
                 if self.float32_factors:  # the Python fallback grows without a finiteness check
                     grown = _f32(self.scale * _f32(growth))
                 else:
@@ -111,22 +112,6 @@ class _ScaleMirror:
         self.tracker = int(sd["_growth_tracker"])
         self.scale_min = float(scale_min)
         self.scale_max = float(scale_max)
-
-
-def _found_inf(scaler, opt) -> list[torch.Tensor]:
-    """GradScaler's per-optimizer found_inf tensors of this step (device tensors, no sync).
-
-    GradScaler keeps them in ``_per_optimizer_states[id(optimizer)]`` from ``unscale_``/``step``
-    until ``update()``; there is no public accessor (pytorch #67590).
-    """
-    try:
-        per_device = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
-    except (AttributeError, KeyError) as exc:  # pragma: no cover - a torch that changed its internals
-        raise RuntimeError(
-            "cannot read GradScaler's found_inf for a fused optimizer in this torch version; "
-            "use a for-loop or foreach optimizer (fused=False) with ampkit, and report the torch version"
-        ) from exc
-    return list(per_device.values())
 
 
 def _any_inf(found: list[torch.Tensor]) -> bool:
@@ -211,7 +196,7 @@ class LossScaling:
     def __getstate__(self) -> dict:
         """Pickled as GradScaler's ``state_dict`` (plain values; reading the scale is a sync), rebuilt
         by :meth:`__setstate__`: a ``ShardedGradScaler`` holds a process group, which does not pickle."""
-        if self.scaler._per_optimizer_states:
+        if in_step(self.scaler):
             raise RuntimeError("a MixedPrecision can be copied or pickled only between steps, not between "
                                "unscale/step and the end of mp.step() (as for torch.amp.GradScaler)")
         state = self.__dict__.copy()
@@ -235,7 +220,7 @@ class LossScaling:
     def unscale(self, opt) -> dict | None:
         """``scaler.unscale_(opt)`` once per step (no sync); GradScaler's state for ``opt`` when it
         unscaled now, None when this step had unscaled it already."""
-        state = self.scaler._per_optimizer_states[id(opt)]
+        state = optimizer_state(self.scaler, opt, create=True)
         if state["stage"] is not OptState.READY:
             return None
         self.scaler.unscale_(opt)
@@ -259,7 +244,7 @@ class LossScaling:
             if f.amp_scaling:
                 self._before_fused_step(opt)
                 scaler.step(opt)  # fused: no sync; the kernel skips on the device when found_inf
-                device_found.extend(_found_inf(scaler, opt))
+                device_found.extend(found_inf(scaler, opt))
             else:
                 f.stepped = False
                 scaler.step(opt)  # GradScaler's one found_inf.item() sync for this optimizer

@@ -12,6 +12,7 @@ import torch
 from ....errors import UsageError
 from ....integrations.record import DEFAULT_K, TrainRecord
 from ....integrations.trackers import TrackerWindow
+from ..engine.scaler_state import scale_tensor, unscaled
 from .watch import TorchWatch
 
 log = logging.getLogger("ampkit.integrations")
@@ -171,9 +172,20 @@ def _write_json(record: TrainRecord, path: str, doc: dict) -> None:
 
 
 class CoreViews:
-    """What both callbacks show of their :class:`CallbackCore` (``self.core``) after training."""
+    """What both callbacks share: their :class:`CallbackCore` (``self.core``), built from the arguments
+    both take, and what they show of it after training. A callback's own state: :meth:`_own_state`."""
 
     core: CallbackCore
+
+    def __init__(self, json_path=None, *, k: int = DEFAULT_K, read_every: int | None = None,
+                 min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10) -> None:
+        self.core = CallbackCore(json_path, k=k, read_every=read_every, min_scale_warning=min_scale_warning,
+                                 consecutive_skip_warning=consecutive_skip_warning)
+        self.summary: dict | None = None
+        self._own_state()
+
+    def _own_state(self) -> None:
+        """Set the callback's own attributes (at construction)."""
 
     @property
     def record(self) -> TrainRecord | None:
@@ -222,9 +234,7 @@ def param_findings(model: torch.nn.Module, mode: str, optimizer=None) -> list[di
 
 def grad_scale_pending(scaler, optimizer) -> torch.Tensor | None:
     """The scale still in the gradients at this point (None when the scaler unscaled them already)."""
-    if scaler is None or not getattr(scaler, "is_enabled", lambda: False)() or getattr(scaler, "_scale", None) is None:
+    scale = scale_tensor(scaler)
+    if scale is None:
         return None
-    inner = getattr(optimizer, "optimizer", optimizer)
-    state = getattr(scaler, "_per_optimizer_states", {}).get(id(inner))
-    stage = getattr(state, "get", lambda *_: None)("stage")
-    return None if stage is not None and getattr(stage, "name", "") == "UNSCALED" else scaler._scale
+    return None if unscaled(scaler, getattr(optimizer, "optimizer", optimizer)) else scale

@@ -24,8 +24,7 @@ import torch
 import transformers
 from transformers import Trainer, TrainerCallback
 
-from ....integrations.record import DEFAULT_K
-from .common import CallbackCore, CoreViews, grad_scale_pending, load_state
+from .common import CoreViews, grad_scale_pending, load_state
 from .engines import HostScale, scaler_of, unreadable_scale_line
 
 __all__ = ["AmpkitCallback"]
@@ -52,11 +51,7 @@ class AmpkitCallback(CoreViews, TrainerCallback):
     After training: ``.summary`` (a dict) and ``.ledger`` (steps, skipped steps, scales).
     """
 
-    def __init__(self, json_path=None, *, k: int = DEFAULT_K, read_every: int | None = None,
-                 min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10) -> None:
-        self.core = CallbackCore(json_path, k=k, read_every=read_every, min_scale_warning=min_scale_warning,
-                                 consecutive_skip_warning=consecutive_skip_warning)
-        self.summary: dict | None = None
+    def _own_state(self) -> None:
         self._resume_from = None
         self._engine_checked = False
 

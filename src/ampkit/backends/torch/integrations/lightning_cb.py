@@ -22,8 +22,7 @@ import logging
 import lightning
 from lightning.pytorch.callbacks import Callback
 
-from ....integrations.record import DEFAULT_K
-from .common import CallbackCore, CoreViews, grad_scale_pending
+from .common import CoreViews, grad_scale_pending
 from .spawn import carry_through_spawn
 
 __all__ = ["AmpkitCallback"]
@@ -63,11 +62,7 @@ class AmpkitCallback(CoreViews, Callback):
     precision against what runs. Arguments as in ``ampkit.integrations.transformers.AmpkitCallback``
     (``json_path=``, ``k=8``, ``read_every``, ``min_scale_warning``, ``consecutive_skip_warning``)."""
 
-    def __init__(self, json_path=None, *, k: int = DEFAULT_K, read_every: int | None = None,
-                 min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10) -> None:
-        self.core = CallbackCore(json_path, k=k, read_every=read_every, min_scale_warning=min_scale_warning,
-                                 consecutive_skip_warning=consecutive_skip_warning)
-        self.summary: dict | None = None
+    def _own_state(self) -> None:
         self._stepped = False
         self._scaler = None
         self._schedulers: list = []

@@ -5,8 +5,8 @@ Per optimizer step it writes one row of a small device tensor (the ring): each m
 amax (a forward hook, one reduction kernel per module call, training mode only), each
 parameter-holding module's gradient norm (one ``torch._foreach_norm`` over the gradients and one
 ``index_add_``), the loss, the scale the step ran with and the scale after the scaler's update (the
-trainer's own ``GradScaler._scale``; a step was skipped exactly when the update lowered the scale:
-GradScaler's backoff factor is < 1). Nothing is read on the host during a step: the rows are read
+trainer's own GradScaler's scale tensor, read by :mod:`..engine.scaler_state`; a step was skipped
+exactly when the update lowered the scale: GradScaler's backoff factor is < 1). Nothing is read on the host during a step: the rows are read
 in one ``tolist()`` every ``read_every`` steps (on a CPU, where reading costs no sync, every 4 steps; on a
 GPU at the trainer's own logging cadence, at most 32 steps) and at the end, and handed to the
 framework-neutral :class:`~ampkit.integrations.record.TrainRecord` in order. The ring holds
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ....integrations.record import StepRow, TrainRecord
+from ..engine.scaler_state import enabled, initial_scale, scale_tensor
 
 __all__ = ["TorchWatch", "first_tensor", "scheduler_counters"]
 
@@ -246,10 +247,10 @@ class TorchWatch:
 
     @staticmethod
     def _scale_of(scaler):
-        if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
+        if not enabled(scaler):
             return None
-        s = getattr(scaler, "_scale", None)
-        return s.reshape(()) if isinstance(s, torch.Tensor) else float(getattr(scaler, "_init_scale", 1.0))
+        s = scale_tensor(scaler)
+        return s.reshape(()) if isinstance(s, torch.Tensor) else initial_scale(scaler)
 
     def flush(self) -> None:
         """Read the pending rows (one device read) and hand them to the record in order."""

@@ -15,21 +15,27 @@ import torch
 import torch.nn as nn
 
 
-def float_tensors(obj: Any, out: list | None = None) -> list[torch.Tensor]:
-    """Floating-point tensors inside a module output (tensor, tuple, list, dict, ModelOutput)."""
+def tensors_in(obj: Any, out: list | None = None, *, floating: bool = False) -> list[torch.Tensor]:
+    """The tensors inside a module output or a batch (tensor, tuple, list, dict, ModelOutput), in
+    order; ``floating``: floating-point ones only."""
     out = [] if out is None else out
     if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point():
+        if not floating or obj.is_floating_point():
             out.append(obj)
     elif isinstance(obj, dict):
         for v in obj.values():
-            float_tensors(v, out)
+            tensors_in(v, out, floating=floating)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            float_tensors(v, out)
+            tensors_in(v, out, floating=floating)
     elif hasattr(obj, "to_tuple"):
-        float_tensors(obj.to_tuple(), out)
+        tensors_in(obj.to_tuple(), out, floating=floating)
     return out
+
+
+def float_tensors(obj: Any, out: list | None = None) -> list[torch.Tensor]:
+    """Floating-point tensors inside a module output (tensor, tuple, list, dict, ModelOutput)."""
+    return tensors_in(obj, out, floating=True)
 
 
 class ModuleHooks:

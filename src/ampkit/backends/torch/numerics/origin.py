@@ -26,6 +26,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from .hooks import ModuleHooks, float_tensors
+from .replay import restore, snapshot
 
 #: an input beyond this (fp16's range) that makes float32 fail too came from upstream: its producer is the cause
 CAUSE_AMAX = 2.0**16
@@ -244,7 +245,7 @@ def trace_forward(model: nn.Module, forward) -> dict | None:
     """Run ``forward()`` (a replay of one step's forward, set up by the caller: autocast, the same
     random numbers) under :class:`OpTrace`, without gradients; the buffers it updates (BatchNorm's
     running statistics) are put back. The origin, or None (the replay stayed finite, or raised)."""
-    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    saved = snapshot(model)
     trace = OpTrace(model)
     try:
         with torch.no_grad(), trace:
@@ -252,9 +253,7 @@ def trace_forward(model: nn.Module, forward) -> dict | None:
     except Exception:  # a replay that fails tells nothing more than the module-level record
         return None
     finally:
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
+        restore(saved)
     return trace.result()
 
 

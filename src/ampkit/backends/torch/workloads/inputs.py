@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..numerics.hooks import tensors_in
+
 
 def input_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
     """``(name, embedding)`` the model's input goes into, or None: HuggingFace's
@@ -50,25 +52,13 @@ def token_batches(input_shape: tuple[int, ...], num_classes: int, vocab: int):
     return make_batch
 
 
-def _tensors(obj, out: list) -> list:
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _tensors(v, out)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _tensors(v, out)
-    return out
-
-
 def input_description(inputs, kind: str, **extra) -> dict:
     """``{"kind", "dtype", "shape", "min", "max", ...}`` of a batch's inputs (its first tensor; a dict
     of inputs by key): what the audit was fed, for its document. Reads the values (a host sync)."""
     doc = {"kind": kind, **extra}
     parts = inputs if isinstance(inputs, dict) else {"": inputs}
     for key, value in parts.items():
-        ts = _tensors(value, [])
+        ts = tensors_in(value)
         if not ts:
             continue
         t = ts[0]
