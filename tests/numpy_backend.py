@@ -15,11 +15,12 @@ import time
 import numpy as np
 
 from ampkit.audit.core import Advice, LayerStats, format_of, lost_below, merge_dtypes, relative_error
-from ampkit.audit.ops import StepOutcome
+from ampkit.audit.ops import AuditSession, StepOutcome
 from ampkit.auto_cache import fingerprint
+from ampkit.backends.base import Backend
 from ampkit.bench.ops import ModelProbe
 from ampkit.bench.report import BenchRow
-from ampkit.bench.runner import check_final_loss, fill_timing
+from ampkit.bench.rows import check_final_loss, fill_timing
 from ampkit.doctor.measure import Work
 from ampkit.environment import base_environment
 from ampkit.errors import UsageError
@@ -79,7 +80,7 @@ def _small(values, fmt) -> tuple[int, int, int]:
     return int(nz.sum()), int((nz & (values < fmt.smallest_normal)).sum()), int((nz & (values < lost_below(fmt))).sum())
 
 
-class NumpySession:
+class NumpySession(AuditSession):
     initial_scale = 2.0**16
 
     def __init__(self, mode: str, n: int, name: str):
@@ -126,9 +127,10 @@ class NumpySession:
         return NumpyBackend().environment(None)
 
 
-class NumpyBackend:
+class NumpyBackend(Backend):  # derived from the protocol: its optional operations' defaults
     name = "numpy"
     bench_searches_in_child = False
+    audit_sessions = {"plain": NumpySession}  # no what-if, no fp8: refused, saying why
 
     # ---- EnvironmentOps
     def target(self, device: str) -> Target:
