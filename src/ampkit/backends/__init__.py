@@ -23,8 +23,8 @@ _REGISTERED: dict[str, str] = {}
 _ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow",
             "keras": "tensorflow", AUTO: AUTO}
 
-__all__ = ["Backend", "FRAMEWORKS", "backend_spec", "get_backend", "load_backend", "parse_framework", "register_backend",
-           "resolve_framework"]
+__all__ = ["Backend", "FRAMEWORKS", "backend_spec", "get_backend", "load_backend", "model_framework", "parse_framework",
+           "register_backend", "resolve_framework"]
 
 
 def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
@@ -63,6 +63,40 @@ def resolve_framework(name: str | None) -> str:
     if _tensorflow_present():
         return "tensorflow"
     raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+
+
+#: where a class is defined -> its framework (Keras first: a Keras 3 model on Keras's torch backend is a
+#: torch.nn.Module too, and only ampkit's Keras engine audits it)
+_HOMES = (("keras", "tensorflow"), ("tf_keras", "tensorflow"), ("tensorflow", "tensorflow"),
+          ("ampkit.backends.tensorflow", "tensorflow"), ("torch", "torch"), ("ampkit.backends.torch", "torch"))
+
+
+def _home(obj) -> str | None:
+    """The framework whose classes ``obj`` (an object or a class) is made of, from the modules they
+    are defined in (nothing is imported)."""
+    classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+    modules = [c.__module__ or "" for c in classes]
+    for prefix, framework in _HOMES:
+        if any(m == prefix or m.startswith(prefix + ".") for m in modules):
+            return framework
+    return None
+
+
+def model_framework(model, batch=None, framework: str | None = AUTO) -> str:
+    """The framework for ``framework="auto"`` in the library: the model's own (a ``torch.nn.Module``
+    or ``ampkit.Workload``: torch; a Keras model or layer class: tensorflow); for a plain callable
+    that builds the model, the batch's tensors say (torch tensors: torch; anything else: Keras, whose
+    audit takes a builder); else :func:`resolve_framework`'s choice. Any other ``framework`` is parsed."""
+    framework = parse_framework(framework)
+    if framework != AUTO:
+        return framework
+    found = _home(model)
+    if found is None and callable(model) and batch is not None:
+        leaf = batch
+        while isinstance(leaf, (tuple, list)) and leaf:
+            leaf = leaf[0]
+        found = "torch" if _home(leaf) == "torch" else "tensorflow"
+    return found or resolve_framework(AUTO)
 
 
 def register_backend(name: str, spec: str) -> None:
