@@ -57,11 +57,11 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
     ``progress(text)``: called once per pass (None: silent)."""
     say = progress or quiet
     target = backend.target(config.device)
-    auto_note = None
-    if config.mode == "auto" and not config.what_if:
+    auto_note = None  # (a what-if run's mode is always the float32 reference's fp16: neither auto nor fp8)
+    if config.mode == "auto":
         mode, auto_note = audit_mode_for_auto(lambda: backend.resolve_auto(target))
         config = replace(config, mode=mode)  # checked again: auto's bf16 with a --loss-scale is refused
-    if config.mode == "fp8" and not config.what_if:  # trained by the framework's engine, or said why not
+    if config.mode == "fp8":  # trained by the framework's engine, or said why not
         ok, _, why = backend.training_support("fp8", target)
         if not ok:
             raise UsageError(f"--mode fp8 cannot run on {target.label} with {backend.name}: {why}")
@@ -91,7 +91,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
             hint = class_count_hint(str(exc), config.num_classes)
             raise UsageError(f"{config.model} failed under audit: {type(exc).__name__}: {first}{hint}") from exc
         raise
-    if auto_note and not config.what_if:
+    if auto_note:
         report.resolved_from = "auto"
         report.note = "; ".join(n for n in (auto_note, report.note) if n)
     return report
