@@ -35,7 +35,9 @@ def test_a_builder_is_told_by_its_batch_and_a_named_framework_wins():
     assert model_framework(build, (np.zeros((2, 3), "float32"), np.zeros(2))) == "tensorflow"
     assert model_framework(build, ([torch.zeros(2, 3)], torch.zeros(2))) == "torch"
     assert model_framework(build) == "torch"  # nothing to tell by: auto's choice (torch is installed here)
-    assert model_framework(torch.nn.Linear(2, 2), framework="keras") == "tensorflow"
+    assert model_framework(build, ([torch.zeros(2, 3)], torch.zeros(2)), framework="keras") == "tensorflow"
+    with pytest.raises(UsageError, match="framework='tensorflow' runs tensorflow models; received a torch model .Linear."):
+        ampkit.audit(torch.nn.Linear(2, 2), (torch.zeros(2, 2), torch.zeros(2)), framework="keras")
     with pytest.raises(UsageError, match="unknown framework 'jax'"):
         model_framework(build, framework="jax")
 

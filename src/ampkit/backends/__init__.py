@@ -23,8 +23,8 @@ _REGISTERED: dict[str, str] = {}
 _ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "tf": "tensorflow",
             "keras": "tensorflow", AUTO: AUTO}
 
-__all__ = ["Backend", "FRAMEWORKS", "backend_spec", "get_backend", "load_backend", "model_framework", "parse_framework",
-           "register_backend", "resolve_framework"]
+__all__ = ["Backend", "FRAMEWORKS", "backend_spec", "framework_of", "get_backend", "load_backend", "model_framework",
+           "parse_framework", "register_backend", "resolve_framework"]
 
 
 def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
@@ -82,20 +82,32 @@ def _home(obj) -> str | None:
     return None
 
 
+def framework_of(*objects) -> str | None:
+    """The framework of the first object that tells (:func:`_home`) -- a model or its class, an
+    ``ampkit.Workload``, a data set or loader, a tensor -- looking into ``(inputs, targets)`` pairs
+    and ``(train, validation)`` pairs of them; None when none tells (NumPy arrays, plain Python)."""
+    for obj in objects:
+        found = framework_of(*obj[:4]) if isinstance(obj, (tuple, list)) else _home(obj)
+        if found:
+            return found
+    return None
+
+
 def model_framework(model, batch=None, framework: str | None = AUTO) -> str:
-    """The framework for ``framework="auto"`` in the library: the model's own (a ``torch.nn.Module``
-    or ``ampkit.Workload``: torch; a Keras model or layer class: tensorflow); for a plain callable
-    that builds the model, the batch's tensors say (torch tensors: torch; anything else: Keras, whose
-    audit takes a builder); else :func:`resolve_framework`'s choice. Any other ``framework`` is parsed."""
+    """The framework for ``framework="auto"`` in the library's audit: the model's own (a
+    ``torch.nn.Module`` or ``ampkit.Workload``: torch; a Keras model or its class: tensorflow); for a
+    plain callable that builds the model, the batch says (torch tensors: torch; anything else: Keras,
+    whose audit takes a builder); else :func:`resolve_framework`'s choice. A named ``framework`` is
+    parsed, and one that is not the model's own is a UsageError (a torch module with ``"tensorflow"``)."""
     framework = parse_framework(framework)
+    found = framework_of(model)
     if framework != AUTO:
+        if found is not None and framework in FRAMEWORKS and found != framework:
+            raise UsageError(f"framework={framework!r} runs {framework} models; received a {found} model "
+                             f"({type(model).__name__}): pass framework='auto' (the model's own) or {found!r}")
         return framework
-    found = _home(model)
     if found is None and callable(model) and batch is not None:
-        leaf = batch
-        while isinstance(leaf, (tuple, list)) and leaf:
-            leaf = leaf[0]
-        found = "torch" if _home(leaf) == "torch" else "tensorflow"
+        found = "torch" if framework_of(batch) == "torch" else "tensorflow"
     return found or resolve_framework(AUTO)
 
 

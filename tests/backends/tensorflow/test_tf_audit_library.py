@@ -51,6 +51,10 @@ try:
     ampkit.audit(build, (x, y), framework="tensorflow")
 except UsageError as exc:
     out["no_loss"] = str(exc)
+try:
+    ampkit.audit(build(), (x, y), loss)  # a built model: one policy only
+except UsageError as exc:
+    out["built"] = str(exc)
 print("RESULT" + json.dumps(out))
 """
 
@@ -62,8 +66,8 @@ def test_library_audit_runs_a_keras_model_through_the_driver():
     r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.split("RESULT", 1)[1])
-    # auto, tensorflow and keras all ran the neutral driver on TensorFlow (and so did the refused call, below)
-    assert out["calls"] == ["tensorflow"] * 4
+    # auto, tensorflow and keras all ran the neutral driver on TensorFlow (and so did the refused calls, below)
+    assert out["calls"] == ["tensorflow"] * 5
     for framework in ("auto", "tensorflow", "keras"):
         got = out[framework]
         assert got["framework"] == got["env"] == "tensorflow" and got["mode"] == "bf16", got
@@ -71,3 +75,4 @@ def test_library_audit_runs_a_keras_model_through_the_driver():
         assert got["amax"] == pytest.approx(out["expected_amax"], rel=1e-6), got
         assert 0 < got["err"] < 0.02, got  # bf16 against float32: rounding, not garbage
     assert "loss_fn(y_true, y_pred)" in out["no_loss"] and "\n" not in out["no_loss"]
+    assert "pass a zero-argument function that builds it" in out["built"] and "received a built Sequential" in out["built"]

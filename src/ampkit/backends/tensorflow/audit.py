@@ -350,6 +350,12 @@ class TensorFlowAudit:
 
         session = self.audit_sessions[session_kind(config)]
         if live is not None:
+            from .flavor import flavor_of
+
+            if not isinstance(live.model, type) and flavor_of(live.model) is not None:  # built once: one policy only
+                raise UsageError(f"a Keras audit builds the model once per policy (float32 and the mode): pass a "
+                                 f"zero-argument function that builds it, e.g. lambda: make_model(); received a built "
+                                 f"{type(live.model).__name__}")
             if live.batch is None or not callable(live.loss_fn):
                 raise UsageError("a Keras audit needs build_model (a zero-argument callable that builds the model), "
                                  "batch=(x, y) and loss_fn(y_true, y_pred), e.g. keras.losses.SparseCategoricalCrossentropy"
