@@ -15,11 +15,12 @@ import time
 import numpy as np
 
 from ampkit.audit.core import Advice, LayerStats, format_of, lost_below, merge_dtypes
-from ampkit.audit.ops import StepOutcome
+from ampkit.audit.ops import AuditSession, StepOutcome
 from ampkit.auto_cache import fingerprint
+from ampkit.backends.base import Backend
 from ampkit.bench.ops import ModelProbe
 from ampkit.bench.report import BenchRow
-from ampkit.bench.runner import check_final_loss, fill_timing
+from ampkit.bench.rows import check_final_loss, fill_timing
 from ampkit.compare import relative_error
 from ampkit.doctor.measure import Work
 from ampkit.environment import base_environment
@@ -80,7 +81,7 @@ def _small(values, fmt) -> tuple[int, int, int]:
     return int(nz.sum()), int((nz & (values < fmt.smallest_normal)).sum()), int((nz & (values < lost_below(fmt))).sum())
 
 
-class NumpySession:
+class NumpySession(AuditSession):
     initial_scale = 2.0**16
 
     def __init__(self, mode: str, n: int, name: str):
@@ -127,9 +128,10 @@ class NumpySession:
         return NumpyBackend().environment(None)
 
 
-class NumpyBackend:
+class NumpyBackend(Backend):  # derived from the protocol: its optional operations' defaults
     name = "numpy"
     bench_searches_in_child = False
+    audit_sessions = {"plain": NumpySession}  # no what-if, no fp8: refused, saying why
 
     # ---- EnvironmentOps
     def target(self, device: str) -> Target:

@@ -10,7 +10,7 @@ the CLI too (the audit's child process loads it by that spec).
 from __future__ import annotations
 
 from ampkit.audit.core import Advice, LayerStats
-from ampkit.audit.ops import StepOutcome
+from ampkit.audit.ops import AuditOps, AuditSession, StepOutcome
 from ampkit.errors import UsageError
 from ampkit.isolation import _on_stop_request
 from ampkit.target import Target
@@ -26,7 +26,7 @@ def broken_line():
     return [("enc", 2.0), ("fails", None)]
 
 
-class ToySession:
+class ToySession(AuditSession):
     initial_scale = 2.0**16
 
     def __init__(self, layers, mode: str, name: str | None, stop_at_train: int | None = None):
@@ -90,8 +90,9 @@ class ToySession:
         self.closed = True
 
 
-class ToyBackend:
+class ToyBackend(AuditOps):  # derived from the protocol: its optional operations' defaults
     name = "toy"
+    audit_sessions = {"plain": ToySession}  # no what-if: refused, saying why
     auto = ("fp32", "the toy has no fast low precision")
     sessions: list[ToySession] = []  # what each audit opened (in this process)
     stop_at_train: int | None = None  # the training step during which a stop request lands

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
-from ampkit.bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed
+from ampkit.bench.ops import BenchOps, MeasureRequest, ModelProbe, ProbeStepFailed
 from ampkit.bench.report import BenchRow
-from ampkit.bench.runner import check_final_loss, fill_timing
+from ampkit.bench.rows import check_final_loss, fill_timing
 from ampkit.errors import UsageError
 from ampkit.target import Target
 
@@ -20,7 +20,7 @@ SPEED = {"fp32": 1.0, "tf32": 1.0, "bf16": 2.0}
 WORKLOADS = ("tiny", "small")
 
 
-class PlainBackend:
+class PlainBackend(BenchOps):  # derived from the protocol: its optional operations' defaults
     name = "plain"
     bench_searches_in_child = False
 

@@ -9,10 +9,12 @@ import math
 import pytest
 import torch
 
-from ampkit.backends.torch import bench as torch_bench
+from ampkit.backends.torch.backend import TorchBackend
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.explain import explain_rows
+from ampkit.bench.ops import MeasureRequest
 from ampkit.bench.report import derive_relative
+from ampkit.bench.runner import measure_mode
 
 
 def _cfg(**kw) -> BenchConfig:
@@ -21,7 +23,9 @@ def _cfg(**kw) -> BenchConfig:
 
 
 def _measure(mode: str, cfg: BenchConfig, device="cpu"):
-    return torch_bench.run_mode(cfg, mode, torch.device(device), flops=None)
+    """The mode as a bench child measures it: the backend's row, then the driver's size table."""
+    backend = TorchBackend()
+    return measure_mode(backend, MeasureRequest(cfg, mode, backend.target(device)), lambda *a: None)
 
 
 def test_breakdown_shares_casts_and_loss_scaling_per_mode():

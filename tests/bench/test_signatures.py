@@ -24,24 +24,13 @@ def test_help_and_signature_show_the_parameters(name, first):
     assert func.__doc__ and "Args:" in func.__doc__ and "Returns:" in func.__doc__
 
 
-@pytest.mark.parametrize("public, backend, lazy_defaults", [
-    ("audit", "ampkit.backends.torch.audit", {"loss_fn"}),
-])
-def test_library_signature_matches_the_backend(public, backend, lazy_defaults):
-    """Same parameter names, kinds and defaults as the PyTorch function it calls (the defaults that
-    are torch functions are None here, so ``import ampkit`` needs no torch)."""
-    import importlib
-
-    pytest.importorskip("torch")
-    mine = inspect.signature(getattr(ampkit, public)).parameters
-    theirs = inspect.signature(getattr(importlib.import_module(backend), public)).parameters
-    assert list(mine) == list(theirs)
-    for name, p in theirs.items():
-        assert mine[name].kind == p.kind, name
-        if name in lazy_defaults:
-            assert mine[name].default is None
-        else:
-            assert mine[name].default == p.default, name
+def test_the_audit_takes_the_models_framework_and_torch_defaults_stay_lazy():
+    """Issue 38: the backends' forwarding functions are gone (torch's audit(), the Keras audit_keras):
+    ``ampkit.audit`` is the one entry, ``framework="auto"`` (the model's); its torch default
+    (cross-entropy) is None here, chosen by the backend (``import ampkit`` needs no torch)."""
+    params = inspect.signature(ampkit.audit).parameters
+    assert params["framework"].default == "auto" and params["loss_fn"].default is None
+    assert list(params)[-2:] == ["framework", "name"]
 
 
 @pytest.mark.parametrize("name", ["parity", "bench"])

@@ -4,7 +4,8 @@ numerics of a mixed-precision step against an fp32 reference.
 This package holds the audit's one flow for every framework (:mod:`.driver`: the step loop, loss
 scaling's back-off, the first inf/NaN, the report), its frozen config, statistics and findings;
 each backend only measures (:mod:`.ops`). The module itself is callable, so
-``ampkit.audit(model, batch)`` is the PyTorch audit whether or not this package has been imported;
+``ampkit.audit(model, batch)`` runs the audit whether or not this package has been imported --
+PyTorch's or Keras's, as ``framework`` says (``auto``: the model's own);
 ``help(ampkit.audit)`` and ``inspect.signature(ampkit.audit)`` show its parameters.
 """
 
@@ -20,8 +21,9 @@ __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
 
 def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scale=None, steps=1, device="auto",
-          lr=None, seed=0, what_if=False, formats=None, compile=False, plan=None) -> AuditReport:
-    """Audit the numerics of ``mode`` layer by layer against an fp32 reference (PyTorch).
+          lr=None, seed=0, what_if=False, formats=None, compile=False, plan=None, framework="auto",
+          name=None) -> AuditReport:
+    """Audit the numerics of ``mode`` layer by layer against an fp32 reference (PyTorch or Keras).
 
     The model runs twice per step on the same batch and weights -- an fp32 reference and the mode
     -- with hooks on every module: output and gradient amax, headroom, the share flushed to zero or
@@ -30,9 +32,12 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
 
     Args:
         model_or_workload: an ``ampkit.Workload`` (its model, batch maker and loss are used), or
-            a ``torch.nn.Module`` together with ``batch=(inputs, targets)`` and ``loss_fn``.
+            a ``torch.nn.Module`` together with ``batch=(inputs, targets)`` and ``loss_fn``; for
+            Keras, a zero-argument callable that builds the model (Keras 3 or tf_keras), called once
+            per policy (float32 and ``mode``; once, under float32, for ``what_if``).
         batch: ``(inputs, targets)`` for a bare model (a Workload makes its own when omitted).
-        loss_fn: ``loss_fn(output, targets) -> scalar`` (default: cross-entropy).
+        loss_fn: ``loss_fn(output, targets) -> scalar`` (default: cross-entropy); for Keras,
+            ``loss_fn(y_true, y_pred)`` (a ``keras.losses`` object), required.
         mode: ``fp16``, ``bf16`` (aliases accepted) or ``auto`` (auto's choice when it is fp16 or
             bf16, else bf16; the report's ``resolved_from`` and ``note`` say so).
         loss_scale: the fixed loss scale to audit at (default: the engine's initial scale,
@@ -49,22 +54,29 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
             findings) the modules whose output compilation changes beyond the mode's eager error.
         plan: a precision plan (path, dict or ``ampkit.plan.Plan``) the audited mode runs under
             (``mode`` is its default): the audit of the planned model. PyTorch.
+        framework: ``auto`` (the model's framework: ``ampkit.backends.model_framework``),
+            ``torch`` or ``tensorflow`` (alias ``keras``).
+        name: the model's name in the report (Keras; default none).
 
     Returns:
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
         ``.to_dict()`` is the JSON document ``ampkit audit --json`` writes.
     """
-    from ..backends import get_backend
+    from ..backends import get_backend, model_framework
+    from ..errors import UsageError
+    from .config import WHAT_IF_FORMATS
     from .driver import audit_here
     from .ops import LiveModel
 
+    framework = model_framework(model_or_workload, batch, framework)
+    if plan is not None and framework != "torch":
+        raise UsageError(f"plan= is PyTorch-only in the audit; received a {framework} model (for Keras, "
+                         "ampkit.keras.MixedPrecision.from_plan trains under a plan)")
     device = str(device) if hasattr(device, "type") else device  # a torch.device as its name
-    from .config import WHAT_IF_FORMATS
-
     config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, device=device, seed=seed, what_if=what_if,
                          formats=WHAT_IF_FORMATS if formats is None else formats, compile=compile,
                          plan=_plan_dict(plan))
-    return audit_here(config, get_backend("torch"), LiveModel(model_or_workload, batch, loss_fn, lr))
+    return audit_here(config, get_backend(framework), LiveModel(model_or_workload, batch, loss_fn, lr, name))
 
 
 def _plan_dict(plan):

@@ -25,7 +25,7 @@ from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
 from .fp8 import fp8_findings
 from .gradients import backoff_params, scale_that_fits
-from .ops import AuditSession, LiveModel
+from .ops import FLAG, UNSUPPORTED, AuditSession, LiveModel, WhatIfSession, session_kind
 from .progress import PassLines, quiet
 from .report import AuditReport
 
@@ -69,14 +69,17 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
     ``progress(text)``: called once per pass (None: silent)."""
     say = progress or quiet
     target = backend.target(config.device)
-    auto_note = None
-    if config.mode == "auto" and not config.what_if:
+    auto_note = None  # (a what-if run's mode is always the float32 reference's fp16: neither auto nor fp8)
+    if config.mode == "auto":
         mode, auto_note = audit_mode_for_auto(lambda: backend.resolve_auto(target))
         config = replace(config, mode=mode)  # checked again: auto's bf16 with a --loss-scale is refused
-    if config.mode == "fp8" and not config.what_if:  # trained by the framework's engine, or said why not
+    if config.mode == "fp8":  # trained by the framework's engine, or said why not
         ok, _, why = backend.training_support("fp8", target)
         if not ok:
             raise UsageError(f"--mode fp8 cannot run on {target.label} with {backend.name}: {why}")
+    kind = session_kind(config)  # which session: the one table is the backend's audit_sessions
+    if kind not in backend.audit_sessions:
+        raise UsageError(f"{FLAG[kind]} is not available for --framework {backend.name}: {UNSUPPORTED[kind]}")
     if live is None and not config.model:
         name = backend.check_workload(config.workload or backend.default_workload(target))
         size_kwargs(backend.name, name, None, config.seq_len, config.image_size)  # a size it does not take
@@ -85,12 +88,11 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
         session = backend.audit_session(config, target, live)
         tell_parent("started")  # the model is built: past --timeout from here the run keeps a document
         try:
-            fed = getattr(session, "input", None)  # what the batch was (ampkit.audit.ops.AuditSession.input)
+            fed = session.input  # what the batch was (ampkit.audit.ops.AuditSession.input)
             if config.data and (fed or {}).get("kind") != "data":  # never a silent default batch instead
                 raise UsageError(f"--data is not available for --framework {backend.name} yet: its audit session "
                                  "does not read the user's batch")
-            report = (run_whatif(session, config, backend.name, say) if config.what_if else
-                      run_session(session, config, say))
+            report = run_whatif(session, config, say) if kind == "what_if" else run_session(session, config, say)
             report.input = fed
         finally:
             session.close()
@@ -102,7 +104,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
             hint = class_count_hint(str(exc), config.num_classes)
             raise UsageError(f"{config.model} failed under audit: {type(exc).__name__}: {first}{hint}") from exc
         raise
-    if auto_note and not config.what_if:
+    if auto_note:
         report.resolved_from = "auto"
         report.note = "; ".join(n for n in (auto_note, report.note) if n)
     return report
@@ -143,18 +145,15 @@ def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditR
         lay.finish(fmt)
     advice = session.advice()
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, advice)
-    findings += getattr(session, "contract_findings", list)()  # the precision contract (issue #22), if offered
+    findings += session.contract_findings()  # the precision contract (issue #22); none by default
     if mode == "fp8":  # each converted layer's own advice (ampkit.audit.fp8)
         findings = fp8_findings(layers) + findings
     report = AuditReport(mode, scale, layers, first_nonfinite, findings, session.device, config.steps,
                          session.environment(), session.workload, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)
     notes = list(session.notes)
-    if config.compile:  # --compile: eager vs torch.compile per module (backends/torch/audit_compile.py)
-        check = getattr(session, "compile_findings", None)
-        if not callable(check):
-            raise UsageError("audit --compile is PyTorch-only")
-        more, note = check()
+    if config.compile:  # --compile: eager vs torch.compile per module; unsupported by default (ops.AuditSession)
+        more, note = session.compile_findings()
         findings += more
         notes += [note] if note else []
     if backoffs:
@@ -162,20 +161,17 @@ def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditR
         notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs, backoff_params(layers)))
     report.suggested_loss_scale = scale_that_fits(layers, fmt, mode, scale, backoffs, suggested)
     report.note = "; ".join(notes) or None
-    report.input = getattr(session, "input", None)  # what the batch was drawn as, when the backend says
+    report.input = session.input  # what the batch was drawn as, when the backend says
     return report
 
 
-def run_whatif(session, config: AuditConfig, framework: str = "", say=quiet) -> AuditReport:
+def run_whatif(session: WhatIfSession, config: AuditConfig, say=quiet) -> AuditReport:
     """``--what-if``: ``config.steps`` float32 steps of a session that observes (``session.observe``),
     then the predictions per format (:mod:`.whatif`) with the framework's advice. A stop request
     between steps ends the loop with what finished."""
     from .whatif import FORMAT_OF, predict
     from .whatif_advice import add_advice
 
-    if not callable(getattr(session, "observe", None)):
-        raise UsageError(f"--what-if is not available for --framework {framework or 'this framework'}: "
-                         "its audit session cannot observe float32 steps")
     done = 0
     for step in range(config.steps):
         if stop_requested():
@@ -187,7 +183,7 @@ def run_whatif(session, config: AuditConfig, framework: str = "", say=quiet) -> 
     default = float(session.initial_scale)
     scale = float(config.loss_scale) if config.loss_scale is not None else default
     advice = session.advice()
-    predictions = predict(mods, config.formats, scale, default, getattr(session, "scale_limit", None))
+    predictions = predict(mods, config.formats, scale, default, session.scale_limit)
     add_advice(predictions, advice)
     layers = [_layer(m, scale) for m in mods]
     for lay in layers:
@@ -195,7 +191,7 @@ def run_whatif(session, config: AuditConfig, framework: str = "", say=quiet) -> 
     report = AuditReport("fp32", scale, layers, None, [], session.device, config.steps, session.environment(),
                          session.workload, interrupted=stop_requested(), steps_completed=done)
     report.what_if = predictions
-    report.input = getattr(session, "input", None)
+    report.input = session.input
     report.note = "; ".join(["what-if: float32 steps only; fp16, bf16 and fp8 predicted from them", *session.notes])
     return report
 

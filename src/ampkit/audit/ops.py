@@ -5,11 +5,20 @@ A backend opens an :class:`AuditSession` on one model and batch; the driver then
 ``measure`` (``rewind`` and ``measure`` again while loss scaling backs off), ``record`` and
 ``train``, and builds the report from ``layers``, ``advice`` and ``environment``. The loop, the
 back-off, the first inf/NaN, the findings and the report are the driver's alone.
+
+Which session an audit opens is one table: :func:`session_kind` names the kind a config asks for
+(``plain``, ``fp8``, ``what_if``) and each backend's :attr:`AuditOps.audit_sessions` maps the kinds
+it offers to its session classes; a kind it does not offer is refused with :data:`UNSUPPORTED`'s
+reason. Optional parts of a session are declared here with their defaults (a session class
+deriving from :class:`AuditSession` inherits them): no ``input`` record, no contract findings,
+``--compile`` unsupported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from ..target import Target
@@ -80,6 +89,8 @@ class AuditSession(Protocol):
     workload: str | None
     initial_scale: float
     notes: tuple[str, ...]
+    #: what the audited batch was (see above); None: the session does not say
+    input: dict | None = None
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         """Step ``step``'s fp32 reference and audited pass at loss scale ``scale``, from the same
@@ -106,10 +117,61 @@ class AuditSession(Protocol):
     def close(self) -> None:
         """Give the model back as it came (parameters, buffers, gradients, train/eval mode)."""
 
+    # ---------------------------------------------------------------- optional, declared with their defaults
+    def contract_findings(self) -> list:
+        """Findings of kind ``"contract"`` (the precision contract, issue #22: a low-precision output
+        layer, float16 variables). Default: none, this session checks no contract."""
+        return []
+
+    def compile_findings(self) -> tuple[list, str | None]:
+        """``--compile``: the modules whose output compilation changes beyond the mode's eager error,
+        and a note. Default: unsupported, because only torch.compile is compared against eager."""
+        from ..errors import UsageError
+
+        raise UsageError("audit --compile is PyTorch-only")
+
+
+@runtime_checkable
+class WhatIfSession(AuditSession, Protocol):
+    """The session of kind ``what_if``: float32 steps observed (``observe``) and summarized per module
+    (``summaries``, :class:`ampkit.audit.whatif.ModuleSummary`); ``scale_limit``: the largest loss
+    scale the framework's scaler reaches (None: the format's own limit)."""
+
+    scale_limit: float | None = None
+
+    def observe(self, step: int) -> None:
+        """One float32 training step, its module outputs and gradients summarized."""
+
+    def summaries(self) -> list:
+        """Every module observed, in execution order."""
+
+
+#: the session kinds an audit may ask for, and why a backend without one cannot run it
+UNSUPPORTED = MappingProxyType({
+    "plain": "its backend opens no audit session",
+    "fp8": "its audit session has no fp8 layers to compare against bf16 and fp32",
+    "what_if": "its audit session cannot observe float32 steps",
+})
+#: how the driver's message names each kind
+FLAG = MappingProxyType({"plain": "audit", "fp8": "--mode fp8", "what_if": "--what-if"})
+
+
+def session_kind(config: AuditConfig) -> str:
+    """The kind of session ``config`` asks for: ``what_if`` (float32 steps, predictions), ``fp8``
+    (the converted layers against bf16 and fp32) or ``plain`` (fp16/bf16 against float32)."""
+    if config.what_if:
+        return "what_if"
+    return "fp8" if config.mode == "fp8" else "plain"
+
 
 @runtime_checkable
 class AuditOps(Protocol):
+    #: the one table of the sessions this backend opens, by :func:`session_kind`: kind -> the class
+    #: (or callable) ``audit_session`` opens. Default: none (every audit is refused, saying why)
+    audit_sessions: Mapping[str, Any] = MappingProxyType({})
+
     def audit_session(self, config: AuditConfig, target: Target, live: LiveModel | None = None) -> AuditSession:
         """Open a session: ``live``'s model when given, else the config's ``workload`` (already
         checked and resolved by the driver) or ``model`` (MODULE:FACTORY), with ``config.mode``
-        fp16 or bf16 (``auto`` resolved), at ``config.batch_size``, sized by ``seq_len``/``image_size``."""
+        fp16, bf16 or fp8 (``auto`` resolved), at ``config.batch_size``, sized by ``seq_len``/``image_size``;
+        the session is ``audit_sessions[session_kind(config)]``'s (the driver checked that it exists)."""

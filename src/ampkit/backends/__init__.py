@@ -24,7 +24,7 @@ _ALIASES = {"torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow", "t
             "keras": "tensorflow", AUTO: AUTO}
 
 __all__ = ["Backend", "FRAMEWORKS", "auto_has_choice", "backend_spec", "framework_of", "get_backend", "load_backend",
-           "made_by", "parse_framework", "register_backend", "resolve_framework"]
+           "made_by", "model_framework", "parse_framework", "register_backend", "resolve_framework"]
 
 
 def parse_framework(name: str | None, *, allow_all: bool = False) -> str:
@@ -122,6 +122,24 @@ def factory_framework(spec: str) -> str | None:
 def auto_has_choice() -> bool:
     """Whether ``auto`` has two frameworks to choose from (then the library asks the model which)."""
     return _tensorflow_present() and _torch_importable()
+
+
+def model_framework(model, batch=None, framework: str | None = AUTO) -> str:
+    """The framework for ``framework="auto"`` in the library's audit: the model's own (a
+    ``torch.nn.Module`` or ``ampkit.Workload``: torch; a Keras model or its class: tensorflow); for a
+    plain callable that builds the model, the batch says (torch tensors: torch; anything else: Keras,
+    whose audit takes a builder); else :func:`resolve_framework`'s choice. A named ``framework`` is
+    parsed, and one that is not the model's own is a UsageError (a torch module with ``"tensorflow"``)."""
+    framework = parse_framework(framework)
+    found = framework_of(model)
+    if framework != AUTO:
+        if found is not None and framework in FRAMEWORKS and found != framework:
+            raise UsageError(f"framework={framework!r} runs {framework} models; received a {found} model "
+                             f"({type(model).__name__}): pass framework='auto' (the model's own) or {found!r}")
+        return framework
+    if found is None and callable(model) and batch is not None:
+        found = "torch" if framework_of(batch) == "torch" else "tensorflow"
+    return found or resolve_framework(AUTO)
 
 
 def register_backend(name: str, spec: str) -> None:

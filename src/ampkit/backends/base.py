@@ -10,8 +10,20 @@ backend only for small operations with typed inputs and outputs:
   :class:`ampkit.parity.ops.ParityOps`, :class:`ampkit.audit.ops.AuditOps`: each command's own.
 
 A new framework is one folder beside ``torch/`` and ``tensorflow/`` whose package defines a class
-with these methods (``tests/fake_backend`` is one in plain numpy), registered by name
-(:func:`ampkit.backends.register_backend`). Nothing outside a backend folder imports a framework.
+deriving from :class:`Backend` with these methods (``tests/numpy_backend.py`` is one in plain numpy),
+registered by name (:func:`ampkit.backends.register_backend`). Nothing outside a backend folder
+imports a framework.
+
+Capabilities are declared, never probed: an optional operation (:data:`OPTIONAL`) is part of the
+protocol with a default that says what a backend without it gets -- ``--strategy`` refused,
+no size table, parity not spread over processes, no audit session of a kind (the one table
+``audit_sessions``, keyed by :func:`ampkit.audit.ops.session_kind`; ``--compile``, the contract
+findings and the ``input`` record are the session's, :class:`ampkit.audit.ops.AuditSession`) -- so
+a driver calls it like any other, without ``getattr``/``hasattr`` on the backend.
+
+Dependencies point one way: a backend imports from the command packages only their protocol and
+types (``ops``, ``config``, ``report``) and neutral helpers; never a driver, a runner, a command's
+library entry or this registry (``tests/architecture/test_direction.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +36,11 @@ from ..doctor.ops import DoctorOps
 from ..parity.ops import ParityOps
 from ..target import Target
 
-__all__ = ["AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps", "Target"]
+__all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps", "Target"]
+
+#: the protocol's optional operations: declared with a default ("unsupported, because ...", or none),
+#: which a backend deriving from :class:`Backend` inherits
+OPTIONAL = frozenset({"bench_strategies", "bench_size_work", "parity_group", "audit_sessions"})
 
 
 @runtime_checkable

@@ -87,5 +87,10 @@ def fill_row(row, breakdown: Breakdown, size_table: dict | None = None, size_sou
     row.breakdown_ms = {c: round(v * p50, 4) for c, v in breakdown.shares.items()}
     row.explain_detail = breakdown.to_detail()
     if size_table is not None:
-        row.explain_detail["size_table"] = size_table
-        row.explain_detail["size_table_source"] = size_source
+        add_size_table(row, size_table, size_source)
+
+
+def add_size_table(row, size_table: dict, size_source: str | None) -> None:
+    """The size table (:mod:`ampkit.doctor.sizes`) the explanation of a row with a breakdown cites."""
+    row.explain_detail["size_table"] = size_table
+    row.explain_detail["size_table_source"] = size_source

@@ -30,7 +30,7 @@ from .config import AUTO_BATCH, BenchConfig
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from .repeats import AutoChoice, apply_auto, mark_auto
 from .report import BenchReport, BenchRow
-from .runner import mode_progress, run_child, run_modes, search_in_children
+from .runner import measure_mode, mode_progress, run_child, run_modes, search_in_children
 
 __all__ = ["BenchGroup", "CPU_AUTO_BATCH", "document_config", "probe_model", "run"]
 
@@ -48,7 +48,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
-    if config.strategy and config.strategy not in getattr(backend, "bench_strategies", ()):
+    if config.strategy and config.strategy not in backend.bench_strategies:  # declared, () by default (.ops)
         raise UsageError(f"--strategy {config.strategy} is tf.distribute's, for --framework tensorflow; "
                          f"--framework {backend.name} runs distributed under its own launcher (torchrun)")
     workload = backend.check_workload(config.workload) if config.workload else None  # before the framework loads
@@ -68,7 +68,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     def run_one(mode: str, cfg: BenchConfig = cfg) -> BenchRow:
         request = MeasureRequest(cfg, mode, target, probe.flops_per_sample, group)
         if group is not None:  # under a launcher: in this process, every rank together
-            return backend.bench_measure(request, mode_progress(progress, mode))
+            return measure_mode(backend, request, mode_progress(progress, mode))
         if cfg.batch_size == AUTO_BATCH and not backend.bench_searches_in_child:
             return search_in_children(spec, request, probe.batch_size, progress)
         return run_child(spec, request, progress)
@@ -114,7 +114,7 @@ def _probe(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
         return backend.bench_probe(cfg, target)
     except ProbeStepFailed as failed:
         shape = f" with --input-shape {','.join(map(str, cfg.input_shape))}" if cfg.input_shape else ""
-        hint = class_count_hint(failed.detail, cfg.num_classes, getattr(failed, "outputs", None))
+        hint = class_count_hint(failed.detail, cfg.num_classes, failed.outputs)
         raise UsageError(f"{cfg.model} failed a training step on a probe batch of 2{shape} and "
                          f"--num-classes {failed.num_classes}: {failed.detail}{hint}") from None
 

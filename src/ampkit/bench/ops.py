@@ -13,14 +13,22 @@ states one fact:
   (every failure becomes the row's status), in the fresh child the driver started for it;
 - :attr:`BenchOps.bench_searches_in_child`: whether that child can run ``--batch-size auto``'s
   search itself, or each trial needs a fresh process of its own.
+
+Optional operations are declared here with a default that says what a backend without them gets
+(a class deriving from :class:`~ampkit.backends.base.Backend` inherits them): ``bench_strategies``
+(none: ``--strategy`` is refused with the reason) and ``bench_size_work`` (None: ``--explain``
+rows carry no size table).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from ..doctor.measure import Work
 from ..target import Target
 from .config import BenchConfig
 from .report import BenchRow
@@ -80,6 +88,18 @@ class MeasureRequest:
     group: BenchGroup | None = None  # set: measure in this process, across the group (global figures)
 
 
+@dataclass(frozen=True)
+class SizeWork:
+    """How a backend times ``--explain``'s size table (the doctor's matmul against fp32's at small,
+    medium and large sizes, :mod:`ampkit.doctor.sizes`), which the driver measures in the child
+    that measured the row: ``work_at(mode, n)`` is a Work whose one kernel is an ``n``-square matmul
+    in the mode's math, timed inside ``scope()`` (one thread on a CPU); ``source`` says so in words."""
+
+    work_at: Callable[[str, int], Work]
+    source: str
+    scope: Callable[[], AbstractContextManager] = contextlib.nullcontext
+
+
 @runtime_checkable
 class BenchOps(Protocol):
     #: True: the child measuring a mode runs --batch-size auto's search itself (its framework hands
@@ -100,3 +120,12 @@ class BenchOps(Protocol):
         """Measure one mode: warm-up, timed steps, peak memory, final loss. Never raises for the
         mode's own failures: an unsupported mode, an out-of-memory error or an exception is the row's
         ``status`` and ``error``."""
+
+    # ---------------------------------------------------------------- optional, declared with their defaults
+    #: ``--strategy`` names this backend distributes with in one process (tf.distribute's); none by default
+    bench_strategies: tuple[str, ...] = ()
+
+    def bench_size_work(self, target: Target) -> SizeWork | None:
+        """``--explain``'s size table, timed by the driver after :meth:`bench_measure`; None (the
+        default): this backend measures no size table, and its rows say nothing about sizes."""
+        return None

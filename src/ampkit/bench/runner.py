@@ -9,70 +9,23 @@ backend's trial are computed here, once.
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..errors import one_line
 from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
-from ..timing import step_ms_summary
-from .batch_search import largest_fitting
-from .config import BenchConfig
 from .ops import MeasureRequest
-from .peaks import peak_tflops
 from .report import BenchRow, derive_relative
+
+# a measured row's figures (neutral, what a backend fills in): here for the callers that import them from here
+from .rows import check_final_loss, describe_failure, fill_flops, fill_timing, search_batch  # noqa: F401
 
 # Large allocations are mmapped and returned on free, so a child's RSS falls after each trial
 # of --batch-size auto and peaks measured by RSS do not carry over (glibc's dynamic threshold
 # would otherwise keep freed blocks on the heap).
 _CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-
-
-def fill_timing(row: BenchRow, batch_size: int, step_s: list[float], flops: float | None, gpu: bool,
-                world_size: int = 1, *, warmup: int | None = None, skipped: int = 0, warmup_skipped: int = 0,
-                first_loss: float | None = None) -> None:
-    """samples/s, the step-time summary, TFLOP/s and (on a known GPU) MFU of one measured run.
-
-    samples/s is the batch over the MEDIAN step time (``step_ms.p50``): the one definition every
-    speedup uses (:mod:`ampkit.bench.judge`). ``world_size`` processes each ran ``batch_size``
-    samples per step (global throughput). ``skipped``/``warmup_skipped``: steps the loss scaler
-    skipped in the timed window and in the warm-up.
-    """
-    row.batch_size = batch_size
-    row.step_ms = step_ms_summary(step_s)
-    row.step_times_ms = [round(s * 1e3, 6) for s in step_s]
-    row.samples_per_s = batch_size * world_size / (row.step_ms["p50"] / 1e3)
-    row.skipped_steps, row.warmup_skipped_steps = int(skipped), int(warmup_skipped)
-    if warmup is not None:
-        row.warmup = warmup
-    row.first_loss = first_loss if first_loss is None or math.isfinite(first_loss) else None
-    fill_flops(row, flops, gpu, world_size)
-
-
-def fill_flops(row: BenchRow, flops: float | None, gpu: bool, world_size: int = 1) -> None:
-    if not flops or not row.samples_per_s:
-        return
-    row.tflops = flops * row.samples_per_s / 1e12
-    peak = peak_tflops(row.device_name, row.mode) if gpu else None
-    row.mfu = row.tflops / (peak * world_size) if peak else None
-
-
-def check_final_loss(row: BenchRow, loss: float, cfg: BenchConfig) -> None:
-    """A run whose loss is inf/NaN did not train: the row is an error, saying how far it got."""
-    row.final_loss = loss
-    if not math.isfinite(loss):
-        row.status = "error"
-        skipped = [f"{row.skipped_steps} of {cfg.steps} timed"] if row.skipped_steps else []
-        skipped += [f"{row.warmup_skipped_steps} of {cfg.warmup} warm-up"] if row.warmup_skipped_steps else []
-        row.error = (f"loss is {loss} after {cfg.warmup + cfg.steps} steps"
-                     + (f" ({' and '.join(skipped)} steps skipped by the loss scaler)" if skipped else ""))
-
-
-def describe_failure(exc: BaseException) -> str:
-    return one_line(exc, 500)
 
 
 class TrialFailed(Exception):
@@ -81,31 +34,6 @@ class TrialFailed(Exception):
     def __init__(self, row: BenchRow):
         super().__init__(row.error)
         self.row = row
-
-
-def search_batch(row: BenchRow, trial: Callable[[int], tuple[bool, int | None]], start: int, cap: int,
-                 budget: int | None, say=None) -> int | None:
-    """``--batch-size auto`` around a backend's ``trial(b) -> (ran without OOM, peak bytes)``.
-
-    A batch fits when it ran and, with a ``budget``, its measured peak stays within it. Records
-    every trial in ``row.search``; sets ``max_batch_size``, or the oom status when nothing fits.
-    """
-    def fits(b: int) -> bool:
-        ran, peak = trial(b)
-        ok = ran and (budget is None or (peak or 0) <= budget)
-        row.search.append([b, ok, peak])
-        if say:
-            say("search", b, None)
-        return ok
-
-    best = largest_fitting(fits, start, cap)
-    if best is None:
-        row.status = "oom"
-        row.error = ("even batch size 1 does not fit" +
-                     (f" in the memory budget of {budget} bytes" if budget else " in device memory"))
-        return None
-    row.max_batch_size = best
-    return best
 
 
 def run_modes(modes, repeats: int, run_one: Callable[[str], BenchRow], *, steps: int, progress=None, on_row=None,
@@ -225,9 +153,34 @@ def serve_mode(conn, spec: str, request: MeasureRequest) -> None:
     def measure(progress) -> BenchRow:
         from ..backends import load_backend
 
-        return load_backend(spec).bench_measure(request, progress)
+        return measure_mode(load_backend(spec), request, progress)
 
     serve_row(conn, request.mode, measure)
+
+
+def measure_mode(backend, request: MeasureRequest, progress) -> BenchRow:
+    """One mode measured by the backend (``bench_measure``), then, for a row that ``--explain``
+    profiled in a mode other than fp32 and fp8, the size table its explanation cites: the doctor's
+    matmul against fp32's at small, medium and large sizes (:func:`ampkit.doctor.sizes.measure_sizes`),
+    timed here, in the process that measured the row, as the backend says (``bench_size_work``)."""
+    row = backend.bench_measure(request, progress)
+    if row.explain_detail is None or request.mode in ("fp32", "fp8"):
+        return row
+    sizes = backend.bench_size_work(request.target)
+    if sizes is None:
+        return row
+    from ..doctor.sizes import CPU_SIZES, GPU_SIZES, measure_sizes
+    from .breakdown import add_size_table
+
+    gpu = request.target.accelerator
+    try:
+        with sizes.scope():
+            table = measure_sizes(request.mode, sizes.work_at, GPU_SIZES if gpu else CPU_SIZES,
+                                  max_call_s=0.2 if gpu else 0.05)
+        add_size_table(row, table, sizes.source)
+    except Exception as exc:  # the breakdown stands without it
+        add_size_table(row, {}, f"not measured: {describe_failure(exc)}")
+    return row
 
 
 def serve_row(conn, mode: str, make_row) -> None:

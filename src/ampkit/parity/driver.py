@@ -352,8 +352,4 @@ def _join(backend, config: ParityConfig):
 
     if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
         return None
-    join = getattr(backend, "parity_group", None)
-    if join is None:
-        raise UsageError(f"WORLD_SIZE={os.environ['WORLD_SIZE']}: spreading parity over processes is PyTorch's "
-                         f"(torchrun); for {backend.name}, run shares of the grid with --shard I/N and --merge them")
-    return join(config.device)
+    return backend.parity_group(config.device)  # unsupported by default, saying why (ParityOps)

@@ -160,3 +160,16 @@ class ParityOps(Protocol):
         mode, and epoch ``e`` visits the training samples in ``loader_order(n, seed, e)``
         (:func:`ampkit.parity.core.loader_order`), so the runs of a seed are paired.
         ``on_epoch(done, total)`` after each epoch."""
+
+    # ---------------------------------------------------------------- optional, declared with its default
+    def parity_group(self, device: str):
+        """Under a launcher (``WORLD_SIZE`` > 1): this process's place in the group the (mode, seed)
+        runs are spread over. Default: unsupported, because spreading parity over processes needs a
+        launcher of the framework's own (torchrun); run shares of the grid with ``--shard`` instead."""
+        import os
+
+        from ..errors import UsageError
+
+        raise UsageError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')}: spreading parity over processes is PyTorch's "
+                         f"(torchrun); for {self.name}, run shares of the grid with "
+                         "--shard I/N and --merge them")

@@ -63,7 +63,11 @@ assert plain.status == "ok" and plain.breakdown is None, plain.error
 assert "ampkit.backends.tensorflow.profile_breakdown" not in sys.modules
 tf.profiler.experimental.start = real_start
 cfg = BenchConfig(workload="mlp", batch_size=32, steps=3, warmup=1, explain=True)
-rows = [run_mode_tf(cfg, m, None, lambda *a: None) for m in ("fp32", "fp16")]
+from ampkit.backends.tensorflow.backend import TensorFlowBackend
+from ampkit.bench.ops import MeasureRequest
+from ampkit.bench.runner import measure_mode
+backend = TensorFlowBackend()  # as a bench child measures: the backend's row, then the driver's size table
+rows = [measure_mode(backend, MeasureRequest(cfg, m, backend.target("cpu")), lambda *a: None) for m in ("fp32", "fp16")]
 derive_relative(rows)
 explain_rows(rows, {"cpu": {"avx512_fp16": False}, "device": "CPU:0"})
 sys.stdout.write(json.dumps({"results": [r.to_dict() for r in rows]}))

@@ -272,8 +272,8 @@ def audit_keeps_the_steps_that_finished():
     import keras
     import numpy as np
 
+    import ampkit
     from ampkit import isolation
-    from ampkit.backends.tensorflow import audit as tf_audit
     from ampkit.backends.tensorflow.keras_engine import MixedPrecision
 
     def build():
@@ -291,12 +291,12 @@ def audit_keeps_the_steps_that_finished():
 
     MixedPrecision.train_step = train_step_then_stop
     try:
-        rep = tf_audit.audit_keras(build, x, y, loss, mode="bf16", steps=3)
+        rep = ampkit.audit(build, (x, y), loss, framework="tensorflow", mode="bf16", steps=3)
     finally:
         MixedPrecision.train_step = real_train_step
     assert rep.interrupted is True and rep.completed == 1 and rep.steps == 3, rep.to_dict()
     assert [lay.calls for lay in rep.layers] == [1] * len(rep.layers) and rep.layers
     doc = rep.to_dict()
     assert doc["interrupted"] is True and doc["steps_completed"] == 1
-    rep0 = tf_audit.audit_keras(build, x, y, loss, mode="bf16", steps=3)  # the flag is still set: no step
+    rep0 = ampkit.audit(build, (x, y), loss, framework="tensorflow", mode="bf16", steps=3)  # the flag is still set: no step
     assert rep0.completed == 0 and rep0.layers == [] and rep0.interrupted

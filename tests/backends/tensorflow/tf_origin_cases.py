@@ -104,11 +104,11 @@ def custom_layer(flavor: str) -> None:
     its inputs' range and float32's value; the finding's code, applied to a fresh mixed_float16 model,
     makes the step finite (the layer's policy alone does not: its float16 sublayers feed the matmul);
     --what-if --formats fp16 predicts the overflow at 'attn'."""
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
     from ampkit.backends.tensorflow.flavor import get_flavor
 
     build, x, y = _attention(flavor)
-    rep = audit_keras(build, x, y, _ce(flavor), mode="fp16")
+    rep = ampkit.audit(build, (x, y), _ce(flavor), framework="tensorflow", mode="fp16")
     first = rep.first_nonfinite
     assert first["name"] == "attn" and first["phase"] == "forward", first
     assert "MatMul" in first["op"] and first["in_reference"] is False and "sublayer" not in first, first
@@ -133,7 +133,7 @@ def custom_layer(flavor: str) -> None:
             _policy(flavor, "float32")
     assert step_finite(code), f"{code} leaves the fp16 step non-finite"
     assert not step_finite(get_flavor(flavor).fp32_layer_code("attn")), "the layer's own policy alone fixes it?"
-    pred = audit_keras(build, x, y, _ce(flavor), what_if=True, formats=("fp16",)).what_if["fp16"]
+    pred = ampkit.audit(build, (x, y), _ce(flavor), framework="tensorflow", what_if=True, formats=("fp16",)).what_if["fp16"]
     assert pred["first_overflow"] == "attn" and "attn" in pred["keep_in_fp32"], pred["first_overflow"]
     assert next(r for r in pred["modules"] if r["name"] == "attn")["fwd_amax"] > 65504  # its scores, not its output
     print(f"{flavor} custom layer: ok ({first['op']}, float32 {first['reference_amax']:.3g})")
@@ -147,7 +147,7 @@ def upstream_cause(flavor: str) -> None:
     kernel of ones) sums eight of them past float32's max, and the LayerNormalization after that gets inf.
     fp16 fails first at 'blow' (the cast of its 3e37 scale, an op of its own); the fp32 reference is
     non-finite too, first at 'mix'; the document names 'blow', whose float32 outputs grew, as the cause."""
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
 
     k = _k(flavor)
 
@@ -158,7 +158,7 @@ def upstream_cause(flavor: str) -> None:
 
     rng = np.random.default_rng(0)
     x, y = (2 + np.abs(rng.standard_normal((8, 8))) * 0.5).astype("float32"), rng.integers(0, 3, 8)
-    rep = audit_keras(build, x, y, _ce(flavor), mode="fp16")
+    rep = ampkit.audit(build, (x, y), _ce(flavor), framework="tensorflow", mode="fp16")
     first = rep.first_nonfinite
     assert rep.reference_nonfinite and first["name"] == "blow" and first["in_reference"] is False, first
     assert first["reference_origin"] == {"name": "mix"}, first
@@ -180,7 +180,7 @@ def kernel_gradient(flavor: str) -> None:
     overflows fp16; activations and gradients w.r.t. outputs stay finite. The audit skips as a real
     LossScaleOptimizer does on the same batch, from 2**15 down to the same scale, names the kernel,
     and the what-if's range ends below the first skipped scale."""
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
 
     k = _k(flavor)
 
@@ -191,7 +191,7 @@ def kernel_gradient(flavor: str) -> None:
     rng = np.random.default_rng(0)
     x = (300 + rng.standard_normal((256, 16))).astype("float32")
     y = rng.integers(0, 4, 256)
-    rep = audit_keras(build, x, y, _ce(flavor), mode="fp16")
+    rep = ampkit.audit(build, (x, y), _ce(flavor), framework="tensorflow", mode="fp16")
     _policy(flavor, "mixed_float16")
     try:
         k.utils.set_random_seed(0)
@@ -207,10 +207,10 @@ def kernel_gradient(flavor: str) -> None:
     assert dense.param_grad_overflow["params"][0].endswith("kernel") and dense.param_grad_amax > 65504 / 2.0**15, dense
     assert dense.fwd_nonfinite == 0 and dense.grad_nonfinite == 0 and rep.first_nonfinite is None
     assert dense.to_dict()["param_grad_amax"] == dense.param_grad_amax
-    fixed = audit_keras(build, x, y, _ce(flavor), mode="fp16", loss_scale=2.0**15)
+    fixed = ampkit.audit(build, (x, y), _ce(flavor), framework="tensorflow", mode="fp16", loss_scale=2.0**15)
     assert fixed.first_nonfinite == {**fixed.first_nonfinite, "name": "dense", "phase": "backward"}, fixed.first_nonfinite
     assert fixed.first_nonfinite["param"].endswith("kernel") and fixed.layers[-1].param_grad_nonfinite > 0
-    pred = audit_keras(build, x, y, _ce(flavor), what_if=True, formats=("fp16",)).what_if["fp16"]
+    pred = ampkit.audit(build, (x, y), _ce(flavor), framework="tensorflow", what_if=True, formats=("fp16",)).what_if["fp16"]
     if pred["loss_scale_range"]:
         assert pred["loss_scale_range"][1] == applied_at, (pred["loss_scale_range"], applied_at)
     row = next(r for r in pred["modules"] if r["name"] == "dense")
@@ -226,7 +226,7 @@ def harmless_underflow(flavor: str) -> None:
     With the whole batch at 1e-10 the kernel gradients are lost too, and the warning stays."""
     import tensorflow as tf
 
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
 
     k = _k(flavor)
 
@@ -242,7 +242,7 @@ def harmless_underflow(flavor: str) -> None:
         w = tf.constant(w, tf.float32)
         return lambda t, p: tf.reduce_mean(tf.cast(ce(t, p), tf.float32) * w)
 
-    half = audit_keras(build, x, y, weighted([1.0] * 32 + [1e-10] * 32), mode="fp16", loss_scale=2.0**15)
+    half = ampkit.audit(build, (x, y), weighted([1.0] * 32 + [1e-10] * 32), framework="tensorflow", mode="fp16", loss_scale=2.0**15)
     assert max(lay.grad_lost_frac for lay in half.layers) > 0.05, [lay.grad_lost_frac for lay in half.layers]
     errs = {lay.name: lay.param_grad_rel_error for lay in half.layers if lay.param_grad_amax}
     assert errs and all(e is not None and e < 0.031 for e in errs.values()), errs
@@ -250,14 +250,14 @@ def harmless_underflow(flavor: str) -> None:
     assert notes and all(f.level == "note" and "bf16" not in f.advice and "within" in f.advice for f in notes), \
         [(f.level, f.advice) for f in notes]
     assert not [f for f in half.findings if f.level != "note" and f.kind != "contract"], half.findings
-    tiny = audit_keras(build, x, y, weighted([1e-10] * 64), mode="fp16", loss_scale=2.0**15)
+    tiny = ampkit.audit(build, (x, y), weighted([1e-10] * 64), framework="tensorflow", mode="fp16", loss_scale=2.0**15)
     assert max(lay.param_grad_rel_error for lay in tiny.layers if lay.param_grad_amax) > 0.031
     assert [f for f in tiny.findings if f.kind == "underflow" and f.level == "warning"], tiny.findings
     print(f"{flavor} harmless underflow: ok (kernel gradients within {max(errs.values()):.2%} of float32)")
 
 
 def _built_weights(flavor: str, build) -> list:
-    """The weights audit_keras(seed=0) starts from (its float32 build after set_random_seed(0))."""
+    """The weights ampkit.audit(seed=0) starts from (its float32 build after set_random_seed(0))."""
     k = _k(flavor)
     k.utils.set_random_seed(0)
     return build().get_weights()
@@ -269,8 +269,8 @@ def application(flavor: str = "keras") -> None:
     real run skips at 512 and 256 on conv1_conv's kernel gradient alone (every output and output gradient
     finite) and applies at 128; the audit skips the same steps, trains at the same scale and names
     conv1_conv/kernel, and names the float16 softmax head ('predictions') as a contract finding."""
+    import ampkit
     from ampkit.backends.tensorflow import audit
-    from ampkit.backends.tensorflow.audit import audit_keras
 
     k = _k(flavor)
 
@@ -292,7 +292,7 @@ def application(flavor: str = "keras") -> None:
     assert skipped == [512.0, 256.0] and applied_at == 128.0 and bad == ["conv1_conv/kernel"], (skipped, applied_at, bad)
     default, audit.KerasAuditSession.initial_scale = audit.KerasAuditSession.initial_scale, 512.0  # the walk's start
     try:
-        rep = audit_keras(build, x, y, loss, mode="fp16")
+        rep = ampkit.audit(build, (x, y), loss, framework="tensorflow", mode="fp16")
     finally:
         audit.KerasAuditSession.initial_scale = default
     assert rep.skipped_steps == len(skipped) and rep.loss_scale == applied_at, (rep.skipped_steps, rep.loss_scale)

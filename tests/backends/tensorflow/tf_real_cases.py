@@ -43,7 +43,7 @@ def _independent_rel_errors(flavor: str, factory, mode: str, x) -> dict:
     """Per-layer ||a - r|| / max(||r||, floor * sqrt(n)) of a float32 and a mixed model with the same
     weights, both run with training=True (no random layer in these models), computed here without the audit."""
     k = _keras(flavor)
-    k.utils.set_random_seed(0)  # as audit_keras(seed=0) builds: the same initial weights
+    k.utils.set_random_seed(0)  # as ampkit.audit(seed=0) builds: the same initial weights
     _set_policy(flavor, "float32")
     ref = factory()
     _set_policy(flavor, {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[mode])
@@ -70,7 +70,8 @@ def mobilenet_audit(flavor: str, mode: str) -> None:
     scale LossScaleOptimizer backs off to from its 2**15, which overflows the gradients; at a fixed
     2**15 the audit says so, as gradient overflow with the scale's code); each layer's relative error
     as an independent computation gives it; every finding's code and every layer's fp32 hint parse."""
-    from ampkit.backends.tensorflow.audit import audit_keras, keras_fp32_hint
+    import ampkit
+    from ampkit.backends.tensorflow.audit import keras_fp32_hint
     from ampkit.backends.tensorflow.workloads import bare_model_workload
 
     fl = _flavor_obj(flavor)
@@ -87,7 +88,7 @@ def mobilenet_audit(flavor: str, mode: str) -> None:
     assert abs(float(loss(y, probs.astype("float32"))) - hand) < 1e-4 * max(1.0, hand), (float(loss(y, probs)), hand)
     assert abs(hand - float(work.flavor.sparse_ce_logits()(y, probs.astype("float32")))) > 0.05  # logits would differ
 
-    rep = audit_keras(lambda: _mobilenet(flavor), x, y, loss, mode=mode, steps=1)
+    rep = ampkit.audit(lambda: _mobilenet(flavor), (x, y), loss, framework="tensorflow", mode=mode, steps=1)
     bad = [(f.kind, f.layer, f.advice) for f in rep.findings if f.kind in ("overflow", "underflow", "nonfinite")]
     assert not bad and rep.first_nonfinite is None and not rep.reference_nonfinite, (mode, bad[:3])
     assert len(rep.layers) == 155 and all(lay.rel_error is not None for lay in rep.layers)
@@ -114,7 +115,7 @@ def mobilenet_audit(flavor: str, mode: str) -> None:
     if mode != "fp16":
         return
     # at a fixed 2**15, fp16 overflows in the backward (what bench's skipped steps show), and says so
-    rep = audit_keras(lambda: _mobilenet(flavor), x, y, loss, mode="fp16", loss_scale=2.0**15, steps=1)
+    rep = ampkit.audit(lambda: _mobilenet(flavor), (x, y), loss, framework="tensorflow", mode="fp16", loss_scale=2.0**15, steps=1)
     assert rep.loss_scale == 2.0**15 and rep.first_nonfinite and rep.first_nonfinite["phase"] == "backward"
     assert max(lay.fwd_amax for lay in rep.layers) < 100  # the forward is nowhere near fp16's range
     over = [f for f in rep.findings if f.kind == "overflow"]
@@ -134,8 +135,8 @@ def dropout_masks_match(flavor: str) -> None:
     matching, TensorFlow's masks for float16 and float32 inputs with the same seed are unrelated."""
     import tensorflow as tf
 
+    import ampkit
     from ampkit.backends.tensorflow import randomness
-    from ampkit.backends.tensorflow.audit import audit_keras
 
     k = _keras(flavor)
     seed = tf.constant([1, 2], tf.int32)
@@ -165,7 +166,8 @@ def dropout_masks_match(flavor: str) -> None:
         loss = k.losses.SparseCategoricalCrossentropy(from_logits=True)
         for mode in ("bf16", "fp16"):
             kept.clear()
-            rep = audit_keras(only_dropout, x, y, loss, mode=mode, loss_scale=1.0 if mode == "fp16" else None, steps=2)
+            rep = ampkit.audit(only_dropout, (x, y), loss, framework="tensorflow", mode=mode,
+                               loss_scale=1.0 if mode == "fp16" else None, steps=2)
             assert [lay.name for lay in rep.layers] == ["drop"]
             assert rep.layers[0].rel_error == 0.0, (mode, rep.layers[0])
             # two steps x (reference, audited) passes; each pass drops about half, the pair the same,
@@ -184,7 +186,7 @@ def dropout_masks_match(flavor: str) -> None:
         x3 = (rng.integers(-16, 16, (8, 16, 8)) / 4).astype("float32")
         y3 = rng.integers(0, 128, 8)
         for mode, tol in (("bf16", 1e-2), ("fp16", 1e-3)):
-            rep = audit_keras(noisy, x3, y3, loss, mode=mode, loss_scale=1.0 if mode == "fp16" else None)
+            rep = ampkit.audit(noisy, (x3, y3), loss, framework="tensorflow", mode=mode, loss_scale=1.0 if mode == "fp16" else None)
             errs = {lay.name: lay.rel_error for lay in rep.layers}
             assert errs["noise"] < tol and errs["drop"] < tol, (mode, errs)  # noise rounds; masks equal
     finally:
@@ -196,7 +198,7 @@ def dropout_masks_match(flavor: str) -> None:
 def batchnorm_state_as_training_sees_it(flavor: str) -> None:
     """BatchNormalization in training mode: the audit's passes leave the moving statistics as one
     training step leaves them (one momentum update per step, not three)."""
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
 
     k = _keras(flavor)
     built = []
@@ -213,7 +215,7 @@ def batchnorm_state_as_training_sees_it(flavor: str) -> None:
     x = (rng.standard_normal((16, 6)) * 3 + 5).astype("float32")
     y = rng.integers(0, 3, 16)
     loss = k.losses.SparseCategoricalCrossentropy(from_logits=True)
-    audit_keras(build, x, y, loss, mode="bf16", steps=1, lr=0.0)
+    ampkit.audit(build, (x, y), loss, framework="tensorflow", mode="bf16", steps=1, lr=0.0)
     aud = built[1]
     bn = aud.get_layer("bn")
     batch_mean = np.asarray(aud.get_layer("d")(x)).astype(np.float64).mean(0)
@@ -270,7 +272,7 @@ def planted_cancellation_found(flavor: str) -> None:
     """A layer computing (x + 1e4) - 1e4 on values of order 1: in fp16 and bf16 the sum keeps no bit
     of x, so that layer's relative error is ~1 and a precision finding names it; the layers before it
     stay within rounding."""
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
 
     k = _keras(flavor)
 
@@ -285,7 +287,7 @@ def planted_cancellation_found(flavor: str) -> None:
     y = rng.integers(0, 4, 8)
     loss = k.losses.SparseCategoricalCrossentropy(from_logits=True)
     for mode in ("bf16", "fp16"):
-        rep = audit_keras(build, x, y, loss, mode=mode)
+        rep = ampkit.audit(build, (x, y), loss, framework="tensorflow", mode=mode)
         errs = {lay.name: lay.rel_error for lay in rep.layers}
         assert errs["cancel"] > 0.5 and errs["pre"] < 0.02, (mode, errs)
         found = [f for f in rep.findings if f.kind == "precision" and f.layer == "cancel"]

@@ -37,22 +37,22 @@ def _models(flavor: str):
 
 
 def planted(flavor: str) -> None:
-    from ampkit.backends.tensorflow.audit import audit_keras
+    import ampkit
 
     models, x, y, ce, tiny = _models(flavor)
 
     def whatif(build, loss=ce, **kw):
-        return audit_keras(build, x, y, loss, what_if=True, **kw).what_if
+        return ampkit.audit(build, (x, y), loss, framework="tensorflow", what_if=True, **kw).what_if
 
     # 1. forward overflow: the predicted first overflow is the real fp16 audit's first inf
     pred = whatif(models["overflow"])
-    real = audit_keras(models["overflow"], x, y, ce, mode="fp16")
+    real = ampkit.audit(models["overflow"], (x, y), ce, framework="tensorflow", mode="fp16")
     assert real.first_nonfinite["name"] == "boom" == pred["fp16"]["first_overflow"], (real.first_nonfinite, pred["fp16"])
     assert "boom" in pred["fp16"]["keep_in_fp32"] and pred["bf16"]["verdict"] == "safe"
     # 2. gradient underflow shares within 0.05 of the real audit at LossScaleOptimizer's initial scale; the
     # predicted range starts above it, and the real audit at the range's start finds no underflow
     p16 = whatif(models["clean"], tiny, loss_scale=2.0**15)["fp16"]
-    at_default = audit_keras(models["clean"], x, y, tiny, mode="fp16", loss_scale=2.0**15)
+    at_default = ampkit.audit(models["clean"], (x, y), tiny, framework="tensorflow", mode="fp16", loss_scale=2.0**15)
     measured = {lay.name: lay for lay in at_default.layers}
     for row in p16["modules"]:
         assert abs(row["grad_underflow_frac"] - measured[row["name"]].grad_underflow_frac) <= 0.05, row
@@ -60,19 +60,19 @@ def planted(flavor: str) -> None:
     assert any(f.kind == "underflow" for f in at_default.findings)
     if flavor == "tf_keras":  # its losses compute in float16 on a float16 output: no scale above 65504 fits
         assert p16["verdict"] == "unsafe" and p16["loss_scale_range"] is None and p16["scaled_loss_limit"], p16
-        above = audit_keras(models["clean"], x, y, tiny, mode="fp16", loss_scale=2.0**16)
+        above = ampkit.audit(models["clean"], (x, y), tiny, framework="tensorflow", mode="fp16", loss_scale=2.0**16)
         assert above.first_nonfinite is not None, "predicted: a scale above 65504 overflows tf_keras's float16 loss"
         lo = None
     else:
         lo = p16["loss_scale_range"][0]
         assert p16["verdict"] == "safe_with_scale" and lo > 2.0**15 and f"initial_scale={lo:g}" in p16["code"], p16
-    at_lo = lo and audit_keras(models["clean"], x, y, tiny, mode="fp16", loss_scale=lo)
+    at_lo = lo and ampkit.audit(models["clean"], (x, y), tiny, framework="tensorflow", mode="fp16", loss_scale=lo)
     if at_lo:
         assert not any(f.kind in ("underflow", "overflow", "nonfinite") for f in at_lo.findings), at_lo.findings
     # 3. the clean model: safe for fp16 and bf16, and the real fp16 audit finds nothing
     pred = whatif(models["clean"])
     assert pred["fp16"]["verdict"] == "safe" and pred["bf16"]["verdict"] == "safe", pred
-    real = audit_keras(models["clean"], x, y, ce, mode="fp16")
+    real = ampkit.audit(models["clean"], (x, y), ce, framework="tensorflow", mode="fp16")
     # nothing numerical; the float16 output layer ("head", Dense under mixed_float16) is the one contract finding
     assert real.first_nonfinite is None and [(f.kind, f.layer) for f in real.findings] == [("contract", "head")], \
         real.findings

@@ -28,8 +28,8 @@ from functools import partial
 import numpy as np
 
 from ...audit.core import Advice, format_of, lost_below, merge_dtypes, precision_threshold
-from ...audit.ops import StepOutcome
-from ...audit.report import AuditReport, LayerStats
+from ...audit.ops import AuditSession, StepOutcome, session_kind
+from ...audit.report import LayerStats
 from ...compare import array_relative_error as relative_error
 from ...errors import UsageError
 from .common import import_tf, tf_device_name, tf_environment
@@ -147,33 +147,11 @@ def _restore(saved) -> None:
         v.assign(value)
 
 
-def audit_keras(build_model, x, y, loss_fn, *, mode: str = "fp16", loss_scale: float | None = None,
-                steps: int = 1, lr: float = 1e-3, name: str | None = None, seed: int = 0, what_if: bool = False,
-                formats=("fp16", "bf16", "fp8")) -> AuditReport:
-    """Audit a Keras model: ``build_model()`` is called once per policy (fp32 and ``mode``).
-
-    ``build_model`` may build with Keras 3 or tf_keras (either gets the policy; the report's
-    environment says which ran). Each step runs both models with ``training=True`` and the same
-    random draws (seeded from ``seed`` and the step), then trains the audited one for one step.
-    In fp16 without a given ``loss_scale``, the audit starts at LossScaleOptimizer's initial scale
-    and, as LossScaleOptimizer does, halves it while only the scaled gradients overflow (the step
-    is skipped); the report says so and audits the scale a default run trains at. ``what_if``: build
-    it once, under float32, and predict fp16, bf16 and fp8 (``formats``) from float32 steps.
-    """
-    from ...audit.config import AuditConfig
-    from ...audit.driver import audit_here
-    from ...audit.ops import LiveModel
-    from ...backends import get_backend
-
-    config = AuditConfig(mode=mode, steps=steps, loss_scale=loss_scale, seed=seed, what_if=what_if, formats=formats)
-    return audit_here(config, get_backend("tensorflow"), LiveModel(build_model, (x, y), loss_fn, lr, name))
-
-
 def _nonfinite(arrays) -> bool:
     return any(a is not None and not np.isfinite(a).all() for a in arrays)
 
 
-class KerasAuditSession:
+class KerasAuditSession(AuditSession):
     """:class:`ampkit.audit.ops.AuditSession` for a Keras model built twice by ``build_model``:
     under the float32 policy (the reference) and under the mode's, with the same weights."""
 
@@ -344,20 +322,25 @@ class KerasAuditSession:
 
 
 class TensorFlowAudit:
-    """:class:`ampkit.audit.ops.AuditOps` for TensorFlow/Keras."""
-
-    def session_class(self, config):
-        """What opens the session, ``(build_model, x, y, loss_fn, mode, **kw)`` (``--what-if``'s is
-        added by :class:`.whatif.TensorFlowWhatIfAudit`)."""
-        if config.what_if:
-            raise UsageError("--what-if is not available in this build of the TensorFlow backend")
-        return KerasAuditSession
+    """:class:`ampkit.audit.ops.AuditOps` for TensorFlow/Keras: the session of each kind is the
+    ``audit_sessions`` table (:class:`.whatif.TensorFlowWhatIfAudit`), each opened as
+    ``(build_model, x, y, loss_fn, mode, **kw)``."""
 
     def audit_session(self, config, target, live=None) -> KerasAuditSession:
         from .workloads import build_tf_workload
 
-        session = self.session_class(config)
+        session = self.audit_sessions[session_kind(config)]
         if live is not None:
+            from .flavor import flavor_of
+
+            if not isinstance(live.model, type) and flavor_of(live.model) is not None:  # built once: one policy only
+                raise UsageError(f"a Keras audit builds the model once per policy (float32 and the mode): pass a "
+                                 f"zero-argument function that builds it, e.g. lambda: make_model(); received a built "
+                                 f"{type(live.model).__name__}")
+            if live.batch is None or not callable(live.loss_fn):
+                raise UsageError("a Keras audit needs build_model (a zero-argument callable that builds the model), "
+                                 "batch=(x, y) and loss_fn(y_true, y_pred), e.g. keras.losses.SparseCategoricalCrossentropy"
+                                 "(from_logits=True)")
             x, y = live.batch
             return session(live.model, x, y, live.loss_fn, config.mode, lr=1e-3 if live.lr is None else live.lr,
                            name=live.name, seed=config.seed)

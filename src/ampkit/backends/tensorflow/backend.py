@@ -3,6 +3,7 @@ command. Importing it imports no TensorFlow: every operation imports it when it 
 
 from __future__ import annotations
 
+from ..base import Backend
 from .bench import TensorFlowBench
 from .common import TensorFlowEnvironment
 from .doctor import TensorFlowDoctor
@@ -10,7 +11,8 @@ from .parity import TensorFlowParity
 from .whatif import TensorFlowWhatIfAudit
 
 
-class TensorFlowBackend(TensorFlowEnvironment, TensorFlowDoctor, TensorFlowBench, TensorFlowParity, TensorFlowWhatIfAudit):
+class TensorFlowBackend(TensorFlowEnvironment, TensorFlowDoctor, TensorFlowBench, TensorFlowParity, TensorFlowWhatIfAudit,
+                        Backend):
     name = "tensorflow"
 
     def __init__(self) -> None:

@@ -11,9 +11,9 @@ import time
 from ...bench.compiled import compiled_steps
 from ...bench.config import BenchConfig
 from ...bench.memory import HostPeak, is_oom, rss_bytes
-from ...bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed
+from ...bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
 from ...bench.report import BenchRow
-from ...bench.runner import check_final_loss, describe_failure, fill_timing
+from ...bench.rows import check_final_loss, describe_failure, fill_timing
 from ...errors import UsageError
 from .common import grow_gpu_memory, import_tf, tf_environment
 from .flavor import Flavor
@@ -133,8 +133,10 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
                     warmup_skipped=warmup_skipped, first_loss=first)
         row.peak_memory_bytes, row.memory_source = peak, source
         check_final_loss(row, loss, cfg)
-        if breakdown is not None:
-            _explain_row(row, breakdown, mode, gpu)
+        if breakdown is not None:  # the size table it cites is the driver's step (bench_size_work)
+            from ...bench.breakdown import fill_row
+
+            fill_row(row, breakdown)
     except UsageError:
         raise
     except Exception as exc:
@@ -150,19 +152,6 @@ def _profile(workload, batch_size: int, cfg: BenchConfig):
 
     x, y = workload.make_batch(batch_size, cfg.seed + 1)
     return profile_steps(workload.model, x, y, explain_steps(cfg.steps), batch_size)
-
-
-def _explain_row(row: BenchRow, breakdown, mode: str, gpu: bool) -> None:
-    from ...bench.breakdown import fill_row
-    from .doctor_ops import size_table
-
-    table = source = None
-    if mode not in ("fp32", "fp8"):
-        try:
-            table, source = size_table(mode, gpu), "the doctor's matmul (tf.linalg.matmul) vs fp32, measured in this run"
-        except Exception as exc:  # the breakdown stands without it
-            table, source = {}, f"not measured: {describe_failure(exc)}"
-    fill_row(row, breakdown, table, source)
 
 
 _TELLING = ("incompatible", "outside the valid range", "received a label", "expected", "shape", "must")
@@ -252,3 +241,9 @@ class TensorFlowBench:
     def bench_measure(self, request: MeasureRequest, progress) -> BenchRow:
         _use_device(request.target)
         return run_mode_tf(request.config, request.mode, request.flops_per_sample, progress)
+
+    def bench_size_work(self, target) -> SizeWork:
+        """The doctor's matmul (:func:`.doctor_ops.size_work`, ``tf.linalg.matmul``)."""
+        from .doctor_ops import size_work
+
+        return SizeWork(size_work, "the doctor's matmul (tf.linalg.matmul) vs fp32, measured in this run")

@@ -58,13 +58,6 @@ def size_work(mode: str, n: int) -> Work:
     return Work({"matmul": matmul_op(mode, n)}, {})
 
 
-def size_table(mode: str, gpu: bool) -> dict:
-    """``mode``'s matmul against fp32's at small, medium and large sizes (``bench --explain``)."""
-    from ...doctor.sizes import CPU_SIZES, GPU_SIZES, measure_sizes
-
-    return measure_sizes(mode, size_work, GPU_SIZES if gpu else CPU_SIZES, max_call_s=0.2 if gpu else 0.05)
-
-
 def quick_auto(on_cpu: bool = True) -> dict:
     """fp32 against bf16 matmuls with the doctor's rounds and thresholds (on the CPU when ``on_cpu``,
     even where TensorFlow sees a GPU): a cache entry for :mod:`ampkit.doctor.auto`, in well under a

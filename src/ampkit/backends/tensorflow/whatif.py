@@ -19,14 +19,26 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from types import MappingProxyType
 
 import ml_dtypes
 import numpy as np
 
 from ...audit.core import Advice
+from ...audit.ops import WhatIfSession
 from ...audit.whatif import ModuleSummary, TensorSummary
 from ...audit.whatif_summary import summarize as summarize_array
-from .audit import DEFAULT_LOSS_SCALE, TensorFlowAudit, _call, _np, _outputs_model, _split, keras_scale_code, layer_fp32_hint
+from .audit import (
+    DEFAULT_LOSS_SCALE,
+    KerasAuditSession,
+    TensorFlowAudit,
+    _call,
+    _np,
+    _outputs_model,
+    _split,
+    keras_scale_code,
+    layer_fp32_hint,
+)
 from .common import import_tf, tf_device_name, tf_environment
 from .keras_origin import inner_amax, is_custom
 from .keras_params import ParamGrads
@@ -57,13 +69,13 @@ def keras_fp8_code(keep: list, recipe: str | None, flavor=None) -> str:
     return f'model.quantize("float8"{skip})'
 
 
-class KerasWhatIfSession:
+class KerasWhatIfSession(WhatIfSession):
     """A what-if session on a Keras model built once, under float32, by ``build_model``."""
 
     initial_scale = DEFAULT_LOSS_SCALE
 
-    def __init__(self, build_model, x, y, loss_fn, *, lr: float = 1e-3, name: str | None = None, seed: int = 0,
-                 notes: tuple[str, ...] = ()):
+    def __init__(self, build_model, x, y, loss_fn, mode: str = "fp32", *, lr: float = 1e-3, name: str | None = None,
+                 seed: int = 0, notes: tuple[str, ...] = ()):  # ``mode``: unused, it observes float32
         from .flavor import flavor_of, keras3, load_every_keras
         from .keras_engine import MixedPrecision
         from .randomness import MatchedRandomness
@@ -157,12 +169,8 @@ class KerasWhatIfSession:
 
 
 class TensorFlowWhatIfAudit(TensorFlowAudit):
-    """:class:`ampkit.audit.ops.AuditOps` for Keras with ``--what-if``: its session observes float32 steps."""
+    """:class:`ampkit.audit.ops.AuditOps` for Keras, ``--what-if`` included: the one table of its
+    sessions by kind (:func:`ampkit.audit.ops.session_kind`); no ``fp8`` (Keras's float8 layers are
+    trained, not audited against bf16 and fp32: ``--what-if --formats fp8`` predicts them)."""
 
-    def session_class(self, config):
-        if not config.what_if:
-            return super().session_class(config)
-
-        def open_session(build, x, y, loss, mode, **kw):
-            return KerasWhatIfSession(build, x, y, loss, **kw)
-        return open_session
+    audit_sessions = MappingProxyType({"plain": KerasAuditSession, "what_if": KerasWhatIfSession})

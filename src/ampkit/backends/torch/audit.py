@@ -19,15 +19,14 @@ from __future__ import annotations
 import keyword
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn as nn
 
 from ...audit.core import UNDERFLOW_THRESHOLD, Advice, format_of, lost_below, merge_dtypes, precision_threshold
-from ...audit.ops import StepOutcome
-from ...audit.report import AuditReport, LayerStats
-from ...errors import UsageError, one_line
+from ...audit.ops import AuditSession, StepOutcome, session_kind
+from ...audit.report import LayerStats
+from ...errors import one_line
 from .audit_batch import live_workload, session_inputs
 from .engine import MixedPrecision
 from .engine.contract import audit_findings
@@ -42,7 +41,7 @@ from .numerics.probes import InputProbe, StepProbe
 from .numerics.replay import ModelState, snapshot
 from .numerics.replay import restore as _restore
 from .numerics.replay import same_randomness as _same_randomness
-from .workloads import Workload, cross_entropy
+from .workloads import Workload
 
 #: GradScaler's default init_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**16
@@ -66,22 +65,6 @@ def _run(model, workload, batch, mp: MixedPrecision, probe: StepProbe, params: P
         else:
             mp.backward(loss)
     return rec.order, {"depth": rec.depth, "leaf": rec.leaf, "types": rec.types, "param_amax": param_amax}
-
-
-def audit(model_or_workload: nn.Module | Workload, batch: Any = None, loss_fn=cross_entropy, *, mode: str = "fp16",
-          loss_scale: float | None = None, steps: int = 1, device="auto", lr: float | None = None,
-          seed: int = 0, what_if: bool = False, formats=None, compile: bool = False, plan=None) -> AuditReport:
-    """Audit the numerics of ``mode`` layer by layer against an fp32 reference: ``ampkit.audit``
-    (the same parameters), run by the neutral driver through :class:`TorchAudit`'s session.
-
-    The model runs in train mode (as training does); parameters, buffers, ``.grad`` and its
-    train/eval mode are put back afterwards.
-    """
-    from ...audit import audit as neutral_audit
-
-    return neutral_audit(model_or_workload, batch, loss_fn, mode=mode, loss_scale=loss_scale, steps=steps,
-                         device=device, lr=lr, seed=seed, what_if=what_if, formats=formats,
-                         compile=compile, plan=plan)
 
 
 def _fails_in_fp32_too(model, workload, batch, device, seed, buffers, exc: Exception) -> None:
@@ -158,7 +141,7 @@ def _audited_step(model, workload, batch, mode, fmt, scale, device, seed, buffer
         model.zero_grad(set_to_none=True)
 
 
-class TorchAuditSession:
+class TorchAuditSession(AuditSession):
     """:class:`ampkit.audit.ops.AuditSession` for a torch model: a workload's model and one batch.
 
     Opening it puts the model in train mode (audited as training runs: dropout on, BatchNorm on
@@ -369,20 +352,13 @@ def torch_fp32_hint(model: nn.Module, device_type: str):
 
 
 class TorchAudit:
-    """:class:`ampkit.audit.ops.AuditOps` for PyTorch."""
-
-    def session_class(self, config) -> type:
-        """The session an audit opens (``--what-if``'s is added by :class:`.whatif.TorchWhatIfAudit`)."""
-        if config.what_if:
-            raise UsageError("--what-if is not available in this build of the torch backend")
-        return TorchAuditSession
+    """:class:`ampkit.audit.ops.AuditOps` for PyTorch: the session of each kind is the backend's
+    ``audit_sessions`` table (:class:`ampkit.backends.torch.backend.TorchBackend`)."""
 
     def audit_session(self, config, target, live=None) -> TorchAuditSession:
         device = torch.device(target.device)
-        cls = self.session_class(config)
-        if config.mode == "fp8" and not config.what_if:  # torchao's fp8 layers against bf16 and fp32: a session of its own
-            from .audit_fp8 import Fp8AuditSession as cls
-        kw = {"plan": config.plan} if getattr(config, "plan", None) else {}  # a precision plan to audit under
+        cls = self.audit_sessions[session_kind(config)]
+        kw = {"plan": config.plan} if config.plan else {}  # a precision plan to audit under
         if live is not None:
             workload, batch, fed = live_workload(live, device)
             session = cls(workload, batch, config.mode, device, lr=live.lr, seed=config.seed, **kw)

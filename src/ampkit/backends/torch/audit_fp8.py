@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 
 from ...audit.core import Advice
-from ...audit.ops import StepOutcome
+from ...audit.ops import AuditSession, StepOutcome
 from ...audit.report import LayerStats
 from ...formats import BF16
 from .engine import MixedPrecision
@@ -131,7 +131,7 @@ def _run(model, workload, batch, mp: MixedPrecision, names, device, seed) -> tup
     return rec, loss.detach()
 
 
-class Fp8AuditSession:
+class Fp8AuditSession(AuditSession):
     """:class:`ampkit.audit.ops.AuditSession` for ``--mode fp8`` (see the module docstring)."""
 
     initial_scale = 1.0

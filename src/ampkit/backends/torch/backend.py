@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..base import Backend
 from .bench import TorchBench
 from .doctor import TorchDoctor
 from .environment import TorchEnvironment
@@ -9,5 +10,5 @@ from .parity import TorchParity
 from .whatif import TorchWhatIfAudit
 
 
-class TorchBackend(TorchEnvironment, TorchDoctor, TorchBench, TorchParity, TorchWhatIfAudit):
+class TorchBackend(TorchEnvironment, TorchDoctor, TorchBench, TorchParity, TorchWhatIfAudit, Backend):
     name = "torch"

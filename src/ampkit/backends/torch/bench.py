@@ -14,9 +14,9 @@ import torch
 
 from ...bench.config import BenchConfig
 from ...bench.memory import is_oom
-from ...bench.ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
+from ...bench.ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
 from ...bench.report import BenchRow
-from ...bench.runner import check_final_loss, describe_failure, fill_flops, fill_timing, search_batch
+from ...bench.rows import check_final_loss, describe_failure, fill_flops, fill_timing, search_batch
 from ...errors import AutocastDisabledError, ModeUnavailableError, UsageError
 from .compiled import CompiledRun
 from .devices import mode_support
@@ -92,8 +92,10 @@ def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float 
                     skipped=m.skipped_steps, warmup_skipped=m.warmup_skipped_steps, first_loss=m.first_loss)
         row.peak_memory_bytes, row.memory_source = m.peak_memory_bytes, m.memory_source
         check_final_loss(row, m.final_loss, cfg)
-        if m.breakdown is not None:
-            _explain_row(row, m.breakdown, mode, device)
+        if m.breakdown is not None:  # the size table it cites is the driver's step (bench_size_work)
+            from ...bench.breakdown import fill_row
+
+            fill_row(row, m.breakdown)
     except (ModeUnavailableError, AutocastDisabledError) as exc:
         row.status, row.error = "unsupported", str(exc)
     except UsageError:
@@ -131,22 +133,6 @@ def _profiler(cfg: BenchConfig, device: torch.device):
                            "profiled on one thread, as the doctor times, so the shares are of a one-thread step")
         return got
     return run
-
-
-def _explain_row(row: BenchRow, breakdown, mode: str, device: torch.device) -> None:
-    """The row's breakdown and, for a mode other than fp32, the size table its explanation cites."""
-    from ...bench.breakdown import fill_row
-    from .doctor_ops import size_table
-
-    table = source = None
-    if mode not in ("fp32", "fp8"):
-        try:
-            table = size_table(mode, device)
-            source = ("the doctor's matmul vs fp32, measured in this run" +
-                      (" on one thread" if device.type == "cpu" else ""))
-        except Exception as exc:  # the breakdown stands without it
-            table, source = {}, f"not measured: {describe_failure(exc)}"
-    fill_row(row, breakdown, table, source)
 
 
 def _search(cfg, workload, mode, device, baseline, row, say) -> int | None:
@@ -271,3 +257,21 @@ class TorchBench:
             return measure_in_group(request, progress)
         return run_mode(request.config, request.mode, torch.device(request.target.device),
                         flops=request.flops_per_sample, progress=progress)
+
+    def bench_size_work(self, target) -> SizeWork:
+        """The doctor's matmul (:func:`.doctor_ops.size_work`), on one thread on a CPU as the doctor
+        times, the caller's random state untouched."""
+        import contextlib
+
+        from .doctor_ops import measuring_threads, size_work
+
+        device = torch.device(target.device)
+
+        @contextlib.contextmanager
+        def scope():
+            with measuring_threads(device), torch.random.fork_rng(devices=[]):
+                yield
+
+        return SizeWork(lambda mode, n: size_work(mode, device, n),
+                        "the doctor's matmul vs fp32, measured in this run" + (" on one thread" if device.type == "cpu" else ""),
+                        scope)

@@ -170,17 +170,6 @@ def size_work(mode: str, device: torch.device, n: int) -> Work:
     return Work({"matmul": matmul_op(mode, device, n)}, {}, clock_for(device))
 
 
-def size_table(mode: str, device: torch.device) -> dict:
-    """``mode``'s matmul against fp32's at the device's small, medium and large sizes, on one
-    thread on a CPU (as the doctor times): ``{str(n): {"speedup", "ci", "rounds"} | {"skipped"}}``."""
-    from ...doctor.sizes import CPU_SIZES, GPU_SIZES, measure_sizes
-
-    gpu = device.type == "cuda"
-    with measuring_threads(device), torch.random.fork_rng(devices=[]):
-        return measure_sizes(mode, lambda m, n: size_work(m, device, n), GPU_SIZES if gpu else CPU_SIZES,
-                             max_call_s=0.2 if gpu else 0.05)
-
-
 # ---------------------------------------------------------------- the quick check behind ``auto``
 def quick_kernel_work(mode: str, device: torch.device) -> Work:
     return Work({"matmul": matmul_op(mode, device, QUICK_MATMUL_N)}, {}, clock_for(device))

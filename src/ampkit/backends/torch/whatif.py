@@ -13,12 +13,15 @@ GPU: a device-to-host transfer each) that is not kept. The predictions are the n
 from __future__ import annotations
 
 import weakref
+from types import MappingProxyType
 
 import torch
 import torch.nn as nn
 
+from ...audit.ops import WhatIfSession
 from ...audit.whatif import ModuleSummary, TensorSummary
 from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
+from .audit_fp8 import Fp8AuditSession
 from .engine import MixedPrecision
 from .numerics.hooks import Recorder, float_tensors
 from .numerics.params import holder as _holder
@@ -55,7 +58,7 @@ class _Probe:
         return [(name, part, self.summaries[i]) for name, part, i in self.records]
 
 
-class TorchWhatIfSession(TorchAuditSession):
+class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
     """A what-if session: the audit session's model, batch and state handling, float32 steps only."""
 
     initial_scale = DEFAULT_LOSS_SCALE
@@ -161,7 +164,7 @@ class TorchWhatIfSession(TorchAuditSession):
 
 
 class TorchWhatIfAudit(TorchAudit):
-    """:class:`ampkit.audit.ops.AuditOps` for PyTorch with ``--what-if``: its session observes float32 steps."""
+    """:class:`ampkit.audit.ops.AuditOps` for PyTorch, ``--what-if`` included: the one table of its
+    sessions by kind (:func:`ampkit.audit.ops.session_kind`)."""
 
-    def session_class(self, config) -> type:
-        return TorchWhatIfSession if config.what_if else super().session_class(config)
+    audit_sessions = MappingProxyType({"plain": TorchAuditSession, "fp8": Fp8AuditSession, "what_if": TorchWhatIfSession})
