@@ -58,6 +58,8 @@ def main(out):
     trainer.train()
     with open(os.path.join(out, f"summary{RANK}.json"), "w") as fh:
         json.dump({"summary": cb.summary, "world": args.world_size}, fh, default=str)
+    if torch.distributed.is_initialized():  # as torch asks: a gloo group left to the interpreter's exit can
+        torch.distributed.destroy_process_group()  # abort there ("terminate called ...") on a loaded machine
 
 
 if __name__ == "__main__":
