@@ -23,6 +23,8 @@ ROW_KEYS = {"mode", "status", "error", "batch_size", "samples_per_s", "step_ms",
             "tflops", "mfu"}
 
 USER_MODELS = textwrap.dedent('''
+    import time
+
     import torch
     import torch.nn as nn
     import ampkit
@@ -55,6 +57,21 @@ USER_MODELS = textwrap.dedent('''
 
     def fails_in_bf16():
         return FailsInBf16()
+
+
+    class SleepsInFp16(nn.Module):
+        """Fast in fp32; each forward under fp16 autocast sleeps 4 s: a Ctrl-C lands in fp16's child."""
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 4)
+        def forward(self, x):
+            if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16:
+                time.sleep(4)
+            return self.lin(x)
+
+
+    def sleeps_in_fp16():
+        return SleepsInFp16()
 
 
     def wide():
@@ -233,8 +250,9 @@ def test_parse_size_and_peaks():
 def test_ctrl_c_keeps_finished_rows(user_dir, tmp_path):
     out = tmp_path / "partial.json"
     proc = subprocess.Popen([sys.executable, "-m", "ampkit", "bench", "--device", "cpu", "--model",
-                             "usermodels:wide", "--input-shape", "256", "--modes", "fp32,fp16",
-                             "--batch-size", "64", "--steps", "400", "--warmup", "1", "--json", str(out)],
+                             "usermodels:sleeps_in_fp16", "--input-shape", "16", "--num-classes", "4",
+                             "--modes", "fp32,fp16", "--batch-size", "8", "--steps", "20", "--warmup", "1",
+                             "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=default_sigint)
     deadline = time.time() + 240
