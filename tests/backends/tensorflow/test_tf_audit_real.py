@@ -43,10 +43,48 @@ KERAS_AUDIT_CASES = {
 }
 
 
+# The selected cases of one flavor share one fresh interpreter (one TensorFlow import instead of one per
+# case: several seconds apiece on a 2-core CPU); each case seeds and sets its own policies, and its verdict
+# is its own (written after each case, so a crash names the case it happened in).
+_SHARED_CHILD = textwrap.dedent('''
+    import json, sys, traceback
+    import tf_real_cases
+    out, flavor, done = sys.argv[1], sys.argv[2], {}
+    for name in sys.argv[3:]:
+        try:
+            getattr(tf_real_cases, name)(flavor)
+            done[name] = None
+        except BaseException:
+            done[name] = traceback.format_exc()
+        with open(out, "w") as fh:
+            json.dump(done, fh)
+''')
+
+
+@pytest.fixture(scope="module")
+def audit_cases(request, tmp_path_factory):
+    """Runs the KERAS_AUDIT_CASES this session selected (all, or those -k chose), one child per flavor."""
+    chosen = {}
+    for item in request.session.items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if getattr(item, "module", None) is request.module and params and "case" in params:
+            chosen.setdefault(params["flavor"], []).append(params["case"])
+    results = {}
+    for flavor, cases in chosen.items():
+        out = tmp_path_factory.mktemp(f"tf_real_{flavor}") / "done.json"
+        r = subprocess.run([sys.executable, "-c", _SHARED_CHILD, str(out), flavor, *cases], cwd=ROOT,
+                           capture_output=True, text=True, timeout=900)
+        results[flavor] = (json.loads(out.read_text()) if out.exists() else {}, r)
+    return results
+
+
 @pytest.mark.parametrize("case", list(KERAS_AUDIT_CASES))
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_keras_audit_case(flavor, case):
-    _case(case, flavor)
+def test_keras_audit_case(flavor, case, audit_cases):
+    done, r = audit_cases[flavor]
+    call = f"tf_real_cases.{case}({flavor!r})"
+    assert case in done, f"{call} never finished (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert done[case] is None, f"{call} failed:\n{done[case]}\n{r.stderr[-2000:]}"
 
 
 APPS = textwrap.dedent('''
