@@ -1,6 +1,7 @@
 """The Keras audit right on real models (Keras 3 and tf_keras): training=True with matched random
 draws, norm-based relative errors checked against an independent computation, advice as code that
-works, the loss and shapes read from the model. Bodies in tf_real_cases.py, each in a fresh interpreter."""
+works, the loss and shapes read from the model. Bodies in tf_real_cases.py, in fresh interpreters
+(one per test and flavor for the cases that share one)."""
 
 from __future__ import annotations
 
