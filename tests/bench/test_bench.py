@@ -23,6 +23,8 @@ ROW_KEYS = {"mode", "status", "error", "batch_size", "samples_per_s", "step_ms",
             "tflops", "mfu"}
 
 USER_MODELS = textwrap.dedent('''
+    import time
+
     import torch
     import torch.nn as nn
     import ampkit
@@ -57,6 +59,21 @@ USER_MODELS = textwrap.dedent('''
         return FailsInBf16()
 
 
+    class SleepsInFp16(nn.Module):
+        """Fast in fp32; each forward under fp16 autocast sleeps 4 s: a Ctrl-C lands in fp16's child."""
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 4)
+        def forward(self, x):
+            if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16:
+                time.sleep(4)
+            return self.lin(x)
+
+
+    def sleeps_in_fp16():
+        return SleepsInFp16()
+
+
     def wide():
         return nn.Sequential(nn.Linear(256, 2048), nn.GELU(), nn.Linear(2048, 10))
 
@@ -76,9 +93,9 @@ def user_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def bench(*args, timeout=600, env=None):
+def bench(*args, timeout=600, env=None, cwd=None):
     return subprocess.run([sys.executable, "-m", "ampkit", "bench", "--device", "cpu", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def bench_json(*args, rc=0):
@@ -87,10 +104,25 @@ def bench_json(*args, rc=0):
     return json.loads(r.stdout)
 
 
+@pytest.fixture(scope="module")
+def bare_run(tmp_path_factory):
+    """One bench of the bare factory (fp32, bf16) writing JSON, CSV and PNG to files, which the factory test
+    and the outputs test both read: each bench costs a parent and a spawned child per mode, each importing torch."""
+    folder = tmp_path_factory.mktemp("bare")
+    (folder / "usermodels.py").write_text(USER_MODELS)
+    out = folder / "out"
+    out.mkdir()
+    r = bench("--model", "usermodels:bare", "--input-shape", "3,4,4", "--num-classes", "5", "--modes", "fp32,bf16",
+              "--steps", "3", "--warmup", "1", "--batch-size", "4", "--json", str(out / "b.json"),
+              "--csv", str(out / "b.csv"), "--plot", str(out / "b.png"), cwd=folder)
+    return r, out
+
+
 # ---------------------------------------------------------------- user models
-def test_bare_model_factory(user_dir):
-    doc = bench_json("--model", "usermodels:bare", "--input-shape", "3,4,4", "--num-classes", "5",
-                     "--modes", "fp32,bf16", "--steps", "3", "--warmup", "1", "--batch-size", "4")
+def test_bare_model_factory(bare_run):
+    r, out = bare_run
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "b.json").read_text())
     assert doc["command"] == "bench" and doc["workload"] == "usermodels:bare" and doc["world_size"] == 1
     assert [r["mode"] for r in doc["results"]] == ["fp32", "bf16"]
     for r in doc["results"]:
@@ -165,12 +197,8 @@ def test_largest_fitting_search():
 
 
 # ---------------------------------------------------------------- outputs
-def test_json_csv_png_written(user_dir, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    r = bench("--model", "usermodels:bare", "--input-shape", "48", "--num-classes", "5", "--modes", "fp32,bf16",
-              "--steps", "2", "--warmup", "1", "--json", str(out / "b.json"), "--csv", str(out / "b.csv"),
-              "--plot", str(out / "b.png"))
+def test_json_csv_png_written(bare_run):
+    r, out = bare_run
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "b.json").read_text())
     assert {"ampkit_version", "command", "environment", "workload", "framework", "device", "world_size",
@@ -222,8 +250,9 @@ def test_parse_size_and_peaks():
 def test_ctrl_c_keeps_finished_rows(user_dir, tmp_path):
     out = tmp_path / "partial.json"
     proc = subprocess.Popen([sys.executable, "-m", "ampkit", "bench", "--device", "cpu", "--model",
-                             "usermodels:wide", "--input-shape", "256", "--modes", "fp32,fp16",
-                             "--batch-size", "64", "--steps", "400", "--warmup", "1", "--json", str(out)],
+                             "usermodels:sleeps_in_fp16", "--input-shape", "16", "--num-classes", "4",
+                             "--modes", "fp32,fp16", "--batch-size", "8", "--steps", "20", "--warmup", "1",
+                             "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=default_sigint)
     deadline = time.time() + 240

@@ -70,10 +70,18 @@ def test_parity_sigterm_keeps_finished_seeds(tmp_path):
     out = tmp_path / "parity.json"
     proc = _start(["parity", "--device", "cpu", "--modes", "fp32,bf16", "--seeds", "1000", "--epochs", "1",
                    "--json", str(out), "--plot", str(tmp_path / "curves.png")], tmp_path)
-    time.sleep(25)  # imports, then one seed after another (each a second or two)
-    assert proc.poll() is None, proc.stderr.read()
+    seen, deadline = "", time.time() + 240
+    while time.time() < deadline:  # imports, then one seed after another (each a second or two)
+        line = proc.stderr.readline()  # progress lines: "parity: seed 0 (1/1000), bf16 done [...]"
+        seen += line
+        if "bf16 done" in line or not line:
+            break
+    assert "bf16 done" in seen, seen
+    time.sleep(1)  # into the next seed
+    assert proc.poll() is None, seen + proc.stderr.read()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
+    err = seen + err
     assert proc.returncode == 143, err[-3000:]
     assert "Traceback" not in err and "terminated (SIGTERM)" in err, err[-3000:]
     doc = json.loads(out.read_text())

@@ -24,13 +24,60 @@ def _case(name: str, **env) -> None:
     assert r.returncode == 0, f"tf_cases.{name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
 
 
+# The Keras 3 cases of tf_cases.py share one fresh interpreter (one TensorFlow import instead of one
+# each: several seconds apiece on a 2-core CPU). Each case's verdict is its own (written after each case,
+# so a crash names the case it happened in); the cases that leave process state changed (keras.Model's
+# methods patched, the stop flag set) run last, in this order.
+SHARED = ("callback_history", "last_layer_warns", "parity_digits", "doctor_selftests",
+          "training_runs_with_the_modes_tf32_setting", "audit_keeps_the_steps_that_finished")
+_TEST_OF = {
+    "callback_history": "test_callback_records_halving_and_skipped_step_and_policy_is_restored",
+    "last_layer_warns": "test_last_layer_in_float16_warns",
+    "parity_digits": "test_parity_digits_each_mode_reaches_0_9",
+    "doctor_selftests": "test_doctor_selftests_pass_with_measured_speedups",
+    "training_runs_with_the_modes_tf32_setting": "test_fp32_training_runs_with_tf32_off_in_bench_and_parity",
+    "audit_keeps_the_steps_that_finished": "test_audit_keeps_the_steps_that_finished_when_asked_to_stop",
+}
+_SHARED_CHILD = textwrap.dedent('''
+    import json, sys, traceback
+    import tf_cases
+    out, done = sys.argv[1], {}
+    for name in sys.argv[2:]:
+        try:
+            getattr(tf_cases, name)()
+            done[name] = None
+        except BaseException:
+            done[name] = traceback.format_exc()
+        with open(out, "w") as fh:
+            json.dump(done, fh)
+''')
+
+
+@pytest.fixture(scope="module")
+def shared_cases(request, tmp_path_factory):
+    """Runs, in one child, the SHARED cases of the tests this session selected (all, or those -k chose)."""
+    selected = {item.name for item in request.session.items}
+    chosen = [name for name in SHARED if _TEST_OF[name] in selected]
+    out = tmp_path_factory.mktemp("tf_cases") / "done.json"
+    r = subprocess.run([sys.executable, "-c", _SHARED_CHILD, str(out), *chosen], cwd=ROOT, capture_output=True,
+                       text=True, timeout=900)
+    done = json.loads(out.read_text()) if out.exists() else {}
+    return done, r
+
+
+def _shared(shared_cases, name: str) -> None:
+    done, r = shared_cases
+    assert name in done, f"tf_cases.{name} never finished (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert done[name] is None, f"tf_cases.{name} failed:\n{done[name]}\n{r.stderr[-2000:]}"
+
+
 def _cli(*args, cwd=None, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "ampkit", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env={**os.environ, **env} if env else None)
 
 
-def test_doctor_selftests_pass_with_measured_speedups():
-    _case("doctor_selftests")
+def test_doctor_selftests_pass_with_measured_speedups(shared_cases):
+    _shared(shared_cases, "doctor_selftests")
 
 
 def test_doctor_framework_all_holds_both_documents():
@@ -62,16 +109,16 @@ def test_bench_mlp_rows_ok_under_mirrored_strategy_with_two_replicas():
     assert doc["flops_per_sample"] > 0
 
 
-def test_parity_digits_each_mode_reaches_0_9():
-    _case("parity_digits")
+def test_parity_digits_each_mode_reaches_0_9(shared_cases):
+    _shared(shared_cases, "parity_digits")
 
 
-def test_callback_records_halving_and_skipped_step_and_policy_is_restored():
-    _case("callback_history")
+def test_callback_records_halving_and_skipped_step_and_policy_is_restored(shared_cases):
+    _shared(shared_cases, "callback_history")
 
 
-def test_last_layer_in_float16_warns():
-    _case("last_layer_warns")
+def test_last_layer_in_float16_warns(shared_cases):
+    _shared(shared_cases, "last_layer_warns")
 
 
 KMODELS = textwrap.dedent('''
@@ -84,8 +131,8 @@ KMODELS = textwrap.dedent('''
 ''')
 
 
-def test_audit_keeps_the_steps_that_finished_when_asked_to_stop():
-    _case("audit_keeps_the_steps_that_finished")
+def test_audit_keeps_the_steps_that_finished_when_asked_to_stop(shared_cases):
+    _shared(shared_cases, "audit_keeps_the_steps_that_finished")
 
 
 def test_audit_names_the_overflowing_keras_layer(tmp_path):
@@ -116,8 +163,8 @@ def test_bench_auto_batch_with_memory_budget_measures_each_trial_fresh():
     assert fitting[-1][1] >= fitting[0][1] * 0.9
 
 
-def test_fp32_training_runs_with_tf32_off_in_bench_and_parity():
-    _case("training_runs_with_the_modes_tf32_setting")
+def test_fp32_training_runs_with_tf32_off_in_bench_and_parity(shared_cases):
+    _shared(shared_cases, "training_runs_with_the_modes_tf32_setting")
 
 
 # --- Keras 2 (tf_keras, the ampkit[tf-keras] extra) ---------------------------------------------

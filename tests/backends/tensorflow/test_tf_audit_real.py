@@ -1,6 +1,7 @@
 """The Keras audit right on real models (Keras 3 and tf_keras): training=True with matched random
 draws, norm-based relative errors checked against an independent computation, advice as code that
-works, the loss and shapes read from the model. Bodies in tf_real_cases.py, each in a fresh interpreter."""
+works, the loss and shapes read from the model. Bodies in tf_real_cases.py, in fresh interpreters
+(one per test and flavor for the cases that share one)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,63 @@ def _case(name: str, *args: str) -> str:
     return r.stdout
 
 
+# The selected cases of one flavor share one fresh interpreter (one TensorFlow import instead of one per
+# case: several seconds apiece on a 2-core CPU); each case seeds and sets its own policies, and its verdict
+# is its own (written after each case, so a crash names the case it happened in).
+_SHARED_CHILD = textwrap.dedent('''
+    import contextlib, io, json, sys, traceback
+    import tf_real_cases
+    out, done = sys.argv[1], {}
+    for key, call in json.loads(sys.argv[2]).items():
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                getattr(tf_real_cases, call[0])(*call[1:])
+            done[key] = [None, printed.getvalue()]
+        except BaseException:
+            done[key] = [traceback.format_exc(), printed.getvalue()]
+        with open(out, "w") as fh:
+            json.dump(done, fh)
+''')
+
+
+def _shared(request, tmp_path_factory, test: str, call) -> dict:
+    """Runs, one child per flavor, ``call(params)`` (a tf_real_cases function and its arguments) for each
+    selected case of ``test`` (all, or those -k chose): {flavor: ({case id: [traceback or None, stdout]}, r)}."""
+    chosen = {}
+    for item in request.session.items:
+        if getattr(item, "module", None) is request.module and item.originalname == test:
+            params = item.callspec.params
+            chosen.setdefault(params["flavor"], {})[item.callspec.id] = call(params)
+    results = {}
+    for flavor, calls in chosen.items():
+        out = tmp_path_factory.mktemp(f"tf_real_{flavor}") / "done.json"
+        r = subprocess.run([sys.executable, "-c", _SHARED_CHILD, str(out), json.dumps(calls)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=900)
+        results[flavor] = (json.loads(out.read_text()) if out.exists() else {}, r)
+    return results
+
+
+def _verdict(results: dict, flavor: str, key: str, call: str) -> str:
+    done, r = results[flavor]
+    assert key in done, f"{call} never finished (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    error, printed = done[key]
+    assert error is None, f"{call} failed:\n{error}\n{r.stderr[-2000:]}"
+    return printed
+
+
+@pytest.fixture(scope="module")
+def mobilenet_audits(request, tmp_path_factory):
+    return _shared(request, tmp_path_factory, "test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation",
+                   lambda p: ["mobilenet_audit", p["flavor"], p["mode"]])
+
+
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(flavor, mode):
-    out = _case("mobilenet_audit", flavor, mode)
+def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(flavor, mode, mobilenet_audits,
+                                                                              request):
+    out = _verdict(mobilenet_audits, flavor, request.node.callspec.id,
+                   f"tf_real_cases.mobilenet_audit({flavor!r}, {mode!r})")
     assert f"{mode} max rel_error" in out
 
 
@@ -43,10 +97,15 @@ KERAS_AUDIT_CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def audit_cases(request, tmp_path_factory):
+    return _shared(request, tmp_path_factory, "test_keras_audit_case", lambda p: [p["case"], p["flavor"]])
+
+
 @pytest.mark.parametrize("case", list(KERAS_AUDIT_CASES))
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_keras_audit_case(flavor, case):
-    _case(case, flavor)
+def test_keras_audit_case(flavor, case, audit_cases, request):
+    _verdict(audit_cases, flavor, request.node.callspec.id, f"tf_real_cases.{case}({flavor!r})")
 
 
 APPS = textwrap.dedent('''

@@ -1,4 +1,5 @@
-"""TensorFlow test bodies, each run in a fresh interpreter by test_tensorflow.py.
+"""TensorFlow test bodies, run by test_tensorflow.py in fresh interpreters (never the pytest process; the
+Keras 3 ones of its SHARED list one after another in one child, each with its own verdict).
 
 TensorFlow and PyTorch must not share the pytest process: once TensorFlow is loaded, torch
 kernels can crash (their bundled native runtimes clash), so no test imports TensorFlow in-process.
