@@ -135,9 +135,9 @@ def test_backends_import_nothing_from_each_other():
 
 def test_cross_backend_check_sees_a_planted_import():
     assert _backend_of("ampkit.backends.torch.bench") == "torch" and _backend_of("ampkit.backends.base") is None
-    graph = {"ampkit.backends.torch.bench": {"ampkit.backends.tensorflow.common", "ampkit.bench.runner"},
-             "ampkit.backends.tensorflow.common": {"ampkit.environment"}, "ampkit.bench.runner": set()}
-    assert _cross_backend_imports(graph) == ["ampkit.backends.torch.bench imports ampkit.backends.tensorflow.common"]
+    graph = {"ampkit.backends.torch.bench": {"ampkit.backends.tensorflow.environment", "ampkit.bench.runner"},
+             "ampkit.backends.tensorflow.environment": {"ampkit.environment"}, "ampkit.bench.runner": set()}
+    assert _cross_backend_imports(graph) == ["ampkit.backends.torch.bench imports ampkit.backends.tensorflow.environment"]
 
 
 #: the only neutral modules that may name a backend module: the package's lazy public names, and

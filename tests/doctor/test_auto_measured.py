@@ -321,11 +321,11 @@ def test_the_doctor_says_slower_with_the_measured_figures_even_on_a_cpu_with_the
 _TF_CASE = textwrap.dedent('''
     import json, os, pathlib, sys
     from ampkit import auto_cache
-    from ampkit.backends.tensorflow.keras_engine import auto_fingerprint_tf
+    from ampkit.backends.tensorflow.engine.mixed_precision import auto_fingerprint
     import ampkit.keras as ak
 
     folder = pathlib.Path(os.environ["AMPKIT_CACHE_DIR"])
-    fp = auto_fingerprint_tf()
+    fp = auto_fingerprint()
     out = {"fp": fp}
 
     def plant(recommended, modes, entry_fp=fp):
@@ -369,8 +369,8 @@ def test_keras_auto_follows_the_cached_verdict_and_else_measures(tmp_path):
 @pytest.mark.slow  # TensorFlow twice and a bench child: ~20 s on a 2-core CPU
 def test_keras_bench_modes_fp32_auto_follows_the_cached_verdict(tmp_path):
     env = {**os.environ, auto_cache.ENV_VAR: str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
-    fp = subprocess.run([sys.executable, "-c", "import json; from ampkit.backends.tensorflow.keras_engine import "
-                         "auto_fingerprint_tf as f; print('FP ' + json.dumps(f(cpu=True)))"],
+    fp = subprocess.run([sys.executable, "-c", "import json; from ampkit.backends.tensorflow.engine.mixed_precision import "
+                         "auto_fingerprint as f; print('FP ' + json.dumps(f(cpu=True)))"],
                         capture_output=True, text=True, timeout=300, env=env)
     assert fp.returncode == 0, fp.stderr[-3000:]
     plant(tmp_path, json.loads(next(x for x in fp.stdout.splitlines() if x.startswith("FP "))[3:]), "fp32", SLOWER)

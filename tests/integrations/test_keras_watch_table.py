@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ampkit.backends.tensorflow.keras_watch import KerasWatch
+from ampkit.backends.tensorflow.integrations.watch import KerasWatch
 
 
 class _Var:

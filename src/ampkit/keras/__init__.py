@@ -1,12 +1,12 @@
 """Mixed precision for Keras — Keras 3 (on TensorFlow, torch or JAX) or Keras 2 (``tf_keras``):
 ``ampkit.keras.MixedPrecision`` and friends.
 
-The public name of :mod:`ampkit.backends.tensorflow.keras_engine`. Importing this module imports
+The public name of :mod:`ampkit.backends.tensorflow.engine.mixed_precision`. Importing this module imports
 Keras (and, on Keras's TensorFlow backend, TensorFlow); ``import ampkit`` does not.
 """
 
-from ..backends.tensorflow.keras_engine import LossScaleHistory, MixedPrecision, float32_output, loss_scale_of
-from ..backends.tensorflow.keras_policy import GlobalPolicyFound
+from ..backends.tensorflow.engine.mixed_precision import LossScaleHistory, MixedPrecision, float32_output, loss_scale_of
+from ..backends.tensorflow.engine.policy import GlobalPolicyFound
 from ..health import LossScaleWarning
 
 __all__ = ["MixedPrecision", "LossScaleHistory", "float32_output", "loss_scale_of", "GlobalPolicyFound",

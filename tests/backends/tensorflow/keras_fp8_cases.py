@@ -30,10 +30,10 @@ def main() -> None:
     import keras
 
     import ampkit.keras as ak
-    from ampkit.backends.tensorflow.common import TensorFlowEnvironment
     from ampkit.backends.tensorflow.doctor import selftest
+    from ampkit.backends.tensorflow.engine.fp8 import fp8_support
+    from ampkit.backends.tensorflow.environment import TensorFlowEnvironment
     from ampkit.backends.tensorflow.flavor import Flavor
-    from ampkit.backends.tensorflow.keras_fp8 import fp8_support
     from ampkit.errors import ModeUnavailableError, UsageError
 
     rng = np.random.default_rng(1)

@@ -49,7 +49,7 @@ def test_parallel_op_time_is_scaled_to_the_step():
 #: without --explain that must not start the profiler nor import the module that uses it
 CHILD = """
 import json, sys
-from ampkit.backends.tensorflow.bench import run_mode_tf
+from ampkit.backends.tensorflow.bench import run_mode
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.explain import explain_rows
 from ampkit.bench.report import derive_relative
@@ -58,7 +58,7 @@ real_start = tf.profiler.experimental.start
 def refuse(*a, **k):
     raise AssertionError("the profiler was started without --explain")
 tf.profiler.experimental.start = refuse
-plain = run_mode_tf(BenchConfig(workload="mlp", batch_size=32, steps=2, warmup=1), "fp32", None, lambda *a: None)
+plain = run_mode(BenchConfig(workload="mlp", batch_size=32, steps=2, warmup=1), "fp32", None, lambda *a: None)
 assert plain.status == "ok" and plain.breakdown is None, plain.error
 assert "ampkit.backends.tensorflow.profile_breakdown" not in sys.modules
 tf.profiler.experimental.start = real_start

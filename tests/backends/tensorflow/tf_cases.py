@@ -117,10 +117,10 @@ def training_runs_with_the_modes_tf32_setting():
 
     keras.Model.train_on_batch, keras.Model.fit = train_on_batch, fit
     tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
-    row = bench.run_mode_tf(BenchConfig(workload="mlp", steps=2, warmup=0, batch_size=8), "fp32", None,
+    row = bench.run_mode(BenchConfig(workload="mlp", steps=2, warmup=0, batch_size=8), "fp32", None,
                             lambda *a: None)
     assert row.status == "ok", row.error
-    parity.train_one_tf(load("digits"), "fp32", 0, epochs=1)
+    parity.train_one(load("digits"), "fp32", 0, epochs=1)
     assert {who for who, _ in seen} == {"bench", "parity"}
     assert not any(on for _, on in seen), seen
     assert tf.config.experimental.tensor_float_32_execution_enabled()  # restored after the scope
@@ -275,7 +275,7 @@ def audit_keeps_the_steps_that_finished():
 
     import ampkit
     from ampkit import isolation
-    from ampkit.backends.tensorflow.keras_engine import MixedPrecision
+    from ampkit.backends.tensorflow.engine.mixed_precision import MixedPrecision
 
     def build():
         return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])

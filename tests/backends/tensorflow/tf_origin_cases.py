@@ -361,7 +361,7 @@ def fitting_batches(flavor: str) -> None:
 def application_inputs(flavor: str = "keras") -> None:
     """keras.applications models with their preprocessing built in get pixels in [0, 255]: EfficientNetB0
     (Rescaling(1/255)); EfficientNetV2B0 (Rescaling(1/128, offset -1)); ResNet50 (none built in) N(0, 1)."""
-    from ampkit.backends.tensorflow.keras_inputs import input_plan
+    from ampkit.backends.tensorflow.workloads.inputs import input_plan
 
     k = _k(flavor)
     eff = k.applications.EfficientNetB0(input_shape=(32, 32, 3), weights=None, classes=10)

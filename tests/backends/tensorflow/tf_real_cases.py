@@ -137,7 +137,7 @@ def dropout_masks_match(flavor: str) -> None:
     import tensorflow as tf
 
     import ampkit
-    from ampkit.backends.tensorflow import randomness
+    from ampkit.backends.tensorflow.numerics import replay as randomness
 
     k = _keras(flavor)
     seed = tf.constant([1, 2], tf.int32)
@@ -379,10 +379,11 @@ def bench_application_without_flags(flavor: str) -> None:
                      "classes=10, alpha=0.35)\n")
         sys.path.insert(0, tmp)
         cfg = BenchConfig(model="apps_mod:mnv2", steps=1, warmup=0, batch_size=4)
-        probe = bench._probe_tf(cfg.to_dict())  # trains a probe step: shapes and loss fit
-        flops, name, ran = probe[0], probe[1], probe[3]
-        assert name == "apps_mod:mnv2" and ran.name == flavor and flops and flops > 0
-        row = bench.run_mode_tf(cfg, "fp32", flops, lambda *a: None)
+        probe = bench.probe(cfg.to_dict())  # trains a probe step: shapes and loss fit
+        flops, name, ran = probe.flops_per_sample, probe.name, probe.environment["keras"]
+        assert name == "apps_mod:mnv2" and ran.startswith({"keras": "Keras ", "tf_keras": "tf_keras "}[flavor])
+        assert flops and flops > 0 and probe.batch_size > 0
+        row = bench.run_mode(cfg, "fp32", flops, lambda *a: None)
         assert row.status == "ok", row.error
         # softmax outputs taken as probabilities: about ln(10) on random targets, not a loss on logits
         assert 1.0 < row.final_loss < 6.0, row.final_loss

@@ -5,7 +5,7 @@ the mode's policy — with the same weights. An intermediate model exposes every
 it is produced; a GradientTape gives the gradient of the loss with respect to each of them.
 
 Both passes run as training runs: ``training=True`` (BatchNormalization on batch statistics,
-dropout on), with the SAME random numbers (:class:`.randomness.MatchedRandomness`: seeding alone
+dropout on), with the SAME random numbers (:class:`.numerics.replay.MatchedRandomness`: seeding alone
 does not give float16 and float32 layers the same dropout masks), from the same variables (the
 reference copies the audited model's weights and moving statistics before each step), and the
 audited model's non-trainable state (moving statistics) is put back after its pass, so the
@@ -17,8 +17,8 @@ values. Functional and Sequential models are supported (subclassed models expose
 outputs), of Keras 3 or of Keras 2 (tf_keras):
 each is audited and trained with its own Keras's mixed-precision API, and the fix for a layer is
 given as code for that Keras (:func:`keras_fp32_hint`). The same tape gives every trainable variable's
-gradient, what LossScaleOptimizer checks (:mod:`.keras_params`); a forward failure is looked at inside
-its layer, operation by operation (:mod:`.keras_origin`).
+gradient, what LossScaleOptimizer checks (:mod:`.numerics.params`); a forward failure is looked at inside
+its layer, operation by operation (:mod:`.numerics.origin`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from ...audit.ops import AuditSession, StepOutcome, session_kind
 from ...audit.report import LayerStats
 from ...compare import array_relative_error as relative_error
 from ...errors import UsageError
-from .common import import_tf, tf_device_name, tf_environment
-from .keras_origin import composite, fp32_code, origin_of
-from .keras_params import ParamGrads, ParamLedger
+from .environment import import_tensorflow, tf_device_name, tf_environment
+from .numerics.origin import composite, fp32_code, origin_of
+from .numerics.params import ParamGrads, ParamLedger
 
 #: Keras's LossScaleOptimizer's default initial_scale: an fp16 audit looks at what a default run sees
 DEFAULT_LOSS_SCALE = 2.0**15
@@ -49,7 +49,7 @@ def keras_fp32_hint(name: str, flavor=None) -> str:
 
 
 def layer_fp32_hint(model, flavor, name: str) -> str:
-    """:func:`keras_fp32_hint`, for a layer holding sublayers every one of them (:func:`.keras_origin.fp32_code`)."""
+    """:func:`keras_fp32_hint`, for a layer holding sublayers every one of them (:func:`.numerics.origin.fp32_code`)."""
     try:
         lay = model.get_layer(name)
     except (ValueError, KeyError):
@@ -67,7 +67,7 @@ def keras_scale_code(scale: float, flavor=None) -> str:
 
 
 def _np(t) -> np.ndarray:
-    tf = import_tf()
+    tf = import_tensorflow()
     return tf.cast(t, tf.float32).numpy()
 
 
@@ -135,7 +135,7 @@ def _input_sources(layers, per_layer_outputs, model_inputs) -> list:
 
 
 def _flatten(x) -> list:
-    return import_tf().nest.flatten(x)
+    return import_tensorflow().nest.flatten(x)
 
 
 def _snapshot(model) -> list:
@@ -159,9 +159,9 @@ class KerasAuditSession(AuditSession):
 
     def __init__(self, build_model, x, y, loss_fn, mode: str, *, lr: float = 1e-3, name: str | None = None,
                  seed: int = 0, notes: tuple[str, ...] = ()):
+        from .engine.mixed_precision import MixedPrecision
         from .flavor import flavor_of, keras3, load_every_keras
-        from .keras_engine import MixedPrecision
-        from .randomness import MatchedRandomness
+        from .numerics.replay import MatchedRandomness
 
         self.x, self.y, self.loss_fn, self.mode, self.lr, self.seed = x, y, loss_fn, mode, lr, seed
         self.device, self.workload, self.notes = tf_device_name(), name, notes
@@ -192,7 +192,7 @@ class KerasAuditSession(AuditSession):
 
     def _engine(self, scale: float):
         """The mode's engine at ``scale`` (a fresh one per scale keeps the loss scale where it was asked)."""
-        from .keras_engine import MixedPrecision
+        from .engine.mixed_precision import MixedPrecision
 
         if scale not in self._engines:
             self._engines[scale] = MixedPrecision(self.mode, initial_scale=scale, keras="keras")
@@ -202,8 +202,8 @@ class KerasAuditSession(AuditSession):
         """A forward and backward as training runs, with this step's random draws, in ``engine``'s
         scope: outputs, gradients (of the loss times ``scale``, as LossScaleOptimizer scales it;
         None: the loss itself), the outputs' dtypes, and the variables' gradients reduced
-        (:meth:`.keras_params.ParamGrads.reduce`: amax and inf/NaN count each)."""
-        tf = import_tf()
+        (:meth:`.numerics.params.ParamGrads.reduce`: amax and inf/NaN count each)."""
+        tf = import_tensorflow()
         with self.rng.active():
             self.rng.start(step_seed)
             with engine.scope():
@@ -237,7 +237,7 @@ class KerasAuditSession(AuditSession):
                            params_nonfinite=params_bad)
 
     def _first(self, step_seed: int) -> dict | None:
-        """Where the audited pass first held inf/NaN (:mod:`.keras_origin` looks inside a forward's layer)."""
+        """Where the audited pass first held inf/NaN (:mod:`.numerics.origin` looks inside a forward's layer)."""
         outs_a, g_a = _split(self.flat_a, self.counts), _split(self.grads_a, self.counts)
         outs_r = _split(self.flat_r, self.counts)
         fwd = next((i for i, a in enumerate(outs_a) if _nonfinite(a)), None)
@@ -309,8 +309,8 @@ class KerasAuditSession(AuditSession):
                       partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")')
 
     def contract_findings(self) -> list:
-        """A float16/bfloat16 output layer and float16 variables (:func:`.keras_contract.audit_findings`)."""
-        from .keras_contract import audit_findings
+        """A float16/bfloat16 output layer and float16 variables (:func:`.engine.contract.audit_findings`)."""
+        from .engine.contract import audit_findings
 
         return audit_findings(self.aud, self.mode, partial(layer_fp32_hint, self.aud, self.flavor))
 
@@ -327,7 +327,7 @@ class TensorFlowAudit:
     ``(build_model, x, y, loss_fn, mode, **kw)``."""
 
     def audit_session(self, config, target, live=None) -> KerasAuditSession:
-        from .workloads import build_tf_workload
+        from .workloads import build_workload
 
         session = self.audit_sessions[session_kind(config)]
         if live is not None:
@@ -346,12 +346,12 @@ class TensorFlowAudit:
                            name=live.name, seed=config.seed)
         sizes = {k: v for k, v in (("seq_len", config.seq_len), ("image_size", config.image_size)) if v}
         args = (config.workload, config.model, config.input_shape, config.num_classes)
-        probe = build_tf_workload(*args, sizes=sizes)
+        probe = build_workload(*args, sizes=sizes)
         x, y = probe.make_batch(config.batch_size or probe.batch_size, config.seed)
         loss = probe.keras_loss()
         if isinstance(loss, str):
             loss = probe.flavor.module.losses.get(loss)
-        opened = session(lambda: build_tf_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
+        opened = session(lambda: build_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
                          lr=probe.lr, name=probe.name, seed=config.seed,
                          notes=(f"input: {probe.input['why']}",) if probe.input and probe.input["kind"] != "normal" else ())
         opened.input = dict(probe.input or {"kind": "normal", "range": None, "why": "standard-normal values"})

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..base import Backend
 from .bench import TensorFlowBench
-from .common import TensorFlowEnvironment
 from .doctor import TensorFlowDoctor
+from .environment import TensorFlowEnvironment
 from .parity import TensorFlowParity
 from .whatif import TensorFlowWhatIfAudit
 
@@ -16,7 +16,7 @@ class TensorFlowBackend(TensorFlowEnvironment, TensorFlowDoctor, TensorFlowBench
     name = "tensorflow"
 
     def __init__(self) -> None:
-        from .keras_backends import refuse_cli_backend
+        from .engine.keras_backends import refuse_cli_backend
 
         # Keras set to torch or JAX: one line now, before TensorFlow and that backend meet in one
         # process (TensorFlow with Keras's torch backend segfaults)

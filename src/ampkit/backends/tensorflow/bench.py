@@ -15,9 +15,8 @@ from ...bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
 from ...bench.report import BenchRow
 from ...bench.rows import check_final_loss, describe_failure, fill_timing
 from ...errors import UsageError
-from .common import grow_gpu_memory, import_tf, tf_environment
-from .flavor import Flavor
-from .workloads import all_layers, build_tf_workload, count_flops
+from .environment import grow_gpu_memory, import_tensorflow, tf_environment
+from .workloads import all_layers, build_workload, count_flops
 
 
 class _GpuPeak:
@@ -29,11 +28,11 @@ class _GpuPeak:
         self.peak = 0
 
     def __enter__(self):
-        import_tf().config.experimental.reset_memory_stats("GPU:0")
+        import_tensorflow().config.experimental.reset_memory_stats("GPU:0")
         return self
 
     def __exit__(self, *exc):
-        self.peak = int(import_tf().config.experimental.get_memory_info("GPU:0")["peak"])
+        self.peak = int(import_tensorflow().config.experimental.get_memory_info("GPU:0")["peak"])
         return False
 
 
@@ -43,8 +42,8 @@ def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: b
 
     A step was skipped when the LossScaleOptimizer lowered its scale (it halves on inf/NaN gradients
     and skips the update), or kept it at tf_keras's floor of 1 while its growth counter restarted."""
+    from .engine.mixed_precision import loss_scale_of
     from .flavor import flavor_of
-    from .keras_engine import loss_scale_of
 
     x, y = workload.make_batch(batch_size, seed + 1)
     model = workload.model
@@ -80,27 +79,27 @@ def _check_policy_reached(model, mp) -> None:
                            "(layers given an explicit dtype keep it)")
 
 
-def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
+def run_mode(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
     import keras
 
+    from .engine.mixed_precision import MixedPrecision, mode_support
     from .flavor import load_every_keras
-    from .keras_engine import MixedPrecision, mode_support_tf
 
-    tf = import_tf()
+    tf = import_tensorflow()
     row = BenchRow(mode, steps=cfg.steps)
     gpu = bool(tf.config.list_physical_devices("GPU"))
     row.device_name = tf_environment()["device_name"]
     if mode == "fp8":  # Keras 3's float8 layers: fp8 hardware, or their emulation (row.emulated)
-        from .keras_fp8 import fp8_support
+        from .engine.fp8 import fp8_support
 
         ok, row.emulated, why = fp8_support()
     else:
-        ok, why = mode_support_tf(mode)
+        ok, why = mode_support(mode)
     if not ok:
         row.status, row.error = "unsupported", why
         return row
     try:
-        from .keras_distributed import strategy_scope
+        from .distributed import strategy_scope
 
         distributed, row.replicas = strategy_scope(cfg.strategy, cfg.replicas, gpu)
         mp = MixedPrecision(mode, keras="keras")
@@ -112,7 +111,7 @@ def run_mode_tf(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchR
         # under --strategy the model and its optimizer are made in the strategy's scope too
         with mp.scope(), distributed:
             keras.utils.set_random_seed(cfg.seed)
-            workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
+            workload = build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
             k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
             workload.model = mp.prepare(workload.model)  # fp8: Keras float8 layers (before compile)
             if mode == "fp8" and not any(d["converted"] for d in mp.fp8_layers):  # bf16 under fp8's name: refused
@@ -187,15 +186,15 @@ def _shapes(x):
     return list(x.shape[1:]) if hasattr(x, "shape") else None
 
 
-def _probe_tf(cfg: BenchConfig | dict) -> tuple[float | None, str, int, Flavor, object]:
+def probe(cfg: BenchConfig | dict) -> ModelProbe:
     """Build the workload and, for a user's model, train one step on a batch of 2: a wrong
     --input-shape or --num-classes is reported now, in one line, not as an error row per mode.
-    Returns (FLOPs per sample, name, default batch size, the Keras it was built with, per-sample input shapes)."""
+    The Keras it was built with goes into the probe's environment (``keras``)."""
     import keras
 
     cfg = cfg if isinstance(cfg, BenchConfig) else BenchConfig.from_dict(cfg)
     keras.utils.set_random_seed(cfg.seed)
-    workload = build_tf_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
+    workload = build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
     flops = count_flops(workload.model)
     x, y = workload.make_batch(2, cfg.seed)
     try:
@@ -210,12 +209,13 @@ def _probe_tf(cfg: BenchConfig | dict) -> tuple[float | None, str, int, Flavor, 
         except Exception as exc:
             raise ProbeStepFailed(f"{type(exc).__name__}: {telling_line(exc)}",
                                   cfg.num_classes or workload.num_classes) from None
-    return flops, workload.name, workload.batch_size, workload.flavor, shapes
+    return ModelProbe(workload.name, flops, shapes, workload.batch_size,
+                      environment={"keras": workload.flavor.label})
 
 
 def _use_device(target) -> None:
     """A CPU target hides the GPUs from this process (a child starts seeing them all)."""
-    tf = import_tf()
+    tf = import_tensorflow()
     if not target.accelerator and tf.config.get_visible_devices("GPU"):
         tf.config.set_visible_devices([], "GPU")
 
@@ -227,7 +227,7 @@ class TensorFlowBench:
     would inflate each other's peaks."""
 
     bench_searches_in_child = False
-    bench_strategies = ("mirrored",)  # --strategy: tf.distribute (keras_distributed)
+    bench_strategies = ("mirrored",)  # --strategy: tf.distribute (.distributed)
 
     def bench_start(self, config: BenchConfig) -> None:
         grow_gpu_memory()  # this parent only probes: leave the GPU's memory to each mode's child
@@ -235,12 +235,11 @@ class TensorFlowBench:
 
     def bench_probe(self, config: BenchConfig, target) -> ModelProbe:
         _use_device(target)
-        flops, name, batch_size, flavor, shapes = _probe_tf(config)
-        return ModelProbe(name, flops, shapes, batch_size, environment={"keras": flavor.label})
+        return probe(config)
 
     def bench_measure(self, request: MeasureRequest, progress) -> BenchRow:
         _use_device(request.target)
-        return run_mode_tf(request.config, request.mode, request.flops_per_sample, progress)
+        return run_mode(request.config, request.mode, request.flops_per_sample, progress)
 
     def bench_size_work(self, target) -> SizeWork:
         """The doctor's matmul (:func:`.doctor_ops.size_work`, ``tf.linalg.matmul``)."""

@@ -10,7 +10,7 @@ from ...doctor.measure import Work
 from ...errors import one_line
 from ...precision import get_precision
 from . import doctor_work
-from .common import grow_gpu_memory, import_tf
+from .environment import grow_gpu_memory, import_tensorflow
 
 
 def selftest(mode: str, flavor=None) -> tuple[str, str]:
@@ -18,15 +18,15 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
 
     ``flavor``: which Keras (:mod:`.flavor`); Keras 3 by default, tf_keras for the Keras 2 self-test.
     """
+    from .engine.mixed_precision import MixedPrecision, loss_scale_of
     from .flavor import keras3
-    from .keras_engine import MixedPrecision, loss_scale_of
 
-    tf = import_tf()
+    tf = import_tensorflow()
     flavor = flavor or keras3()
     keras = flavor.module
-    if mode == "fp8":  # a real fp8 step through the engine's Keras float8 layers (keras_fp8.py)
-        from .keras_fp8 import fp8_support
-        from .keras_fp8_selftest import selftest as fp8_selftest
+    if mode == "fp8":  # a real fp8 step through the engine's Keras float8 layers (engine/fp8.py)
+        from .doctor_fp8 import selftest as fp8_selftest
+        from .engine.fp8 import fp8_support
 
         ok, _, why = fp8_support(flavor)
         return fp8_selftest() if ok else ("fail", why)
@@ -88,7 +88,7 @@ def one_measuring_thread() -> bool:
 
     if not owns_process():
         return False
-    tf = import_tf()
+    tf = import_tensorflow()
     try:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -114,13 +114,13 @@ class TensorFlowDoctor:
         return doctor_work.work(mode, gpu=target.accelerator)
 
     def auto_fingerprint(self, target) -> dict:
-        from .keras_engine import auto_fingerprint_tf
+        from .engine.mixed_precision import auto_fingerprint
 
-        return auto_fingerprint_tf(cpu=not target.accelerator)
+        return auto_fingerprint(cpu=not target.accelerator)
 
     def doctor_variants(self, supported, target, say, *, thorough: bool = False) -> dict[str, dict]:
         """tf_keras's mixed-precision path self-tested beside Keras 3's, where tf_keras is installed:
         always where ``tf.keras`` is tf_keras (``TF_USE_LEGACY_KERAS=1``), else only when ``thorough``."""
-        from . import keras2
+        from . import doctor_keras2 as keras2
 
         return keras2.variants(supported, selftest, say, thorough=thorough)

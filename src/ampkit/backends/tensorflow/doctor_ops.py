@@ -1,7 +1,7 @@
 """The TensorFlow ops doctor times that need no Keras engine, and the quick check behind ``auto``.
 
 Kept apart from :mod:`.doctor_work` (which trains through ``ampkit.keras.MixedPrecision``) so that
-``resolve_auto_tf`` in the Keras engine can measure with the doctor's own code without an import
+``resolve_auto`` in the Keras engine can measure with the doctor's own code without an import
 cycle. Every op ends in ``.numpy()``, which waits for the result, so host timing is right.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ...doctor.measure import Work
-from .tfimport import import_tf
+from .tfimport import import_tensorflow
 
 #: the quick check's matmul: tens of milliseconds for an emulated bf16, well under one for a native one
 QUICK_MATMUL_N = 256
@@ -22,7 +22,7 @@ def _dtype(tf, mode: str):
 
 def in_mode(mode: str, fn):
     """``fn().numpy()`` with TF32 execution on for tf32 and off otherwise (restored after)."""
-    tf = import_tf()
+    tf = import_tensorflow()
 
     def call():
         prev = tf.config.experimental.tensor_float_32_execution_enabled()
@@ -36,7 +36,7 @@ def in_mode(mode: str, fn):
 
 def matmul_op(mode: str, n: int) -> tuple:
     """(callable, flops per call): an ``n``-square matmul in the mode's compute dtype."""
-    tf = import_tf()
+    tf = import_tensorflow()
     dtype = _dtype(tf, mode)
     a = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 1)), dtype)
     b = tf.cast(tf.random.stateless_normal((n, n), seed=(1, 2)), dtype)
@@ -45,7 +45,7 @@ def matmul_op(mode: str, n: int) -> tuple:
 
 def conv_op(mode: str, shape: tuple) -> tuple:
     """(callable, flops per call): a 3x3 convolution ``(batch, h, w, c_in, c_out)`` in the mode's dtype."""
-    tf = import_tf()
+    tf = import_tensorflow()
     dtype = _dtype(tf, mode)
     bs, h, w, cin, cout = shape
     x = tf.cast(tf.random.stateless_normal((bs, h, w, cin), seed=(1, 3)), dtype)
@@ -64,7 +64,7 @@ def quick_auto(on_cpu: bool = True) -> dict:
     second. Matmul only: a Keras training step would first have to be traced (seconds)."""
     from ...doctor.auto import quick_check
 
-    tf = import_tf()
+    tf = import_tensorflow()
     scope = tf.device("/CPU:0") if on_cpu else contextlib.nullcontext()
     with scope:
         def work(mode: str) -> Work:

@@ -12,8 +12,8 @@ right on a GPU too.
 from __future__ import annotations
 
 from ...doctor.measure import Work
-from .common import import_tf
 from .doctor_ops import conv_op, matmul_op
+from .environment import import_tensorflow
 
 
 def sizes(gpu: bool) -> dict:
@@ -56,7 +56,7 @@ def _lazy(make):
 
     def call():
         if not step:
-            logger = import_tf().get_logger()
+            logger = import_tensorflow().get_logger()
             level = logger.level
             logger.setLevel("ERROR")  # one tf.function per model by design: TF's "retracing" warning does not apply
             try:
@@ -70,9 +70,9 @@ def _lazy(make):
 
 
 def _train_step(mode: str, build, x, y):
-    from .keras_engine import MixedPrecision
+    from .engine.mixed_precision import MixedPrecision
 
-    tf = import_tf()
+    tf = import_tensorflow()
     import keras
 
     mp = MixedPrecision(mode)
@@ -93,7 +93,7 @@ def _train_step(mode: str, build, x, y):
 
 
 def training(mode: str, s: dict) -> dict:
-    tf = import_tf()
+    tf = import_tensorflow()
     import keras
 
     b2, seq, d = s["block"]
@@ -112,7 +112,7 @@ def training(mode: str, s: dict) -> dict:
 def work(mode: str, gpu: bool) -> Work:
     """The mode's kernels and training steps, sized for a GPU (``gpu``) or the CPU."""
     s = sizes(gpu)
-    logger = import_tf().get_logger()
+    logger = import_tensorflow().get_logger()
     level = logger.level
     logger.setLevel("ERROR")  # one tf.function per model by design: TF's "retracing" warning does not apply
     try:

@@ -79,9 +79,9 @@ class Flavor:
             # tf_keras logs a "mixed precision compatibility check" warning (this machine's GPUs for
             # mixed_float16) the first time: ampkit measures and reports that itself, and the
             # extra lines would break its one-line errors and clean logs
-            from .tfimport import import_tf
+            from .tfimport import import_tensorflow
 
-            logger = import_tf().get_logger()
+            logger = import_tensorflow().get_logger()
             level = logger.level
             logger.setLevel("ERROR")
             try:
@@ -125,10 +125,10 @@ class Flavor:
         """``inner`` in this Keras's dynamic LossScaleOptimizer (Keras 2 and 3 take the same two arguments).
 
         Keras 3: ampkit's subclass, whose skip decision is combined across ``tf.distribute`` replicas
-        (:mod:`.keras_scaling`); tf_keras checks the gradients after they are all-reduced already."""
+        (:mod:`.engine.scaling`); tf_keras checks the gradients after they are all-reduced already."""
         cls = self.loss_scale_optimizer
         if not self.legacy:
-            from .keras_scaling import loss_scale_optimizer_class
+            from .engine.scaling import loss_scale_optimizer_class
 
             cls = loss_scale_optimizer_class()
         return cls(inner, initial_scale=initial_scale, dynamic_growth_steps=dynamic_growth_steps)
@@ -210,10 +210,10 @@ def tf_keras_target() -> str:
 
     Read from the class ``tf.keras.Model`` is: ``tf.keras.__name__`` can say ``tensorflow.keras`` for either.
     """
-    from .tfimport import import_tf
+    from .tfimport import import_tensorflow
 
     try:
-        return import_tf().keras.Model.__module__.split(".")[0]
+        return import_tensorflow().keras.Model.__module__.split(".")[0]
     except (ImportError, AttributeError):  # TF_USE_LEGACY_KERAS=1 without tf_keras installed
         return "tf_keras (not installed)"
 

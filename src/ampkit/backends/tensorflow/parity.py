@@ -12,7 +12,7 @@ from ...factory import call_user
 from ...parity.core import loader_order
 from ...parity.ops import DataSets, ParityData
 from ...parity.report import RunRecord
-from .parity_data import is_dataset, prepare_tf
+from .parity_data import is_dataset, prepare
 
 
 def dataset_model(arch: str):
@@ -49,13 +49,13 @@ def _epochs_of_arrays(x, y, seed: int, epochs: int, steps: int | None, batch_siz
     yield x[order], y[order]
 
 
-def train_one_tf(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=None) -> RunRecord:
+def train_one(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=None) -> RunRecord:
     """Train one seed in one mode: a built-in architecture (``ds.model``, a name) or a caller's
     factory of a fresh Keras model, with AdamW and (unless ``ds`` names its own) sparse cross-entropy
     on logits, judged by accuracy (or, for a caller's data without class targets, the loss)."""
     import keras
 
-    from .keras_engine import MixedPrecision
+    from .engine.mixed_precision import MixedPrecision
 
     mp = MixedPrecision(mode, keras="keras")  # the built-in models are Keras 3, whatever tf.keras resolves to
     user = ds.sets is not None
@@ -120,8 +120,8 @@ class TensorFlowParity:
             a = data.arrays
             data = dataclasses.replace(data, source=DataSets(train=(a.x_train, a.y_train), test=(a.x_test, a.y_test),
                                                              spec="the train/test arrays"))
-        return prepare_tf(data)
+        return prepare(data)
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target, *, epochs: int,
                    on_epoch=None) -> RunRecord:
-        return train_one_tf(data, mode, seed, epochs=epochs, on_epoch=on_epoch)
+        return train_one(data, mode, seed, epochs=epochs, on_epoch=on_epoch)

@@ -1,5 +1,5 @@
 """A caller's data for Keras parity: ``(inputs, targets)`` arrays or batched ``tf.data.Dataset``s,
-and the checks that run before any training (:func:`prepare_tf`).
+and the checks that run before any training (:func:`prepare`).
 
 Arrays are visited in :func:`ampkit.parity.core.loader_order` (the same order as PyTorch's parity);
 a ``tf.data`` pipeline keeps its own order, and is rebuilt for every run by calling the data
@@ -87,7 +87,7 @@ def build(data: ParityData, spec: str):
     return model
 
 
-def prepare_tf(data: ParityData) -> ParityData:
+def prepare(data: ParityData) -> ParityData:
     """Check a caller's Keras model and data before any training (one batch of each part through the
     model and the loss) and settle the loss and the metric."""
     import keras

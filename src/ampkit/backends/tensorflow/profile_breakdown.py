@@ -111,9 +111,9 @@ def summarize(times: dict[tuple[str, str], float], step_ms: float, steps: int, m
 
 def profile_steps(model, x, y, steps: int, batch_size: int) -> Breakdown:
     """``steps`` more ``train_on_batch`` calls under TensorFlow's profiler, summarised."""
-    from .common import import_tf
+    from .environment import import_tensorflow
 
-    tf = import_tf()
+    tf = import_tensorflow()
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     with tempfile.TemporaryDirectory(prefix="ampkit-tfprof-") as logdir:

@@ -7,7 +7,7 @@ output and output gradient, and the input of every Dense/EinsumDense (what Keras
 quantizes), then applies SGD. The same tape gives every trainable variable's gradient: its amax is
 the owning layer's ``param_grad_amax`` (what LossScaleOptimizer checks: a kernel gradient, a sum over
 the batch, sets the top of the loss-scale range where it exceeds every output gradient). A custom
-layer's own code is replayed with its operations recorded (:func:`.keras_origin.inner_amax`): its
+layer's own code is replayed with its operations recorded (:func:`.numerics.origin.inner_amax`): its
 ``fwd.amax`` is the largest of its output and the tensors its ``call`` computes between its
 sublayers, so unscaled attention scores that overflow fp16 are predicted at that layer.
 Summaries are the neutral :func:`ampkit.audit.whatif_summary.summarize`, the PyTorch backend's too,
@@ -39,9 +39,9 @@ from .audit import (
     keras_scale_code,
     layer_fp32_hint,
 )
-from .common import import_tf, tf_device_name, tf_environment
-from .keras_origin import inner_amax, is_custom
-from .keras_params import ParamGrads
+from .environment import import_tensorflow, tf_device_name, tf_environment
+from .numerics.origin import inner_amax, is_custom
+from .numerics.params import ParamGrads
 
 #: the what-if's dtypes as ml_dtypes has them (the neutral summary's ``cast``)
 _DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
@@ -76,9 +76,9 @@ class KerasWhatIfSession(WhatIfSession):
 
     def __init__(self, build_model, x, y, loss_fn, mode: str = "fp32", *, lr: float = 1e-3, name: str | None = None,
                  seed: int = 0, notes: tuple[str, ...] = ()):  # ``mode``: unused, it observes float32
+        from .engine.mixed_precision import MixedPrecision
         from .flavor import flavor_of, keras3, load_every_keras
-        from .keras_engine import MixedPrecision
-        from .randomness import MatchedRandomness
+        from .numerics.replay import MatchedRandomness
 
         self.x, self.y, self.loss_fn, self.lr, self.seed = x, y, loss_fn, lr, seed
         self.device, self.workload, self.notes = tf_device_name(), name, notes
@@ -100,7 +100,7 @@ class KerasWhatIfSession(WhatIfSession):
         self.scale_limit: float | None = None
 
     def observe(self, step: int) -> None:
-        tf = import_tf()
+        tf = import_tensorflow()
         variables = self.model.trainable_variables
         with self.rng.active():
             self.rng.start(self.seed * 7919 + step)

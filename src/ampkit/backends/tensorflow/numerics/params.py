@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from ...compare import relative_error
-from ...formats import FP32
-from .common import import_tf
+from ....compare import relative_error
+from ....formats import FP32
+from ..environment import import_tensorflow
 
 
 def variable_name(v) -> str:
@@ -53,7 +53,7 @@ class ParamGrads:
         variable the loss does not reach), and against the reference's gradients ``against`` (the
         float32 pass's, kept in :attr:`last`) ``||g / scale - ref||**2`` and ``||ref||**2`` (0 without).
         One host read for all of them; the gradients are kept in :attr:`last` until the next call."""
-        tf = import_tf()
+        tf = import_tensorflow()
         self.last = list(grads)
         if not grads:
             return np.zeros((0, 4))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 
-from .flavor import Flavor, loaded_flavors
+from ..flavor import Flavor, loaded_flavors
 
 #: the mode each non-float32 policy's compute dtype maps to
 POLICY_MODE = {"mixed_float16": "fp16", "float16": "fp16", "mixed_bfloat16": "bf16", "bfloat16": "bf16"}
@@ -50,7 +50,7 @@ def found_policy(first: Flavor) -> tuple[Flavor, str] | None:
 def adopt(requested: str, found: tuple[Flavor, str] | None) -> tuple[str, str | None]:
     """The mode to resolve (``auto`` becomes the found policy's mode) and the one line to report (None
     when no policy was found)."""
-    from ...precision import AUTO, parse_mode
+    from ....precision import AUTO, parse_mode
 
     if found is None:
         return requested, None

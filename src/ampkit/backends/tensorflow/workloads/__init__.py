@@ -1,7 +1,7 @@
 """Keras workloads: built inside the active dtype policy, last layer kept in float32.
 
 Built-in workloads are Keras 3; a ``--model MODULE:FACTORY`` may return a Keras 3 or a Keras 2
-(``tf_keras``) model, and ``KerasWorkload.flavor`` says which (see :mod:`.flavor`).
+(``tf_keras``) model, and ``KerasWorkload.flavor`` says which (see :mod:`..flavor`).
 
 A bare model says what it needs (:func:`model_head`): its per-sample input shape (``model.input_shape``
 without the batch dimension, when fully defined), its classes (the output's last dimension) and its
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import UsageError
-from .flavor import Flavor, flavor_of, keras3
-from .keras_inputs import input_plan, make_inputs
+from ....errors import UsageError
+from ..flavor import Flavor, flavor_of, keras3
+from .inputs import input_plan, make_inputs
 
 TF_WORKLOADS = ("mlp", "cnn", "resnet50", "bert-base")
 
@@ -46,7 +46,7 @@ class KerasWorkload:
     lr: float = 1e-4
     input_shape: tuple | None = None   # per sample (a bare model: given or read from the model)
     num_classes: int | None = None
-    input: dict | None = None          # what make_batch feeds (.keras_inputs.input_plan; None: N(0, 1))
+    input: dict | None = None          # what make_batch feeds (.inputs.input_plan; None: N(0, 1))
 
     @property
     def flavor(self) -> Flavor:
@@ -68,7 +68,7 @@ class KerasWorkload:
 
 def _classification(shape, classes, target_shape=(), loss="sparse_categorical_crossentropy_logits",
                     one_unit=False, plan=None):
-    """Standard-normal inputs (or as ``plan`` says: :func:`.keras_inputs.make_inputs`) and targets for
+    """Standard-normal inputs (or as ``plan`` says: :func:`.inputs.make_inputs`) and targets for
     ``loss``: class indices in ``[0, classes)`` of shape ``(n, *target_shape)``; for binary cross-entropy
     0/1 (``one_unit``: one output) or one-hot floats (multi-label sigmoid outputs)."""
     def make(n, seed):
@@ -147,7 +147,7 @@ def _bert_base(seq: int = 128, vocab: int = 30522, hidden: int = 768, layers: in
 _BUILTIN = {"mlp": _mlp, "cnn": _cnn, "resnet50": _resnet50, "bert-base": _bert_base}
 
 
-def check_tf_workload(name: str) -> str:
+def check_builtin(name: str) -> str:
     key = (name or "").strip().lower()
     key = {"bert": "bert-base"}.get(key, key)
     if key not in _BUILTIN:
@@ -156,15 +156,15 @@ def check_tf_workload(name: str) -> str:
     return key
 
 
-def build_tf_workload(workload: str | None, model_spec: str | None, input_shape, num_classes: int,
+def build_workload(workload: str | None, model_spec: str | None, input_shape, num_classes: int,
                       sizes: dict | None = None) -> KerasWorkload:
     """Call inside the mode's policy scope: layers take the global dtype policy when built.
 
-    A factory may build with Keras 3 or tf_keras: call :func:`.flavor.load_every_keras` before
+    A factory may build with Keras 3 or tf_keras: call :func:`..flavor.load_every_keras` before
     entering the scope, so that the scope sets the policy in both.
     """
     if model_spec:
-        from ...factory import call_factory
+        from ....factory import call_factory
 
         obj = call_factory(model_spec)
         if isinstance(obj, KerasWorkload):
@@ -177,7 +177,7 @@ def build_tf_workload(workload: str | None, model_spec: str | None, input_shape,
     kw = dict(sizes or {})  # {"seq_len": n} or {"image_size": n}
     if "seq_len" in kw:
         kw["seq"] = kw.pop("seq_len")
-    return _BUILTIN[check_tf_workload(workload)](**kw)
+    return _BUILTIN[check_builtin(workload)](**kw)
 
 
 # --- what a bare model declares -----------------------------------------------------------------

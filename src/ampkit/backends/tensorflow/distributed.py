@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 
-from .tfimport import import_tf
+from .tfimport import import_tensorflow
 
 
 def mirrored_strategy(replicas: int | None, gpu: bool):
     """``(strategy, number of replicas)`` for ``--strategy mirrored``. Raises ValueError in one line
     when the devices asked for are not there (the mode's row says it)."""
-    tf = import_tf()
+    tf = import_tensorflow()
     if gpu:
         gpus = tf.config.list_logical_devices("GPU")
         if replicas is not None and replicas > len(gpus):

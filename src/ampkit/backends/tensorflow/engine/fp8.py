@@ -16,13 +16,13 @@ NVIDIA GPU with compute capability >= 8.9). Elsewhere (a CPU, an older GPU) fp8 
 
 Keras 2 (``tf_keras``) and a Keras 3 without float8 quantization have no fp8 training: the mode is
 refused in one line. Keras's torch and JAX backends are not offered (ampkit checks fp8 on the
-TensorFlow backend only). The doctor's fp8 self-test: :mod:`.keras_fp8_selftest`.
+TensorFlow backend only). The doctor's fp8 self-test: :mod:`..doctor_fp8`.
 """
 
 from __future__ import annotations
 
-from ...errors import ModeUnavailableError, UsageError
-from ...precision import Precision
+from ....errors import ModeUnavailableError, UsageError
+from ....precision import Precision
 
 __all__ = ["FP8_KERAS", "FP8_LAYER_TYPES", "KerasFp8", "fp8_engine", "fp8_support"]
 
@@ -35,7 +35,7 @@ FP8_LAYER_TYPES = ("Dense", "EinsumDense")
 def fp8_support(flavor=None, backend: str = "tensorflow") -> tuple[bool, bool, str]:
     """``(trainable, emulated, why)``: whether ``ampkit.keras`` can train in fp8 with ``flavor`` on
     Keras's ``backend``, and whether it is emulated (no fp8 hardware: numerics without speed)."""
-    from .flavor import keras3
+    from ..flavor import keras3
 
     flavor = flavor or keras3()
     if flavor.legacy:
@@ -49,7 +49,7 @@ def fp8_support(flavor=None, backend: str = "tensorflow") -> tuple[bool, bool, s
         modes = ()
     if "float8" not in modes or not hasattr(keras.Model, "quantize"):
         return False, False, f"Keras {keras.__version__} has no float8 quantization (model.quantize('float8'), Keras >= 3.4)"
-    from .keras_modes import fp8_hardware
+    from ..devices import fp8_hardware
 
     native, hw = fp8_hardware()
     if native:
@@ -78,7 +78,7 @@ class KerasFp8:
 
     def convert(self, model):
         """Quantize ``model``'s eligible layers in place to Keras float8 (call before ``compile``)."""
-        from .flavor import flavor_of
+        from ..flavor import flavor_of
 
         if (flavor_of(model) or self.flavor).legacy:
             raise ModeUnavailableError("fp8 needs Keras 3's model.quantize('float8'); this is a tf_keras (Keras 2) model")
@@ -127,7 +127,7 @@ class KerasFp8:
 
 def fp8_engine(mode, flavor, backend: str, skip_first_last: bool, layer_filter) -> KerasFp8 | None:
     """The Keras engine's fp8 part when ``mode`` is fp8, else None (the fp8 keywords are then refused)."""
-    from ...precision import parse_mode
+    from ....precision import parse_mode
 
     if parse_mode(mode) != "fp8":
         if skip_first_last is not True or layer_filter is not None:

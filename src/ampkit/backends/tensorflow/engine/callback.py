@@ -10,7 +10,7 @@ history speaks for all.
 
 At ``on_train_begin`` it refuses, in one line, to train a model that computes in float16 through an
 optimizer without loss scaling (its small gradients would underflow to zero, silently), and gives a
-Keras 3 LossScaleOptimizer that ``compile`` made itself ampkit's cross-replica skip (:mod:`.keras_scaling`).
+Keras 3 LossScaleOptimizer that ``compile`` made itself ampkit's cross-replica skip (:mod:`.scaling`).
 
 Extending it: ``history.hooks`` is a list of callables ``hook(history, step, scale, skipped)`` run
 after each recorded batch. ``step`` is the trainer's global step, 1-based: the optimizer's
@@ -19,9 +19,9 @@ after each recorded batch. ``step`` is the trainer's global step, 1-based: the o
 
 from __future__ import annotations
 
-from ...errors import UsageError
-from ...health import LossScaleHealth
-from .flavor import Flavor, flavor_of, keras3
+from ....errors import UsageError
+from ....health import LossScaleHealth
+from ..flavor import Flavor, flavor_of, keras3
 
 KERAS_ADVICE = ("Switch to bf16 where the device runs it (no loss scaling needed): ampkit.keras.MixedPrecision('bf16'). "
                 "Find the layer that overflows with `ampkit audit --framework tensorflow --model MODULE:FACTORY "
@@ -43,7 +43,7 @@ def loss_scale_of(optimizer) -> float | None:
 
 def refuse_unscaled_float16(model, optimizer) -> None:
     """One line when ``model`` computes in float16 and ``optimizer`` does not scale the loss."""
-    from .keras_contract import loss_scaling_finding
+    from .contract import loss_scaling_finding
 
     finding = loss_scaling_finding(model, optimizer)
     if finding:
@@ -75,7 +75,7 @@ class _History:
         flavor = flavor_of(opt) if opt is not None else None
         if flavor is not None and not flavor.legacy and flavor.is_loss_scale_optimizer(opt):
             # one compile made itself (a mixed_float16 model): ampkit's cross-replica skip, before fit traces
-            from .keras_scaling import upgrade
+            from .scaling import upgrade
 
             upgrade(opt)
         self._last = loss_scale_of(opt)

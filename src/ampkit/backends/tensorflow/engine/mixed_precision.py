@@ -4,14 +4,14 @@
 * tf32 — policy ``float32``, TF32 execution on (GPUs with compute capability >= 8.0; TensorFlow only).
 * fp16 — policy ``mixed_float16`` (float16 compute, float32 variables) and the optimizer wrapped
   in a dynamic loss-scale optimizer (Keras 3: ampkit's, whose skip decision holds across replicas,
-  :mod:`.keras_scaling`; tf_keras: its own).
+  :mod:`.scaling`; tf_keras: its own).
 * bf16 — policy ``mixed_bfloat16``, no loss scaling.
 
 The previous global dtype policy and TF32 setting are restored when the scope ends. A global
 policy the user set before (TensorFlow's tutorial) is reported in one line and taken into account
-(:mod:`.keras_policy`).
+(:mod:`.policy`).
 
-Keras 3 and Keras 2 (``tf_keras``) both work (see :mod:`.flavor`), and Keras 3 on its torch and
+Keras 3 and Keras 2 (``tf_keras``) both work (see :mod:`..flavor`), and Keras 3 on its torch and
 JAX backends too (:mod:`.keras_backends`; no TensorFlow imported there). ``keras=`` chooses the one
 whose policy the scope sets and whose callback :meth:`MixedPrecision.callback` returns; by default
 the one ``tf.keras`` resolves to (tf_keras under ``TF_USE_LEGACY_KERAS=1``). Under any
@@ -24,15 +24,15 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from ...engine_front import PrecisionFront
-from ...errors import UsageError
-from ...precision import AUTO, Precision, get_precision
-from .flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
-from .keras_callback import LossScaleHistory, history_class, keras_health, loss_scale_of
-from .keras_modes import auto_fingerprint_tf, engine_mode, gpu_capabilities, mode_support_tf, resolve_auto_tf
+from ....engine_front import PrecisionFront
+from ....errors import UsageError
+from ....precision import AUTO, Precision, get_precision
+from ..devices import auto_fingerprint, engine_mode, gpu_capabilities, mode_support, resolve_auto
+from ..flavor import Flavor, flavor_of, get_flavor, keras3, loaded_flavors
+from .callback import LossScaleHistory, history_class, keras_health, loss_scale_of
 
-__all__ = ["MixedPrecision", "LossScaleHistory", "float32_output", "loss_scale_of", "mode_support_tf",
-           "resolve_auto_tf", "auto_fingerprint_tf", "gpu_capabilities", "history_class"]
+__all__ = ["MixedPrecision", "LossScaleHistory", "float32_output", "loss_scale_of", "mode_support",
+           "resolve_auto", "auto_fingerprint", "gpu_capabilities", "history_class"]
 
 
 def _flavor_and_backend(keras) -> tuple[Flavor, str]:
@@ -57,7 +57,7 @@ class MixedPrecision(PrecisionFront):
             (default: the one ``tf.keras`` resolves to; Keras 3 on its torch/JAX backends).
         min_scale_warning, consecutive_skip_warning: the loss-scale alarm (:mod:`ampkit.health`).
         keep_fp32: layers kept in float32 (names, paths, globs or class names), applied by
-            ``model = mp.prepare(model)`` through per-layer dtype policies (:mod:`.keras_plan`);
+            ``model = mp.prepare(model)`` through per-layer dtype policies (:mod:`.islands`);
             :meth:`from_plan` reads them from a plan file; :attr:`plan` is the plan in force.
 
     Example::
@@ -73,8 +73,8 @@ class MixedPrecision(PrecisionFront):
     def __init__(self, mode: str = AUTO, *, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
                  keras=None, min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10,
                  fp8_skip_first_last: bool = True, fp8_filter=None, keep_fp32=None):
-        from . import keras_policy
-        from .keras_fp8 import fp8_engine
+        from . import policy as keras_policy
+        from .fp8 import fp8_engine
 
         self.flavor, self.backend = _flavor_and_backend(keras)
         found = keras_policy.found_policy(self.flavor)
@@ -92,7 +92,7 @@ class MixedPrecision(PrecisionFront):
         self._checked: dict[tuple[int, int], bool] = {}
         self._last_scale: dict[int, float] = {}
         keras_policy.report(self.policy_note)
-        from .keras_plan import KerasIslands, keras_plan
+        from .islands import KerasIslands, keras_plan
 
         plan = keras_plan(self.precision.mode, keep_fp32)
         if plan is not None and plan.default != self.precision.mode:
@@ -104,7 +104,7 @@ class MixedPrecision(PrecisionFront):
     def from_plan(cls, plan, **kwargs):
         """The engine a precision plan asks for (a path, the dict or an ``ampkit.plan.Plan``); then
         ``model = mp.prepare(model)`` on the built model applies its layers' policies."""
-        from ...plan import load_plan
+        from ....plan import load_plan
 
         if "keep_fp32" in kwargs:
             raise UsageError("from_plan() takes the layers from the plan; keep_fp32= is for MixedPrecision(mode, ...)")
@@ -114,7 +114,7 @@ class MixedPrecision(PrecisionFront):
     @property
     def plan(self):
         """The :class:`ampkit.plan.Plan` in force (no modules when none were asked for)."""
-        from ...plan import Plan
+        from ....plan import Plan
 
         return self._islands.plan if self._islands is not None else Plan(self.mode, {}, "tensorflow")
 
@@ -123,9 +123,9 @@ class MixedPrecision(PrecisionFront):
         return self.precision.keras_policy
 
     def prepare(self, model):
-        """The model to train: fp8 quantizes its eligible layers to Keras float8 (:mod:`.keras_fp8`; a
+        """The model to train: fp8 quantizes its eligible layers to Keras float8 (:mod:`.fp8`; a
         built model, before ``compile``); other modes return it as it is."""
-        if self._islands is not None:  # the plan's layers: float32 policies, out of fp8 (.keras_plan)
+        if self._islands is not None:  # the plan's layers: float32 policies, out of fp8 (.islands)
             self._islands.apply(model)
             if self._fp8:
                 self._fp8.layer_filter = self._islands.fp8_filter(self._user_fp8_filter)
@@ -142,9 +142,9 @@ class MixedPrecision(PrecisionFront):
         prev_policies = [(f, f.global_policy()) for f in flavors]
         tf = None
         if self.backend == "tensorflow":
-            from .tfimport import import_tf
+            from ..tfimport import import_tensorflow
 
-            tf = import_tf()
+            tf = import_tensorflow()
             prev_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         for f in flavors:
             f.set_global_policy(self.policy)
@@ -163,7 +163,7 @@ class MixedPrecision(PrecisionFront):
         in any mode when float16 compute is about (a global ``mixed_float16`` policy found at start, or
         ``model`` given with float16 layers) — as is otherwise. A Keras 3 LossScaleOptimizer given
         here gains ampkit's cross-replica skip."""
-        from .keras_policy import POLICY_MODE, float16_layers
+        from .policy import POLICY_MODE, float16_layers
 
         _need_optimizer(inner, "optimizer(inner)")
         flavor = flavor_of(inner) or self.flavor
@@ -179,7 +179,7 @@ class MixedPrecision(PrecisionFront):
     def _upgraded(opt, flavor: Flavor):
         if flavor.legacy:
             return opt
-        from .keras_scaling import upgrade
+        from .scaling import upgrade
 
         return upgrade(opt)
 
@@ -187,8 +187,8 @@ class MixedPrecision(PrecisionFront):
         """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of
         ``mp.flavor`` — that feeds this engine's loss-scale alarm (:meth:`health`) and keeps the last
         ``k`` batches' layer statistics: on the first inf/NaN an ``audit`` document names the layer
-        and phase (written to ``json_path``; without it kept in ``history.watch.record``); :mod:`.keras_watch`."""
-        from .keras_watch import watch_fit
+        and phase (written to ``json_path``; without it kept in ``history.watch.record``); :mod:`..integrations.watch`."""
+        from ..integrations.watch import watch_fit
 
         if model is not None:
             _need_model(model, "callback(model)")
@@ -203,7 +203,7 @@ class MixedPrecision(PrecisionFront):
         A softmax or the logits in float16 lose precision and can overflow; keep the last layer in
         float32 (``dtype="float32"``, or :func:`float32_output`).
         """
-        from .keras_contract import loss_scaling_finding
+        from .contract import loss_scaling_finding
 
         problems = []
         last = model.layers[-1] if model.layers else None
@@ -221,7 +221,7 @@ class MixedPrecision(PrecisionFront):
         """The precision contract, checked on the model as it is: per layer, variables float32, the
         compute dtype the policy's, the output layer float32; a float16-computing model's optimizer
         scales the loss. A list of ``{"where", "expected", "actual", "advice"}`` ([] when it holds)."""
-        from .keras_contract import verify
+        from .contract import verify
 
         _need_model(model, "verify(model)")
         if optimizer is not None:
@@ -253,7 +253,7 @@ class MixedPrecision(PrecisionFront):
             return self._added_scaling[id(optimizer)][1]
         key = (id(model), id(optimizer))
         if key not in self._checked:
-            from .keras_policy import float16_layers
+            from .policy import float16_layers
 
             self._checked[key] = bool(float16_layers(model))
         if not self._checked[key]:
@@ -279,13 +279,13 @@ class MixedPrecision(PrecisionFront):
         flavor = flavor_of(optimizer) or flavor_of(model) or self.flavor
         opt = self._scaling_for(model, optimizer, flavor)
         if not flavor.legacy:
-            from .keras_scaling import ensure_built
+            from .scaling import ensure_built
 
             ensure_built(opt, model.trainable_variables, self.backend)
         if flavor.legacy or self.backend == "tensorflow":
-            from .tfimport import import_tf
+            from ..tfimport import import_tensorflow
 
-            tf = import_tf()
+            tf = import_tensorflow()
             with tf.GradientTape() as tape:
                 pred = model(x, training=True)
                 loss = loss_fn(y, pred)
@@ -305,9 +305,9 @@ class MixedPrecision(PrecisionFront):
         if not flavor.is_loss_scale_optimizer(opt):
             return
         if self.backend == "tensorflow" or flavor.legacy:
-            from .tfimport import import_tf
+            from ..tfimport import import_tensorflow
 
-            tf = import_tf()
+            tf = import_tensorflow()
             if not tf.executing_eagerly():
                 return
             if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
@@ -322,7 +322,7 @@ class MixedPrecision(PrecisionFront):
 
 
 def _scale_args(initial_scale, growth_steps) -> tuple[float, int]:
-    from ...errors import UsageError
+    from ....errors import UsageError
 
     try:
         scale, steps = float(initial_scale), int(growth_steps)
@@ -335,14 +335,14 @@ def _scale_args(initial_scale, growth_steps) -> tuple[float, int]:
 
 
 def _need_model(model, call: str) -> None:
-    from ...errors import UsageError
+    from ....errors import UsageError
 
     if not callable(model) or not hasattr(model, "trainable_variables") or not hasattr(model, "layers"):
         raise UsageError(f"{call}: expected a Keras model, got {type(model).__name__} {model!r:.40}")
 
 
 def _need_optimizer(optimizer, call: str) -> None:
-    from ...errors import UsageError
+    from ....errors import UsageError
 
     if not (hasattr(optimizer, "apply_gradients") or hasattr(optimizer, "apply")) or isinstance(optimizer, type):
         raise UsageError(f"{call}: expected a Keras optimizer instance, got {type(optimizer).__name__} "
@@ -351,7 +351,7 @@ def _need_optimizer(optimizer, call: str) -> None:
 
 def _check_step_args(model, optimizer, loss_fn) -> None:
     """train_step's arguments, refused in one line before any Keras call fails on them."""
-    from ...errors import UsageError
+    from ....errors import UsageError
 
     _need_model(model, "train_step(model, ...)")
     _need_optimizer(optimizer, "train_step(model, optimizer, ...)")

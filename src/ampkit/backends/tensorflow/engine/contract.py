@@ -20,8 +20,8 @@ Each finding is ``{"where", "expected", "actual", "advice"}`` (:data:`ampkit.hea
 
 from __future__ import annotations
 
-from .flavor import flavor_of
-from .keras_policy import float16_layers, layers_of
+from ..flavor import flavor_of
+from .policy import float16_layers, layers_of
 
 LOW = ("float16", "bfloat16")
 
@@ -140,7 +140,7 @@ def audit_findings(model, mode: str, fp32_hint) -> list:
     layer computing in float16/bfloat16 (keras.applications' softmax under ``mixed_float16``: the
     probabilities and the loss's log lose precision, and small ones flush), float16 variables. Each
     names its layer, with ``fp32_hint(name)`` as the code for an output layer."""
-    from ...audit.report import SEVERITY, Finding
+    from ....audit.report import SEVERITY, Finding
 
     compute = {"fp16": "float16", "bf16": "bfloat16"}.get(mode)
     if compute is None:

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from ...errors import UsageError
+from ....errors import UsageError
 
 TENSORFLOW = "tensorflow"
 
@@ -100,9 +100,9 @@ def _on_gpu(backend: str) -> bool:
 
 def mode_support(mode: str, backend: str) -> tuple[bool, str]:
     """Whether ``mode`` runs through Keras's ``backend`` here (not TensorFlow)."""
-    from ...capability import gpu_shortfall
-    from ...cpu import cpu_mode_support
-    from ...precision import TRAINING_MODES, get_precision
+    from ....capability import gpu_shortfall
+    from ....cpu import cpu_mode_support
+    from ....precision import TRAINING_MODES, get_precision
 
     if mode == "tf32":
         return False, (f"ampkit.keras sets TF32 through TensorFlow only; on the {backend} backend use fp32, fp16 or bf16 "
@@ -123,7 +123,7 @@ def resolve_auto(backend: str) -> tuple[str, str]:
     """``auto`` for Keras on ``backend``: the CPU's instructions (labelled as the guess it is: the
     doctor measures TensorFlow only), a JAX GPU's compute capability; on a torch-backend GPU a
     one-line refusal that names the modes to choose from."""
-    from ...cpu import auto_for_cpu, auto_for_gpu
+    from ....cpu import auto_for_cpu, auto_for_gpu
 
     if not _on_gpu(backend):
         return auto_for_cpu()

@@ -1,20 +1,20 @@
 """Which modes Keras runs here and what ``auto`` means: on TensorFlow (its GPUs, the doctor's
-measured verdict) and, through :mod:`.keras_backends`, on Keras's torch and JAX backends."""
+measured verdict) and, through :mod:`.engine.keras_backends`, on Keras's torch and JAX backends."""
 
 from __future__ import annotations
 
 from ...capability import gpu_shortfall, resolve_mode
 from ...cpu import auto_for_gpu, cpu_capability_choice, cpu_mode_support
 from ...precision import TRAINING_MODES, get_precision
-from .tfimport import import_tf
+from .tfimport import import_tensorflow
 
 
-def _tf():
-    return import_tf()
+def _tensorflow():
+    return import_tensorflow()
 
 
 def gpu_capabilities() -> list[tuple[int, int]]:
-    tf = _tf()
+    tf = _tensorflow()
     caps = []
     for gpu in tf.config.list_physical_devices("GPU"):
         cc = tf.config.experimental.get_device_details(gpu).get("compute_capability")
@@ -34,9 +34,9 @@ def fp8_hardware() -> tuple[bool, str]:
     return False, f"GPU with compute capability {major}.{minor} has no fp8 matmuls (needs >= 8.9)"
 
 
-def mode_support_tf(mode: str) -> tuple[bool, str]:
+def mode_support(mode: str) -> tuple[bool, str]:
     """Whether TensorFlow here can run ``mode`` (first GPU if any, else the CPU)."""
-    if mode == "fp8":  # the hardware's answer; training in fp8 (Keras float8 layers): keras_fp8.fp8_support
+    if mode == "fp8":  # the hardware's answer; training in fp8 (Keras float8 layers): .engine.fp8.fp8_support
         return fp8_hardware()
     caps = gpu_capabilities()
     if not caps:
@@ -54,7 +54,7 @@ def mode_support_tf(mode: str) -> tuple[bool, str]:
 
 def _first_gpu() -> tuple[tuple[int, int], str] | None:
     """(compute capability, name) of the first GPU TensorFlow sees, None without one."""
-    tf = _tf()
+    tf = _tensorflow()
     for gpu in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(gpu)
         if details.get("compute_capability"):
@@ -62,13 +62,13 @@ def _first_gpu() -> tuple[tuple[int, int], str] | None:
     return None
 
 
-def auto_fingerprint_tf(cpu: bool = False) -> dict:
+def auto_fingerprint(cpu: bool = False) -> dict:
     """The environment a measured ``auto`` verdict holds for (:mod:`ampkit.auto_cache`): TensorFlow and
     its version, the device it runs on (the first GPU by name and capability, else the CPU), the CPU
     and its features. ``cpu``: the CPU even where a GPU is visible (``--device cpu``)."""
     from ... import auto_cache
 
-    tf = _tf()
+    tf = _tensorflow()
     gpu = None if cpu else _first_gpu()
     if gpu is None:
         return auto_cache.fingerprint("tensorflow", tf.__version__, "cpu")
@@ -77,7 +77,7 @@ def auto_fingerprint_tf(cpu: bool = False) -> dict:
                                   cuda=dict(tf.sysconfig.get_build_info()).get("cuda_version"))
 
 
-def resolve_auto_tf(cpu: bool = False) -> tuple[str, str]:
+def resolve_auto(cpu: bool = False) -> tuple[str, str]:
     """``auto`` for Keras here, from a measurement wherever one exists (:mod:`ampkit.doctor.auto`): the
     TensorFlow doctor's cached verdict for this environment; else, on the CPU, a quick fp32-vs-bf16
     matmul check (cached for next time); else (a GPU nobody measured) the capability rule, labelled
@@ -85,7 +85,7 @@ def resolve_auto_tf(cpu: bool = False) -> tuple[str, str]:
     from ...doctor.auto import resolve
 
     gpu = None if cpu else _first_gpu()
-    fp = auto_fingerprint_tf(cpu=cpu)
+    fp = auto_fingerprint(cpu=cpu)
     if gpu is not None:
         (major, minor), name = gpu
         return resolve(fp, name, lambda: auto_for_gpu(major, minor, name))
@@ -99,11 +99,11 @@ def resolve_auto_tf(cpu: bool = False) -> tuple[str, str]:
 
 def engine_mode(mode: str, backend: str) -> tuple[str, str]:
     """``MixedPrecision``'s mode and why, on Keras's ``backend`` (TensorFlow: its own checks; torch/JAX:
-    :mod:`.keras_backends`, which import no TensorFlow)."""
+    :mod:`.engine.keras_backends`, which import no TensorFlow)."""
     if backend == "tensorflow":
-        return resolve_mode(mode, mode_support_tf, resolve_auto_tf, "in TensorFlow here",
+        return resolve_mode(mode, mode_support, resolve_auto, "in TensorFlow here",
                             "fp8 is reported by doctor only; use bf16 or fp16")
-    from . import keras_backends
+    from .engine import keras_backends
 
     return resolve_mode(mode, lambda m: keras_backends.mode_support(m, backend),
                         lambda: keras_backends.resolve_auto(backend), f"on Keras's {backend} backend here",

@@ -222,7 +222,7 @@ def _row_amax(flat: list, counts: list, x):
 
 
 def origin_of(session, i: int, step_seed: int) -> dict:
-    """What a forward failure at row ``i`` of a :class:`~.audit.KerasAuditSession` adds to its
+    """What a forward failure at row ``i`` of a :class:`~..audit.KerasAuditSession` adds to its
     ``first_nonfinite``: the operation inside the layer (:func:`origin_op`), and when the float32
     reference is non-finite too, where it first is and the upstream layer that grew its inputs."""
     out: dict = {}

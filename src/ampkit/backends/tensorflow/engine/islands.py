@@ -17,8 +17,8 @@ class name (an entry matching nothing is one :class:`~ampkit.errors.UsageError` 
 
 from __future__ import annotations
 
-from ...plan import Plan
-from ...plan.document import keep_fp32_plan
+from ....plan import Plan
+from ....plan.document import keep_fp32_plan
 
 __all__ = ["KerasIslands", "keras_plan"]
 
@@ -51,7 +51,7 @@ class KerasIslands:
         self._out_of_fp8: set[int] = set()
 
     def apply(self, model) -> None:
-        from .flavor import flavor_of
+        from ..flavor import flavor_of
 
         layers = list(model._flatten_layers(include_self=False))
         named = [(n, type(lay).__name__) for lay in layers for n in _names(lay)]

@@ -21,7 +21,7 @@ import contextlib
 import inspect
 import sys
 
-from .tfimport import import_tf
+from ..tfimport import import_tensorflow
 
 _LOW = ("float16", "bfloat16")
 
@@ -41,12 +41,12 @@ class MatchedRandomness:
         Also seeds TensorFlow's global generator (which resets its eager kernels' streams), for
         stateful ``tf.random`` ops a user's layer may call directly."""
         self.seed, self.count = int(seed) % (2**31 - 1), 0
-        import_tf().random.set_seed(self.seed)
+        import_tensorflow().random.set_seed(self.seed)
 
     # --- seeds ----------------------------------------------------------------------------------
     def next_seed(self):
         """The stateless seed of the next draw (an int32 pair)."""
-        tf = import_tf()
+        tf = import_tensorflow()
         k = self.count
         self.count += 1
         self.draws += 1
@@ -61,7 +61,7 @@ class MatchedRandomness:
 
     # --- the draws --------------------------------------------------------------------------------
     def uniform(self, shape, minval=0.0, maxval=None, dtype=None):
-        tf = import_tf()
+        tf = import_tensorflow()
         dtype = tf.as_dtype(dtype or "float32")
         if dtype.is_floating:
             u = tf.random.stateless_uniform(shape, seed=self.next_seed(), minval=tf.cast(minval, "float32"),
@@ -71,7 +71,7 @@ class MatchedRandomness:
         return tf.random.stateless_uniform(shape, seed=self.next_seed(), minval=minval, maxval=maxval, dtype=dtype)
 
     def normal(self, shape, mean=0.0, stddev=1.0, dtype=None, truncated=False):
-        tf = import_tf()
+        tf = import_tensorflow()
         dtype = tf.as_dtype(dtype or "float32")
         draw = tf.random.stateless_truncated_normal if truncated else tf.random.stateless_normal
         z = draw(shape, seed=self.next_seed(), mean=tf.cast(mean, "float32"), stddev=tf.cast(stddev, "float32"),
@@ -81,7 +81,7 @@ class MatchedRandomness:
     def dropout(self, inputs, rate, noise_shape=None):
         """``inputs * 1/(1-rate)`` where a float32 uniform draw is >= rate, else 0 (as TensorFlow's
         ``stateless_dropout`` computes it, in the input's dtype; only the mask is drawn in float32)."""
-        tf = import_tf()
+        tf = import_tensorflow()
         x = tf.convert_to_tensor(inputs)
         if isinstance(rate, (int, float)):
             if rate >= 1.0:

@@ -13,7 +13,7 @@ output's amax to a float32 ``tf.Variable``, and the optimizer's ``apply_gradient
 layer's gradient norm (divided by the loss scale under a loss-scale optimizer); the train function
 is made anew so that the next trace sees them. Inside ``fit``'s ``tf.function`` these are a few ops
 per layer, no host read; ``on_train_batch_end`` reads them in one ``tf.stack`` (the batch end where
-:class:`~.keras_callback.LossScaleHistory` reads the scale anyway). The wrappers are removed at
+:class:`~..engine.callback.LossScaleHistory` reads the scale anyway). The wrappers are removed at
 ``on_train_end``. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the layer
 statistics stay off: the record is fed what the loss-scale history reads anyway (each batch's loss,
 the loss scale, the skipped steps), so the document holds the run's steps, skips and a first
@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import math
 
-from ...integrations.record import DEFAULT_K, StepRow, TrainRecord
-from ...integrations.trackers import TrackerWindow
+from ....integrations.record import DEFAULT_K, StepRow, TrainRecord
+from ....integrations.trackers import TrackerWindow
 
 __all__ = ["watch_fit", "KerasWatch"]
 
@@ -42,7 +42,7 @@ def watch_fit(history, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32"
     """Give ``history`` (a :class:`LossScaleHistory`) the ring buffer; returns it. ``k=0``: none."""
     if not k:
         return history
-    from ...errors import UsageError
+    from ....errors import UsageError
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise UsageError(f"ampkit.keras callback: k (batches kept before a failure) must be an int >= 0, received {k!r}")
@@ -80,7 +80,7 @@ class KerasWatch:
 
     # ------------------------------------------------------------------ fit's events
     def on_train_begin(self, history, logs=None):
-        from .keras_backends import configured_backend
+        from ..engine.keras_backends import configured_backend
 
         keras_name = "tf_keras" if self.legacy else "keras"
         self.record = TrainRecord(source="ampkit.keras callback", trainer=f"{keras_name} fit", k=self.k,
@@ -99,12 +99,12 @@ class KerasWatch:
             self.record.framework = backend
             self.record.extra = {"keras_backend": backend}
             return self._blind(f"on Keras's {backend} backend")
-        from .tfimport import import_tf
+        from ..tfimport import import_tensorflow
 
-        tf = import_tf()
+        tf = import_tensorflow()
         if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
             return self._blind("under a tf.distribute strategy")
-        from .common import tf_environment
+        from ..environment import tf_environment
 
         self.record.environment = tf_environment(self.flavor)
         self.record.device = "cpu" if not tf.config.list_logical_devices("GPU") else "gpu"

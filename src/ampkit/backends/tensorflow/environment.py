@@ -1,13 +1,13 @@
-"""TensorFlow's environment section and its memory setting (and import_tf, re-exported)."""
+"""TensorFlow's environment section and its memory setting (and import_tensorflow, re-exported)."""
 
 from __future__ import annotations
 
 import os
 
 from ...environment import base_environment
-from .tfimport import import_tf
+from .tfimport import import_tensorflow
 
-__all__ = ["import_tf", "grow_gpu_memory", "tf_environment", "tf_device_name"]
+__all__ = ["import_tensorflow", "grow_gpu_memory", "tf_environment", "tf_device_name"]
 
 
 def grow_gpu_memory() -> None:
@@ -17,7 +17,7 @@ def grow_gpu_memory() -> None:
     without it, the parent would hold the GPU's memory while each mode's child measures.
     Must run before TensorFlow touches a GPU; later it is a no-op.
     """
-    tf = import_tf()
+    tf = import_tensorflow()
     for gpu in tf.config.list_physical_devices("GPU"):
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
@@ -30,7 +30,7 @@ def tf_environment(keras_ran=None) -> dict:
     reported as ``"keras"``; also which Keras ``tf.keras`` resolves to and the tf_keras installed."""
     from .flavor import keras3, tf_keras_target, tf_keras_version
 
-    tf = import_tf()
+    tf = import_tensorflow()
     import keras
 
     env = base_environment("tensorflow", tf.__version__)
@@ -65,7 +65,7 @@ def tf_environment(keras_ran=None) -> dict:
 
 
 def tf_device_name() -> str:
-    tf = import_tf()
+    tf = import_tensorflow()
     return "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
 
 
@@ -82,7 +82,7 @@ class TensorFlowEnvironment:
         text = (device or "auto").strip().lower()
         if text not in ("auto", "cpu", "cuda", "cuda:0", "gpu"):
             raise UsageError(f"--framework tensorflow supports --device auto, cpu or cuda (GPU:0); received {device!r}")
-        tf = import_tf()
+        tf = import_tensorflow()
         if text == "cpu":
             tf.config.set_visible_devices([], "GPU")
         gpu = text != "cpu" and bool(tf.config.list_physical_devices("GPU"))
@@ -95,27 +95,27 @@ class TensorFlowEnvironment:
         return tf_environment()
 
     def mode_support(self, mode: str, target) -> tuple[bool, str]:
-        from .keras_modes import mode_support_tf
+        from .devices import mode_support
 
-        return mode_support_tf(mode)
+        return mode_support(mode)
 
     def training_support(self, mode: str, target) -> tuple[bool, bool, str]:
-        if mode == "fp8":  # Keras 3's float8 layers; emulated without fp8 hardware (keras_fp8.py)
-            from .keras_fp8 import fp8_support
+        if mode == "fp8":  # Keras 3's float8 layers; emulated without fp8 hardware (engine/fp8.py)
+            from .engine.fp8 import fp8_support
 
             return fp8_support()
         ok, why = self.mode_support(mode, target)
         return ok, False, why
 
     def resolve_auto(self, target) -> tuple[str, str]:
-        from .keras_modes import resolve_auto_tf
+        from .devices import resolve_auto
 
-        return resolve_auto_tf(cpu=not target.accelerator)
+        return resolve_auto(cpu=not target.accelerator)
 
     def default_workload(self, target) -> str:
         return "resnet50" if target.accelerator else "mlp"
 
     def check_workload(self, name: str) -> str:
-        from .workloads import check_tf_workload
+        from .workloads import check_builtin
 
-        return check_tf_workload(name)
+        return check_builtin(name)

@@ -1,5 +1,5 @@
 """The doctor's fp8 self-test for Keras: a real fp8 step through ``ampkit.keras.MixedPrecision("fp8")``
-(Keras float8 layers, :mod:`.keras_fp8`), checked against the same step in bf16."""
+(Keras float8 layers, :mod:`.engine.fp8`), checked against the same step in bf16."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ def selftest() -> tuple[str, str]:
 
     from ...doctor.verdicts import fp8_loss_gap
     from ...errors import one_line
-    from .keras_engine import MixedPrecision
+    from .engine.mixed_precision import MixedPrecision
 
     try:
         import keras
 
-        from .tfimport import import_tf
+        from .tfimport import import_tensorflow
 
-        tf = import_tf()
+        tf = import_tensorflow()
         x = np.random.default_rng(0).normal(size=(32, 32)).astype("float32")
         y = np.arange(32) % 16
         losses, detail = {}, ""

@@ -1,0 +1,1 @@
+"""The Keras engine, ``ampkit.keras.MixedPrecision`` (public as :mod:`ampkit.keras`): one module per concept."""
