@@ -19,3 +19,16 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+#: the source of a data factory for parity's ``--data MODULE:FACTORY``: 32 samples of 8 features, 4
+#: classes, 24 to train and 8 to test, the same every call (tests write it into a module with their model)
+TINY_DATA_SOURCE = """
+def data():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 4, (32,), generator=g)
+    x = torch.randn(32, 8, generator=g)
+    return (x[:24], y[:24]), (x[24:], y[24:])
+"""

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from ampkit.backends.torch.engine import fp8 as fp8_engine
+from helpers import TINY_DATA_SOURCE
 
 BROKEN = 'raise RuntimeError("torchao was built for another torch: undefined symbol _ZN3c10")\n'
 WHY = "(import failed: RuntimeError: torchao was built for another torch: undefined symbol _ZN3c10)"
@@ -21,18 +22,11 @@ import torch
 import torch.nn as nn
 
 
-def data():
-    g = torch.Generator().manual_seed(0)
-    y = torch.randint(0, 4, (32,), generator=g)
-    x = torch.randn(32, 8, generator=g)
-    return (x[:24], y[:24]), (x[24:], y[24:])
-
-
 def model():
     with open("model_calls.log", "a") as f:
         f.write("called\\n")
     return nn.Linear(8, 4)
-'''
+''' + TINY_DATA_SOURCE
 
 
 def test_fp8_support_says_why_a_found_torchao_cannot_be_used(monkeypatch):

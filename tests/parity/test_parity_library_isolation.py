@@ -12,6 +12,7 @@ import pytest
 
 import ampkit
 from ampkit.errors import UsageError
+from helpers import TINY_DATA_SOURCE
 
 FACTORIES = '''
 import os
@@ -20,13 +21,6 @@ import time
 
 import torch
 import torch.nn as nn
-
-
-def data():
-    g = torch.Generator().manual_seed(0)
-    y = torch.randint(0, 4, (32,), generator=g)
-    x = torch.randn(32, 8, generator=g)
-    return (x[:24], y[:24]), (x[24:], y[24:])
 
 
 def model():
@@ -43,7 +37,7 @@ def aborts():
 
 def hangs():
     time.sleep(3600)
-'''
+''' + TINY_DATA_SOURCE
 
 
 @pytest.fixture

@@ -12,22 +12,16 @@ from ampkit.cli.main import main
 from ampkit.errors import UsageError
 from ampkit.parity import grid as G
 from ampkit.parity.report import ParityReport, ParityResult, RunRecord
+from helpers import TINY_DATA_SOURCE
 
 FACTORIES = '''
 import torch
 import torch.nn as nn
 
 
-def data():
-    g = torch.Generator().manual_seed(0)
-    y = torch.randint(0, 4, (32,), generator=g)
-    x = torch.randn(32, 8, generator=g)
-    return (x[:24], y[:24]), (x[24:], y[24:])
-
-
 def model():
     return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
-'''
+''' + TINY_DATA_SOURCE
 
 
 def _plan(path, modules):
