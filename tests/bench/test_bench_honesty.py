@@ -138,7 +138,7 @@ def test_a_mode_whose_timed_steps_were_all_skipped_is_flagged_and_claims_no_spee
 
 # ---------------------------------------------------------------- 3. one definition of speedup, an interval for one run
 def _row(mode, step_ms, batch=8):
-    from ampkit.bench.runner import fill_timing
+    from ampkit.bench.rows import fill_timing
 
     r = BenchRow(mode, steps=len(step_ms), final_loss=1.0)
     fill_timing(r, batch, [t / 1e3 for t in step_ms], None, False)

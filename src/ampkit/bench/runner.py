@@ -18,9 +18,7 @@ from dataclasses import replace
 from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
 from .ops import MeasureRequest
 from .report import BenchRow, derive_relative
-
-# a measured row's figures (neutral, what a backend fills in): here for the callers that import them from here
-from .rows import check_final_loss, describe_failure, fill_flops, fill_timing, search_batch  # noqa: F401
+from .rows import describe_failure, search_batch
 
 # Large allocations are mmapped and returned on free, so a child's RSS falls after each trial
 # of --batch-size auto and peaks measured by RSS do not carry over (glibc's dynamic threshold
