@@ -18,13 +18,11 @@ from ampkit.audit.core import Advice, LayerStats, format_of, lost_below, merge_d
 from ampkit.audit.ops import AuditSession, StepOutcome
 from ampkit.auto_cache import fingerprint
 from ampkit.backends.base import Backend
-from ampkit.bench.ops import ModelProbe
-from ampkit.bench.report import BenchRow
-from ampkit.bench.rows import check_final_loss, fill_timing
+from ampkit.bench.ops import BenchSession, Measured, ModelProbe
 from ampkit.compare import relative_error
 from ampkit.doctor.measure import Work
 from ampkit.environment import base_environment
-from ampkit.errors import UsageError
+from ampkit.errors import ModeUnavailableError, UsageError
 from ampkit.parity.core import loader_order
 from ampkit.parity.report import RunRecord
 from ampkit.target import Target
@@ -162,7 +160,7 @@ class NumpyBackend(Backend):  # derived from the protocol: its optional operatio
 
     @staticmethod
     def _only_mlp(config) -> None:
-        from ampkit.bench.sizes import size_kwargs
+        from ampkit.workload_sizes import size_kwargs
 
         if config.model:
             raise UsageError(f"--framework numpy runs its built-in mlp only; it does not take --model {config.model}")
@@ -198,23 +196,11 @@ class NumpyBackend(Backend):  # derived from the protocol: its optional operatio
         self._only_mlp(config)
         return ModelProbe(config.workload, 6.0 * (64 * 32 + 32 * 10), [64], 32)
 
-    def bench_measure(self, request, progress) -> BenchRow:
-        cfg, row = request.config, BenchRow(request.mode, steps=request.config.steps)
+    def bench_open(self, request) -> BenchSession:
         ok, why = self.mode_support(request.mode, request.target)
         if not ok:
-            row.status, row.error = "unsupported", why
-            return row
-        t, (x, y) = Trainer(request.mode, cfg.seed), batch(cfg.batch_size or 32, cfg.seed)
-        times, losses, total = [], [], cfg.warmup + cfg.steps
-        for i in range(total):
-            t0 = time.perf_counter()
-            losses.append(t.step(x, y))
-            times.append(time.perf_counter() - t0)
-            progress("step", i + 1, total)
-        fill_timing(row, cfg.batch_size or 32, times[cfg.warmup:], request.flops_per_sample, False, warmup=cfg.warmup,
-                    skipped=t.skipped, first_loss=losses[0])
-        check_final_loss(row, losses[-1], cfg)
-        return row
+            raise ModeUnavailableError(why)
+        return NumpySession(request.mode, request.config.seed)
 
     # ---- ParityOps
     def prepare_parity(self, data, target):
@@ -248,3 +234,28 @@ class NumpyBackend(Backend):  # derived from the protocol: its optional operatio
             raise UsageError(f"--mode {config.mode} cannot run in --framework numpy: {why}")
         self._only_mlp(config)
         return NumpySession(config.mode, config.batch_size or 32, "mlp")
+
+
+class NumpySession(BenchSession):
+    """bench's session: the mlp's SGD steps on one fixed batch."""
+
+    def __init__(self, mode: str, seed: int):
+        self.trainer, self.seed, self.facts, self.losses = Trainer(mode, seed), seed, {}, []
+        self.skipped = {True: 0, False: 0}
+
+    def begin(self, batch_size: int) -> None:
+        self.x, self.y = batch(batch_size, self.seed)
+
+    def steps(self, n: int, timed: bool, on_step=None) -> list[float]:
+        times, before = [], self.trainer.skipped
+        for _ in range(n):
+            t0 = time.perf_counter()
+            self.losses.append(self.trainer.step(self.x, self.y))
+            times.append(time.perf_counter() - t0)
+            if on_step:
+                on_step()
+        self.skipped[timed] += self.trainer.skipped - before
+        return times if timed else []
+
+    def finish(self, profile_steps: int = 0) -> Measured:
+        return Measured(None, None, self.skipped[True], self.skipped[False], self.losses[0], self.losses[-1])

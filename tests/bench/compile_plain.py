@@ -7,7 +7,7 @@ from plain_backend import PlainBackend
 
 
 class CompilingPlain(PlainBackend):
-    def bench_measure(self, request, progress):
-        row = super().bench_measure(request, progress)
-        row.compiled = request.config.compile == "on"
-        return row
+    def bench_open(self, request):
+        session = super().bench_open(request)
+        session.facts["compiled"] = request.config.compile == "on"
+        return session

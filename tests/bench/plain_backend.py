@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import time
 
-from ampkit.bench.ops import BenchOps, MeasureRequest, ModelProbe, ProbeStepFailed
-from ampkit.bench.report import BenchRow
-from ampkit.bench.rows import check_final_loss, fill_timing
-from ampkit.errors import UsageError
+from ampkit.bench.ops import BenchOps, BenchSession, Measured, MeasureRequest, ModelProbe, ProbeStepFailed
+from ampkit.errors import ModeUnavailableError, UsageError
 from ampkit.target import Target
 
 SPEED = {"fp32": 1.0, "tf32": 1.0, "bf16": 2.0}
@@ -56,23 +54,35 @@ class PlainBackend(BenchOps):  # derived from the protocol: its optional operati
             raise ProbeStepFailed("ValueError: shapes (2,5) and (8,4) not aligned", config.num_classes or 10)
         return ModelProbe(config.workload or config.model, 1000.0, [8], 64, environment={"plain_probe": "yes"})
 
-    def bench_measure(self, request: MeasureRequest, progress) -> BenchRow:
-        cfg, mode = request.config, request.mode
-        row = BenchRow(mode, steps=cfg.steps)
-        ok, why = self.mode_support(mode, request.target)
+    def bench_open(self, request: MeasureRequest) -> BenchSession:
+        ok, why = self.mode_support(request.mode, request.target)
         if not ok:
-            row.status, row.error = "unsupported", why
-            return row
-        batch = cfg.batch_size or 64
-        times, loss = [], 1.0
-        for i in range(cfg.warmup + cfg.steps):
+            raise ModeUnavailableError(why)
+        return PlainSession(request)
+
+
+class PlainSession(BenchSession):
+    """Sleeps a step, measures nothing else: the loss halves each step, the peak is the batch's."""
+
+    default_batch = 64
+
+    def __init__(self, request: MeasureRequest):
+        self.speed, self.facts, self.loss = SPEED[request.mode], {}, 1.0
+
+    def begin(self, batch_size: int) -> None:
+        self.batch = batch_size
+
+    def steps(self, n: int, timed: bool, on_step=None) -> list[float]:
+        times = []
+        for _ in range(n):
             t = time.perf_counter()
-            time.sleep(0.001 * batch / 64 / SPEED[mode])
-            loss /= 2
-            if i >= cfg.warmup:
+            time.sleep(0.001 * self.batch / 64 / self.speed)
+            self.loss /= 2
+            if timed:
                 times.append(time.perf_counter() - t)
-            progress("step", i + 1, cfg.warmup + cfg.steps)
-        fill_timing(row, batch, times, request.flops_per_sample, False, warmup=cfg.warmup, first_loss=1.0)
-        row.peak_memory_bytes = batch * 1000
-        check_final_loss(row, loss, cfg)
-        return row
+            if on_step:
+                on_step()
+        return times
+
+    def finish(self, profile_steps: int = 0) -> Measured:
+        return Measured(self.batch * 1000, "plain", first_loss=1.0, final_loss=self.loss)

@@ -114,11 +114,14 @@ def cheap_compile(monkeypatch):
 
 
 def _row(model: str, mode: str = "fp32", compile: str = "on", warmup: int = 0, explain: bool = False) -> BenchRow:
-    from ampkit.backends.torch.bench import run_mode
+    from ampkit.backends import get_backend
+    from ampkit.bench.ops import MeasureRequest
+    from ampkit.bench.session import measure_mode
 
+    backend = get_backend("torch")
     cfg = BenchConfig(model=model, input_shape=(8,), num_classes=4, modes=mode, steps=3, warmup=warmup, device="cpu",
                       batch_size=4, compile=compile, explain=explain)
-    return run_mode(cfg, mode, CPU, flops=None)
+    return measure_mode(backend, MeasureRequest(cfg, mode, backend.target("cpu")), None)
 
 
 def _table(rows) -> str:

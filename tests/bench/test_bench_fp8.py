@@ -4,7 +4,6 @@ memory always, a speedup only when not emulated; ``--modes all`` holds fp8 where
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.report import BenchReport, BenchRow, derive_relative
@@ -14,10 +13,13 @@ pytest.importorskip("torchao")
 
 
 def test_an_fp8_row_on_this_cpu_is_ok_and_emulated():
-    from ampkit.backends.torch.bench import run_mode
+    from ampkit.backends import get_backend
+    from ampkit.bench.ops import MeasureRequest
+    from ampkit.bench.session import measure_mode
 
+    backend = get_backend("torch")
     cfg = BenchConfig(workload="mlp", modes="fp32,fp8", steps=2, warmup=0, batch_size=8)
-    fp8 = run_mode(cfg, "fp8", torch.device("cpu"), flops=None)  # in this process (bench spawns one per mode)
+    fp8 = measure_mode(backend, MeasureRequest(cfg, "fp8", backend.target("cpu")), None)  # in this process
     assert fp8.status == "ok", fp8.error
     assert fp8.emulated is True and fp8.peak_memory_bytes and fp8.batch_size == 8 and len(fp8.step_times_ms) == 2
     fp32 = BenchRow("fp32", batch_size=8, samples_per_s=fp8.samples_per_s * 3, peak_memory_bytes=fp8.peak_memory_bytes * 2,

@@ -25,12 +25,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(model: str, modes=("fp32", "fp16"), steps=3, warmup=2) -> dict[str, BenchRow]:
-    import torch
+    from ampkit.backends import get_backend
+    from ampkit.bench.ops import MeasureRequest
+    from ampkit.bench.session import measure_mode
 
-    from ampkit.backends.torch.bench import run_mode
-
+    backend = get_backend("torch")
     cfg = BenchConfig(model=model, modes=list(modes), steps=steps, warmup=warmup, device="cpu")
-    rows = [run_mode(cfg, m, torch.device("cpu"), flops=None) for m in cfg.modes]
+    rows = [measure_mode(backend, MeasureRequest(cfg, m, backend.target("cpu")), None) for m in cfg.modes]
     derive_relative(rows)
     return {r.mode: r for r in rows}
 

@@ -9,9 +9,9 @@ import math
 import pytest
 
 from ampkit.backends.torch.profile_breakdown import OpTime, category, matmul_dims, summarize
-from ampkit.bench.breakdown import CATEGORIES, from_op_times
 from ampkit.bench.explain import explain_rows, size_rule
 from ampkit.bench.report import BenchRow, derive_relative
+from ampkit.breakdown import CATEGORIES, from_op_times
 
 OPT = ("Optimizer.step#AdamW.step",)
 

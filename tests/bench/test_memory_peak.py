@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ampkit.bench import memory
-from ampkit.bench.memory import HostPeak, rss_bytes
+from ampkit.host_memory import HostPeak, rss_bytes
 
 MB = 1 << 20
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ampkit.bench.sizes import size_kwargs
 from ampkit.errors import UsageError
+from ampkit.workload_sizes import size_kwargs
 from helpers import assert_usage_error
 
 

@@ -95,7 +95,7 @@ class AuditConfig:
         if mode in ("bf16", "fp8") and self.loss_scale is not None and self.loss_scale != 1.0 and not self.what_if:
             raise UsageError(f"{mode} trains without loss scaling; --loss-scale applies to fp16 only")
         float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
-        from ..bench.sizes import check_flag_values, size_kwargs
+        from ..workload_sizes import check_flag_values, size_kwargs
 
         check_flag_values(self.seq_len, self.image_size)
         if self.workload and self.model:

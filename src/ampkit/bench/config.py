@@ -106,7 +106,7 @@ class BenchConfig:
                 raise UsageError("--memory-budget sets the limit for --batch-size auto; drop the explicit --batch-size")
             self._set("memory_budget", _memory_budget(self.memory_budget))
             self._set("batch_size", AUTO_BATCH)
-        from .sizes import check_flag_values, size_kwargs
+        from ..workload_sizes import check_flag_values, size_kwargs
 
         check_flag_values(self.seq_len, self.image_size)
         if self.model:

@@ -9,10 +9,13 @@
    a crash, ``sys.exit`` or a hang becomes one usage-error line, and a model that cannot train on
    a probe batch of 2 is refused before any mode runs.
 4. ``auto`` in the modes resolves once, here (:mod:`.repeats`).
-5. Each mode runs in a fresh spawned child (:func:`.runner.run_child`), ``--repeats`` times
-   interleaved; Ctrl-C keeps the rows that finished. ``--batch-size auto`` searches inside that
-   child, or with one child per trial for a backend that cannot hand a trial's memory back
-   (``bench_searches_in_child``). Under a launcher the modes run in this process, across the group.
+5. Each mode runs in a spawned child of its own, all alive at once and timed in alternating rounds
+   (:mod:`.interleave`, :mod:`.rounds`: the speedups paired per round), ``--repeats`` whole runs;
+   Ctrl-C keeps what finished. ``--batch-size auto`` runs the modes one after another in fresh
+   children (:func:`.runner.run_child`: each search needs the device to itself), searching inside
+   that child, or with one child per trial for a backend that cannot hand a trial's memory back
+   (``bench_searches_in_child``). Under a launcher the modes run in this process, across the group,
+   one after another. The document says which (``pairing``) and whether the load changed.
 6. The report: rows with their relative figures, auto's row marked, the environment, the config as
    asked plus what the run decided (the workload that ran, the resolved modes, auto's choice).
 """
@@ -30,7 +33,9 @@ from .config import AUTO_BATCH, BenchConfig
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from .repeats import AutoChoice, apply_auto, mark_auto
 from .report import BenchReport, BenchRow
-from .runner import measure_mode, mode_progress, run_child, run_modes, search_in_children
+from .rounds import INTERLEAVED, SEQUENTIAL, load_change, plan_rounds
+from .runner import mode_progress, run_child, run_modes, search_in_children
+from .session import measure_mode
 
 __all__ = ["BenchGroup", "CPU_AUTO_BATCH", "document_config", "probe_model", "run"]
 
@@ -73,9 +78,19 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
             return search_in_children(spec, request, probe.batch_size, progress)
         return run_child(spec, request, progress)
 
+    pairing = SEQUENTIAL if group is not None or cfg.batch_size == AUTO_BATCH or cfg.steps < 2 else INTERLEAVED
+
+    def interleaved(c: BenchConfig):
+        from .interleave import run_interleaved
+
+        return lambda modes: run_interleaved(
+            spec, [MeasureRequest(c, m, target, probe.flops_per_sample) for m in modes], plan_rounds(c.steps),
+            progress=progress, on_row=on_row)
+
     def run_group(c: BenchConfig):  # --compile both: eager, then compiled (.compiled)
         return run_modes(auto.modes, c.repeats, lambda mode: run_one(mode, c), steps=c.steps, progress=progress,
-                         on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None)
+                         on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None,
+                         interleaved=interleaved(c) if pairing == INTERLEAVED else None)
 
     rows, interrupted = run_variants(cfg, run_group)
     mark_auto(rows, auto)
@@ -88,7 +103,17 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
                        environment=environment,
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
-                       sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1))
+                       sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1),
+                       pairing=pairing, load_change=_load_change(rows) if pairing == INTERLEAVED else None)
+
+
+def _load_change(rows: list[BenchRow]) -> dict | None:
+    """The load check (:func:`.rounds.load_change`) over the ok rows' rounds of the first group."""
+    seen: dict[str, list] = {}
+    for r in rows:
+        if r.status == "ok" and r.round_ms and r.mode not in seen:
+            seen[r.mode] = r.round_ms
+    return load_change(seen)
 
 
 def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:

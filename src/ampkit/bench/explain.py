@@ -1,7 +1,7 @@
 """``bench --explain``'s sentences: each mode's profiled step against fp32's, framework-neutral.
 
 Every sentence is computed from measured inputs only: the per-category milliseconds of each mode's
-profiled step (:mod:`ampkit.bench.breakdown`), the model's matmul shapes the profiler recorded, the
+profiled step (:mod:`ampkit.breakdown`), the model's matmul shapes the profiler recorded, the
 size table (the doctor's matmul at small, medium and large sizes, vs fp32), the CPU's ISA flags
 (:mod:`ampkit.cpu`), the device's compute capability, and the other rows (a tf32 baseline).
 The rules, in order:
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .breakdown import CATEGORIES, HOST_IDLE, WORDS
+from ..breakdown import CATEGORIES, HOST_IDLE, WORDS
 from .compiled import row_label
 
 #: a size-table speedup at least this large counts as "gains" (the doctor's threshold)

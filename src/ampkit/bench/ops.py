@@ -9,8 +9,12 @@ states one fact:
   (torchrun) made it one of a group that measures every mode together;
 - :meth:`BenchOps.bench_probe`: build the workload once -- its name, FLOPs, input shapes, default
   batch -- and, for a user's ``--model``, train one step on a probe batch of 2;
-- :meth:`BenchOps.bench_measure`: one mode, measured, as a :class:`~ampkit.bench.report.BenchRow`
-  (every failure becomes the row's status), in the fresh child the driver started for it;
+- :meth:`BenchOps.bench_open`: one mode's model, built in the fresh child the driver started for it,
+  as a :class:`BenchSession` that trains blocks of steps when told and returns their times, then a
+  :class:`Measured` (peak memory, losses, skipped steps, the profiled breakdown). The backend
+  measures; the neutral layer (:mod:`.rows`, :mod:`.runner`) decides the blocks -- one run, or
+  rounds interleaved with the other modes' children (:mod:`.rounds`) -- and turns the times and
+  the measurement into the row, its verdict and its explanation, once for every framework;
 - :attr:`BenchOps.bench_searches_in_child`: whether that child can run ``--batch-size auto``'s
   search itself, or each trial needs a fresh process of its own.
 
@@ -28,10 +32,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from ..breakdown import Breakdown
 from ..doctor.measure import Work
 from ..target import Target
 from .config import BenchConfig
-from .report import BenchRow
 
 #: progress(kind, done, total) from a measuring backend: kind "step" (done of total steps) or
 #: "search" (done = the batch size being tried, total None)
@@ -100,6 +104,63 @@ class SizeWork:
     scope: Callable[[], AbstractContextManager] = contextlib.nullcontext
 
 
+@dataclass
+class Measured:
+    """What a :class:`BenchSession` measured besides the step times the neutral layer asked for."""
+
+    peak_memory_bytes: int | None = None
+    memory_source: str | None = None
+    skipped_steps: int = 0              # timed steps the loss scaler skipped
+    warmup_skipped_steps: int = 0       # untimed (warm-up) steps it skipped
+    first_loss: float | None = None     # the loss of the first step (before any update)
+    final_loss: float = float("nan")    # the loss of the last step
+    breakdown: Breakdown | None = None  # --explain: the profiled steps (:mod:`ampkit.breakdown`)
+    graph_breaks: int | None = None     # --compile: the framework's counters, where it has them
+    recompiles: int | None = None
+    graph_break_reasons: list = field(default_factory=list)
+
+
+class BenchSession:
+    """One mode's model, built and ready in this process (:meth:`BenchOps.bench_open`).
+
+    The neutral layer calls :meth:`begin` once (after ``--batch-size auto``'s :meth:`trial` calls,
+    where the backend searches in this child), then :meth:`steps` as often as its plan says (the
+    warm-up, then one block per round), then :meth:`finish`, then :meth:`close` (always). Every
+    call may raise: the neutral layer turns the exception into the row's status."""
+
+    #: the workload's default batch (what runs when the config names none)
+    default_batch: int = 32
+    #: what describes the row before anything runs: ``device_name``, ``emulated`` (fp8 emulation),
+    #: ``replicas`` (devices in sync), ``compiled``
+    facts: dict
+
+    def trial(self, batch_size: int) -> tuple[bool, int | None]:
+        """``--batch-size auto`` (``bench_searches_in_child``): a short run at ``batch_size`` -> (ran
+        without running out of memory, its peak bytes); the model's weights restored afterwards."""
+        raise NotImplementedError
+
+    def begin(self, batch_size: int) -> None:
+        """The measured run starts: its fixed batch, its optimizer, the peak-memory region."""
+        raise NotImplementedError
+
+    def steps(self, n: int, timed: bool, on_step: Callable[[], None] | None = None) -> list[float]:
+        """``n`` training steps on the fixed batch; returns when they have finished (one device sync at
+        the block's end), with each step's seconds when ``timed`` (a GPU: its events) else []."""
+        raise NotImplementedError
+
+    def finish(self, profile_steps: int = 0) -> Measured:
+        """The run ends: the peak region closes, then ``profile_steps`` > 0 (``--explain``) more steps
+        are profiled into the breakdown."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what the session holds (called whatever happened)."""
+
+    def reduce(self, step_s: float, peak: int, ok: bool, world: int) -> tuple[float, int, bool]:
+        """Under a launcher: the group's (slowest step time, largest peak, every rank ok)."""
+        return step_s, peak, ok
+
+
 @runtime_checkable
 class BenchOps(Protocol):
     #: True: the child measuring a mode runs --batch-size auto's search itself (its framework hands
@@ -116,16 +177,16 @@ class BenchOps(Protocol):
         an isolated child for a ``--model``. Bad input (a size flag the workload does not take) is a
         :class:`~ampkit.errors.UsageError`."""
 
-    def bench_measure(self, request: MeasureRequest, progress: Progress) -> BenchRow:
-        """Measure one mode: warm-up, timed steps, peak memory, final loss. Never raises for the
-        mode's own failures: an unsupported mode, an out-of-memory error or an exception is the row's
-        ``status`` and ``error``."""
+    def bench_open(self, request: MeasureRequest) -> BenchSession:
+        """Build one mode's model for :class:`BenchSession`'s calls. A mode this device or model
+        cannot run raises :class:`~ampkit.errors.ModeUnavailableError` (the row: unsupported); an
+        out-of-memory error or any other exception becomes the row's status (never a crash)."""
 
     # ---------------------------------------------------------------- optional, declared with their defaults
     #: ``--strategy`` names this backend distributes with in one process (tf.distribute's); none by default
     bench_strategies: tuple[str, ...] = ()
 
     def bench_size_work(self, target: Target) -> SizeWork | None:
-        """``--explain``'s size table, timed by the driver after :meth:`bench_measure`; None (the
+        """``--explain``'s size table, timed by the driver after the session's rows; None (the
         default): this backend measures no size table, and its rows say nothing about sizes."""
         return None

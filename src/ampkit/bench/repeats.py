@@ -74,6 +74,9 @@ def fold(runs: dict[str, list[BenchRow]], modes, repeats: int) -> list[BenchRow]
         row.repeats = repeats
         row.runs = [r.samples_per_s if r.status == "ok" else None for r in got]
         row.step_times_ms = [t for r in got for t in (r.step_times_ms or [])]
+        if any(r.round_ms for r in got):  # interleaved runs: their rounds pool (an interrupted run is the last)
+            row.round_ms = [t for r in got for t in (r.round_ms or [])]
+            row.rounds = len(row.round_ms)
         row.skipped_steps = max(r.skipped_steps or 0 for r in got)
         row.warmup_skipped_steps = max(r.warmup_skipped_steps or 0 for r in got)
         if bad is None and len(got) > 1:

@@ -19,10 +19,14 @@ CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_m
                "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning", "emulated",
                "compiled", "compile_s", "graph_breaks", "recompiles", "speedup_vs_eager"]
 
-SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, samples_per_s = batch_size / median "
-                      "step time (with --repeats: medians over the repeats); speedup_ci: 95% bootstrap interval of "
-                      "that ratio (one run: over the timed steps; --repeats: over the repeats, paired); null with "
-                      "flags when the loss diverged from fp32's or every timed step was skipped")
+SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, paired by round where the modes ran "
+                      "interleaved (pairing: interleaved): the median over the rounds of the mode's samples/s over "
+                      "fp32's in the same round (a round's time: the median of its block of steps), speedup_ci the "
+                      "95% bootstrap interval of that median over the rounds (all repeats pooled); run one after "
+                      "another (pairing: sequential, --batch-size auto or under a launcher): the ratio of the rows' "
+                      "samples_per_s, speedup_ci over the timed steps (--repeats: over the repeats, paired); "
+                      "samples_per_s = batch_size / median step time; null with flags when the loss diverged from "
+                      "fp32's or every timed step was skipped")
 
 
 @dataclass
@@ -59,7 +63,7 @@ class BenchRow:
     flags: list = field(default_factory=list)  # "diverged", "all_timed_steps_skipped": no speedup claimed
     warning: str | None = None          # the flags in words
     emulated: bool = False              # fp8 without fp8 hardware (torchao's emulation): memory, never a speedup
-    breakdown: dict | None = None       # --explain: {category: share of the step} (ampkit.bench.breakdown)
+    breakdown: dict | None = None       # --explain: {category: share of the step} (ampkit.breakdown)
     breakdown_ms: dict | None = None    # --explain: the same in ms of the median timed step
     explanation: list | None = None     # --explain: sentences against fp32's breakdown (ampkit.bench.explain)
     explain_detail: dict | None = None  # --explain: how it was profiled, the model's matmuls, the size table
@@ -71,6 +75,8 @@ class BenchRow:
     graph_break_reasons: list = field(default_factory=list)  # --compile: why dynamo broke the graph (first few)
     speedup_vs_eager: float | None = None  # --compile both: samples/s / the same mode's eager samples/s
     plan: dict | None = None            # mode "plan:<default>" (--plan): the precision plan it ran
+    rounds: int | None = None           # interleaved: rounds timed (all repeats), each a block of steps
+    round_ms: list = field(default_factory=list)  # interleaved: each round's median step (ms; null: not run)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,6 +108,8 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
     interrupted: bool = False
     sample_inputs: object = None  # per-sample input shape(s) the workload ran with, e.g. [3, 32, 32]
     replicas: int = 1             # devices each step ran on in sync (--strategy mirrored)
+    pairing: str = "sequential"   # "interleaved": the modes' processes timed in alternating rounds (.rounds)
+    load_change: dict | None = None  # the machine's load changed during the rounds: {"spread", ..., "line"}
 
     @property
     def failed(self) -> bool:
@@ -114,7 +122,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                         device=self.device, world_size=self.world_size, results=[r.to_dict() for r in self.results],
                         flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
                         interrupted=self.interrupted, sample_inputs=self.sample_inputs, replicas=self.replicas,
-                        speedup_definition=SPEEDUP_DEFINITION)
+                        speedup_definition=SPEEDUP_DEFINITION, pairing=self.pairing, load_change=self.load_change)
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchReport:
@@ -126,7 +134,9 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                    environment=env if isinstance(env, dict) else {}, world_size=d.get("world_size", 1),
                    flops_per_sample=d.get("flops_per_sample"), config=config if isinstance(config, dict) else {},
                    note=d.get("note"), interrupted=bool(d.get("interrupted", False)),
-                   sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1))
+                   sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1),
+                   pairing=d.get("pairing") or "sequential",
+                   load_change=d.get("load_change") if isinstance(d.get("load_change"), dict) else None)
 
 
 def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None = None) -> None:
@@ -170,21 +180,34 @@ def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None
             continue
         if r.flags or not (r.samples_per_s and base.samples_per_s):
             continue
-        r.speedup_vs_fp32 = r.samples_per_s / base.samples_per_s
+        paired = _paired(r, base)
+        r.speedup_vs_fp32 = paired.point if paired is not None else r.samples_per_s / base.samples_per_s
         if r is base:  # the baseline against itself (as the doctor reports it), where the others have intervals
             r.speedup_verdict = "baseline"
             r.speedup_ci = [1.0, 1.0] if (runs and r.repeats > 1) or len(r.step_times_ms) >= 2 else None
             continue
-        est = _interval(r, base, runs)
+        est = paired if paired is not None else _interval(r, base, runs)
         if est is not None and est.low is not None:
             # the same statistic as the point; clamped so that rounding never leaves the shown speedup outside
             r.speedup_ci = [min(est.ci[0], round(r.speedup_vs_fp32, 4)), max(est.ci[1], round(r.speedup_vs_fp32, 4))]
             r.speedup_verdict = judge.words(est)
-            r.speedup_note = (f"samples/s ratio; 95% interval from {est.n} paired repeats" if runs and r.repeats > 1
+            r.speedup_note = (f"median of the samples/s ratios of {est.n} interleaved rounds, each paired with fp32's; "
+                              "95% bootstrap interval over the rounds" if paired is not None
+                              else f"samples/s ratio; 95% interval from {est.n} paired repeats" if runs and r.repeats > 1
                               else f"samples/s ratio; 95% interval from this run's timed steps "
                                    f"({len(base.step_times_ms)} fp32, {len(r.step_times_ms)} {r.mode})")
         else:
             r.speedup_note = "samples/s ratio; no interval (fewer than 2 timed steps)"
+
+
+def _paired(row: BenchRow, base: BenchRow):
+    """Interleaved rows: the median of the per-round paired ratios and its interval (:mod:`.rounds`),
+    or None (a row without rounds, or none in common with fp32's)."""
+    if not (row.round_ms and base.round_ms and row.batch_size and base.batch_size):
+        return None
+    from .rounds import paired_speedup
+
+    return paired_speedup(base.round_ms, row.round_ms, base.batch_size, row.batch_size)
 
 
 def _interval(row: BenchRow, base: BenchRow, runs):

@@ -1,9 +1,11 @@
 """What a bench run does the same way for every framework.
 
-Every requested mode runs in a fresh spawned child (so memory peaks never leak between modes);
-the child sends its row back as JSON (no pickled results). The relative figures (speedup, memory
-saving), TFLOP/s and MFU, the step-time summary and the ``--batch-size auto`` search around the
-backend's trial are computed here, once.
+Every requested mode runs in a spawned child of its own (so memory peaks never leak between modes):
+interleaved, all children alive and timed in alternating rounds (:mod:`.interleave`), or one fresh
+child after another (``--batch-size auto``, whose search needs the device to itself; each trial of
+a backend that cannot hand its memory back). The child sends its row back as JSON (no pickled
+results). The relative figures (speedup, memory saving), TFLOP/s and MFU, the step-time summary
+and the ``--batch-size auto`` search around the backend's trial are computed here, once.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..errors import one_line
 from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
 from .ops import MeasureRequest
 from .report import BenchRow, derive_relative
-from .rows import describe_failure, search_batch
+from .rows import search_batch
+from .session import measure_mode
 
 # Large allocations are mmapped and returned on free, so a child's RSS falls after each trial
 # of --batch-size auto and peaks measured by RSS do not carry over (glibc's dynamic threshold
@@ -35,23 +39,33 @@ class TrialFailed(Exception):
 
 
 def run_modes(modes, repeats: int, run_one: Callable[[str], BenchRow], *, steps: int, progress=None, on_row=None,
-              fresh: bool = True) -> tuple[list[BenchRow], bool]:
-    """Every mode in turn, ``repeats`` times interleaved (:mod:`.repeats`), each run by
-    ``run_one(mode)``; the repeats folded into one row per mode with the relative figures. Ctrl-C
-    keeps the rows that finished (returns ``interrupted``). ``fresh``: each run is a fresh process
-    (the progress says so when a mode starts)."""
+              fresh: bool = True, interleaved=None) -> tuple[list[BenchRow], bool]:
+    """Every mode, ``repeats`` times (:mod:`.repeats`); the repeats folded into one row per mode with
+    the relative figures. ``interleaved(modes)`` -> (rows by mode, interrupted): one interleaved run
+    of ``modes`` (:func:`.interleave.run_interleaved`), the order flipped every repeat; without it
+    each mode in turn by ``run_one(mode)``. Ctrl-C keeps the rows that finished (returns
+    ``interrupted``). ``fresh``: each run is a fresh process (the progress says so when a mode starts)."""
     from .repeats import fold, sequence
 
     runs: dict[str, list[BenchRow]] = {}
     interrupted = False
     try:
-        for k, mode in sequence(modes, repeats):
-            if progress and fresh:
-                progress({"mode": mode, "kind": "start", "repeat": k + 1, "repeats": repeats, "steps": steps})
-            row = run_one(mode)
-            runs.setdefault(mode, []).append(row)
-            if on_row:
-                on_row(row)
+        if interleaved is not None:
+            for k in range(repeats):
+                got, interrupted = interleaved(list(modes) if k % 2 == 0 else list(reversed(modes)))
+                for mode in modes:
+                    if mode in got:
+                        runs.setdefault(mode, []).append(got[mode])
+                if interrupted:
+                    break
+        else:
+            for k, mode in sequence(modes, repeats):
+                if progress and fresh:
+                    progress({"mode": mode, "kind": "start", "repeat": k + 1, "repeats": repeats, "steps": steps})
+                row = run_one(mode)
+                runs.setdefault(mode, []).append(row)
+                if on_row:
+                    on_row(row)
     except KeyboardInterrupt:
         interrupted = True
     rows = fold(runs, modes, repeats)
@@ -91,15 +105,13 @@ def mode_progress(progress, mode: str):
     return lambda kind, done, total: progress({"mode": mode, "kind": kind, "done": done, "total": total})
 
 
-def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
-    """Measure ``request`` in a fresh spawned process: the backend at ``spec`` (``"module:Class"``,
-    :func:`ampkit.backends.load_backend`) runs its ``bench_measure`` there (:func:`serve_mode`) and
-    sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
-    row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
-    mode, timeout = request.mode, request.config.timeout
+def spawn(target, args: tuple, duplex: bool = False):
+    """A started spawned child running ``target(conn, *args)`` -> (process, the parent's end of the
+    pipe). Started with SIGINT blocked and without re-running the caller's script, under the
+    child's allocator setting (:data:`_CHILD_ENV`)."""
     ctx = multiprocessing.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=serve_mode, args=(send, spec, request), daemon=True)
+    recv, send = ctx.Pipe(duplex=duplex)
+    proc = ctx.Process(target=target, args=(send, *args), daemon=True)
     saved = {k: os.environ.get(k) for k in _CHILD_ENV}
     os.environ.update(_CHILD_ENV)
     try:
@@ -112,6 +124,16 @@ def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
             else:
                 os.environ[k] = v
     send.close()
+    return proc, recv
+
+
+def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
+    """Measure ``request`` in a fresh spawned process: the backend at ``spec`` (``"module:Class"``,
+    :func:`ampkit.backends.load_backend`) measures the mode there (:func:`serve_mode`) and
+    sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
+    row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
+    mode, timeout = request.mode, request.config.timeout
+    proc, recv = spawn(serve_mode, (spec, request))
     row = None
     deadline = time.monotonic() + timeout if timeout else None
     try:
@@ -156,31 +178,6 @@ def serve_mode(conn, spec: str, request: MeasureRequest) -> None:
     serve_row(conn, request.mode, measure)
 
 
-def measure_mode(backend, request: MeasureRequest, progress) -> BenchRow:
-    """One mode measured by the backend (``bench_measure``), then, for a row that ``--explain``
-    profiled in a mode other than fp32 and fp8, the size table its explanation cites: the doctor's
-    matmul against fp32's at small, medium and large sizes (:func:`ampkit.doctor.sizes.measure_sizes`),
-    timed here, in the process that measured the row, as the backend says (``bench_size_work``)."""
-    row = backend.bench_measure(request, progress)
-    if row.explain_detail is None or request.mode in ("fp32", "fp8"):
-        return row
-    sizes = backend.bench_size_work(request.target)
-    if sizes is None:
-        return row
-    from ..doctor.sizes import CPU_SIZES, GPU_SIZES, measure_sizes
-    from .breakdown import add_size_table
-
-    gpu = request.target.accelerator
-    try:
-        with sizes.scope():
-            table = measure_sizes(request.mode, sizes.work_at, GPU_SIZES if gpu else CPU_SIZES,
-                                  max_call_s=0.2 if gpu else 0.05)
-        add_size_table(row, table, sizes.source)
-    except Exception as exc:  # the breakdown stands without it
-        add_size_table(row, {}, f"not measured: {describe_failure(exc)}")
-    return row
-
-
 def serve_row(conn, mode: str, make_row) -> None:
     """In a bench child: ``make_row(progress)`` -> BenchRow, sent to the parent as JSON, with
     progress messages on the way. Any failure still sends a row."""
@@ -195,7 +192,7 @@ def serve_row(conn, mode: str, make_row) -> None:
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # last resort: the parent still gets a row
-        send({"type": "result", "row": BenchRow(mode, status="error", error=describe_failure(exc)).to_dict()})
+        send({"type": "result", "row": BenchRow(mode, status="error", error=one_line(exc, 500)).to_dict()})
     finally:
         conn.close()
         run_exit_hooks()  # e.g. torch.compile's worker pool (isolation.at_child_exit)

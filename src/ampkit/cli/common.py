@@ -27,7 +27,7 @@ def add_run_flags(p) -> None:
 
 
 def add_sizes(p) -> None:
-    """--seq-len / --image-size: the input size of a built-in workload (see ampkit.bench.sizes)."""
+    """--seq-len / --image-size: the input size of a built-in workload (see ampkit.workload_sizes)."""
     p.add_argument("--seq-len", type=int, default=None, metavar="N",
                    help="sequence length of a built-in sequence workload (bert-base: 128, gpt2: 512 by default)")
     p.add_argument("--image-size", type=int, default=None, metavar="N",
@@ -79,7 +79,8 @@ class ProgressLines:
             repeat = f" (repeat {msg['repeat']} of {msg['repeats']})" if (msg.get("repeats") or 1) > 1 else ""
             steps = msg.get("steps")
             plan = f": {self.warmup} warm-up + {steps} timed steps" if steps is not None else ""
-            self._say(f"{mode}{repeat}: starting in a fresh process{plan}")
+            inter = ", timed in rounds interleaved with the other modes" if msg.get("interleaved") else ""
+            self._say(f"{mode}{repeat}: starting in a fresh process{plan}{inter}")
             return
         st = self._state.setdefault(mode, {"t0": now, "last": now, "quarters": set()})
         if kind == "search":

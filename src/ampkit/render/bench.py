@@ -52,6 +52,13 @@ def caption(report) -> list[str]:
     from ..bench.judge import THRESHOLD
 
     repeats = (report.config.get("repeats") or 1) > 1
+    if getattr(report, "pairing", None) == "interleaved":
+        rounds = max((r.rounds or 0 for r in report.results), default=0)
+        return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
+                "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round.",
+                "95% interval: bootstrap over those paired rounds (a load change hits every mode of a round alike).",
+                f"vs fp32: faster/slower only when the interval's end clears {THRESHOLD:.2f}x (the doctor's rule); "
+                "no measurable difference when the interval holds 1."]
     how = ("95% interval: bootstrap over the repeats, each resampled together with fp32's run of the same repeat."
            if repeats else
            "95% interval: bootstrap over this run's timed steps (step-to-step noise only; --repeats N adds what "
@@ -72,6 +79,8 @@ def render(report, con) -> None:
         world += f"  ·  {report.replicas} replicas in sync (batch = global batch)"
     cfg = report.config
     repeats = f", {cfg['repeats']} interleaved repeats (medians)" if (cfg.get("repeats") or 1) > 1 else ", one run"
+    if getattr(report, "pairing", None) == "interleaved":
+        repeats += ", modes timed in interleaved rounds"
     inputs = f"  ·  inputs {_inputs(report.sample_inputs)}" if getattr(report, "sample_inputs", None) else ""
     # the title as lines of their own: a table's title folds to the table's (narrow) width
     title = (f"ampkit bench — {report.workload} ({report.framework}) on {report.device}{world}{flops}{inputs}  ·  "
@@ -117,6 +126,8 @@ def render(report, con) -> None:
             con.print(text, markup=False, highlight=False, style="dim")
     for text in bench_compile.notes(res):
         con.print(text, markup=False, highlight=False, style="yellow")
+    if getattr(report, "load_change", None):
+        con.print(report.load_change["line"], markup=False, highlight=False, style="yellow")
     for r in res:
         if r.resolved_from:
             con.print(f"{r.mode} ran for {r.resolved_from}: {r.resolved_reason}", markup=False, highlight=False)
@@ -146,7 +157,7 @@ def render(report, con) -> None:
 
 def breakdown_categories(rows) -> list[str]:
     """The categories any row's breakdown has, in the breakdown's order ([] without --explain)."""
-    from ..bench.breakdown import CATEGORIES, HOST_IDLE
+    from ..breakdown import CATEGORIES, HOST_IDLE
 
     seen = {c for r in rows if getattr(r, "breakdown", None) for c in r.breakdown}
     return [c for c in (*CATEGORIES, HOST_IDLE) if c in seen]

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from ampkit.backends.tensorflow.profile_breakdown import category, summarize
-from ampkit.bench.breakdown import CATEGORIES
+from ampkit.breakdown import CATEGORIES
 
 pytestmark = pytest.mark.tensorflow
 
@@ -49,8 +49,10 @@ def test_parallel_op_time_is_scaled_to_the_step():
 #: without --explain that must not start the profiler nor import the module that uses it
 CHILD = """
 import json, sys
-from ampkit.backends.tensorflow.bench import run_mode
+from ampkit.backends.tensorflow.backend import TensorFlowBackend
 from ampkit.bench.config import BenchConfig
+from ampkit.bench.ops import MeasureRequest
+from ampkit.bench.session import measure_mode
 from ampkit.bench.explain import explain_rows
 from ampkit.bench.report import derive_relative
 import tensorflow as tf
@@ -58,15 +60,13 @@ real_start = tf.profiler.experimental.start
 def refuse(*a, **k):
     raise AssertionError("the profiler was started without --explain")
 tf.profiler.experimental.start = refuse
-plain = run_mode(BenchConfig(workload="mlp", batch_size=32, steps=2, warmup=1), "fp32", None, lambda *a: None)
+backend = TensorFlowBackend()  # as a bench child measures: the backend's session, the neutral row and size table
+plain = measure_mode(backend, MeasureRequest(BenchConfig(workload="mlp", batch_size=32, steps=2, warmup=1), "fp32",
+                                             backend.target("cpu")), None)
 assert plain.status == "ok" and plain.breakdown is None, plain.error
 assert "ampkit.backends.tensorflow.profile_breakdown" not in sys.modules
 tf.profiler.experimental.start = real_start
 cfg = BenchConfig(workload="mlp", batch_size=32, steps=3, warmup=1, explain=True)
-from ampkit.backends.tensorflow.backend import TensorFlowBackend
-from ampkit.bench.ops import MeasureRequest
-from ampkit.bench.runner import measure_mode
-backend = TensorFlowBackend()  # as a bench child measures: the backend's row, then the driver's size table
 rows = [measure_mode(backend, MeasureRequest(cfg, m, backend.target("cpu")), lambda *a: None) for m in ("fp32", "fp16")]
 derive_relative(rows)
 explain_rows(rows, {"cpu": {"avx512_fp16": False}, "device": "CPU:0"})

@@ -100,7 +100,7 @@ def training_runs_with_the_modes_tf32_setting():
     import keras
     import tensorflow as tf
 
-    from ampkit.backends.tensorflow import bench, parity
+    from ampkit.backends.tensorflow import parity
     from ampkit.bench.config import BenchConfig
     from ampkit.parity.datasets import load
 
@@ -117,8 +117,7 @@ def training_runs_with_the_modes_tf32_setting():
 
     keras.Model.train_on_batch, keras.Model.fit = train_on_batch, fit
     tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
-    row = bench.run_mode(BenchConfig(workload="mlp", steps=2, warmup=0, batch_size=8), "fp32", None,
-                            lambda *a: None)
+    row = _measure(BenchConfig(workload="mlp", steps=2, warmup=0, batch_size=8), "fp32", None)
     assert row.status == "ok", row.error
     parity.train_one(load("digits"), "fp32", 0, epochs=1)
     assert {who for who, _ in seen} == {"bench", "parity"}
@@ -301,3 +300,13 @@ def audit_keeps_the_steps_that_finished():
     assert doc["interrupted"] is True and doc["steps_completed"] == 1
     rep0 = ampkit.audit(build, (x, y), loss, framework="tensorflow", mode="bf16", steps=3)  # the flag is still set: no step
     assert rep0.completed == 0 and rep0.layers == [] and rep0.interrupted
+
+
+def _measure(cfg, mode, flops):
+    """One mode as a bench child measures it: the Keras session, the neutral row."""
+    from ampkit.backends.tensorflow.backend import TensorFlowBackend
+    from ampkit.bench.ops import MeasureRequest
+    from ampkit.bench.session import measure_mode
+
+    backend = TensorFlowBackend()
+    return measure_mode(backend, MeasureRequest(cfg, mode, backend.target("cpu"), flops), None)

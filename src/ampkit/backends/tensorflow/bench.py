@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import time
 
-from ...bench.compiled import compiled_steps
 from ...bench.config import BenchConfig
-from ...bench.memory import HostPeak, is_oom, rss_bytes
-from ...bench.ops import MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
-from ...bench.report import BenchRow
-from ...bench.rows import check_final_loss, describe_failure, fill_timing
-from ...errors import UsageError
+from ...bench.ops import BenchSession, Measured, MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
+from ...errors import ModeUnavailableError
+from ...host_memory import HostPeak, rss_bytes
+from ...workload_sizes import size_kwargs
 from .environment import grow_gpu_memory, import_tensorflow, tf_environment
 from .workloads import all_layers, build_workload, count_flops
 
@@ -36,37 +34,6 @@ class _GpuPeak:
         return False
 
 
-def _train(workload, batch_size: int, steps: int, warmup: int, seed: int, gpu: bool, baseline: int, say):
-    """Train on one fixed batch; returns (timed step seconds, timed steps skipped, warm-up steps
-    skipped, the first step's loss, the last step's loss, peak bytes, how the peak was measured).
-
-    A step was skipped when the LossScaleOptimizer lowered its scale (it halves on inf/NaN gradients
-    and skips the update), or kept it at tf_keras's floor of 1 while its growth counter restarted."""
-    from .engine.mixed_precision import loss_scale_of
-    from .flavor import flavor_of
-
-    x, y = workload.make_batch(batch_size, seed + 1)
-    model = workload.model
-    times, skipped, warmup_skipped, loss, first = [], 0, 0, float("nan"), None
-    with (_GpuPeak() if gpu else HostPeak(baseline)) as mem:
-        for i in range(warmup + steps):
-            before = loss_scale_of(model.optimizer)
-            t = time.perf_counter()
-            loss = model.train_on_batch(x, y)  # returns a host value: the step is complete
-            dt = time.perf_counter() - t
-            after = loss_scale_of(model.optimizer)
-            was_skipped = int(before is not None and flavor_of(model.optimizer).skipped(model.optimizer, before, after))
-            if i == 0:
-                first = _scalar(loss)
-            if i >= warmup:
-                times.append(dt)
-                skipped += was_skipped
-            else:
-                warmup_skipped += was_skipped
-            say("step", i + 1, warmup + steps)
-    return times, skipped, warmup_skipped, first, _scalar(loss), mem.peak, mem.source
-
-
 def _scalar(loss) -> float:
     return float(loss[0] if isinstance(loss, (list, tuple)) else loss)
 
@@ -79,78 +46,116 @@ def _check_policy_reached(model, mp) -> None:
                            "(layers given an explicit dtype keep it)")
 
 
-def run_mode(cfg: BenchConfig, mode: str, flops: float | None, say) -> BenchRow:
-    import keras
+class KerasSession(BenchSession):
+    """One mode's Keras model, compiled with the mode's optimizer (LossScaleOptimizer in fp16) inside
+    the mode's scope -- the policy when layers are built, TF32 on or off as the mode says, and under
+    ``--strategy`` the strategy's scope -- which stays entered until :meth:`close`; trained on one
+    fixed batch with ``train_on_batch`` (a host value: the step is complete when it returns)."""
 
-    from .engine.mixed_precision import MixedPrecision, mode_support
-    from .flavor import load_every_keras
+    def __init__(self, request: MeasureRequest):
+        import contextlib
 
-    tf = import_tensorflow()
-    row = BenchRow(mode, steps=cfg.steps)
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    row.device_name = tf_environment()["device_name"]
-    if mode == "fp8":  # Keras 3's float8 layers: fp8 hardware, or their emulation (row.emulated)
-        from .engine.fp8 import fp8_support
+        import keras
 
-        ok, row.emulated, why = fp8_support()
-    else:
-        ok, why = mode_support(mode)
-    if not ok:
-        row.status, row.error = "unsupported", why
-        return row
-    try:
         from .distributed import strategy_scope
+        from .engine.mixed_precision import MixedPrecision, mode_support
+        from .flavor import load_every_keras
 
-        distributed, row.replicas = strategy_scope(cfg.strategy, cfg.replicas, gpu)
-        mp = MixedPrecision(mode, keras="keras")
+        cfg, mode = request.config, request.mode
+        tf = import_tensorflow()
+        self.cfg, self.gpu = cfg, bool(tf.config.list_physical_devices("GPU"))
+        self.facts = {"device_name": tf_environment()["device_name"], "compiled": cfg.compile == "on"}
+        self.mem = None
+        if mode == "fp8":  # Keras 3's float8 layers: fp8 hardware, or their emulation
+            from .engine.fp8 import fp8_support
+
+            ok, self.facts["emulated"], why = fp8_support()
+        else:
+            ok, why = mode_support(mode)
+        if not ok:
+            raise ModeUnavailableError(why)
+        self.stack = contextlib.ExitStack()
+        try:
+            self._build(request, mp_class=MixedPrecision, strategy_scope=strategy_scope, load_every_keras=load_every_keras,
+                        keras=keras)
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def _build(self, request, *, mp_class, strategy_scope, load_every_keras, keras) -> None:
+        cfg, mode = request.config, request.mode
+        distributed, self.facts["replicas"] = strategy_scope(cfg.strategy, cfg.replicas, self.gpu)
+        mp = mp_class(mode, keras="keras")
         if cfg.model:
             load_every_keras()  # a factory may build with tf_keras: the scope then sets its policy too
-        baseline = rss_bytes()
-        # the whole run inside the mode's scope: the policy when layers are built, and TF32 on or
-        # off (as the mode says) while it trains — outside it TensorFlow's default (TF32 on) rules;
-        # under --strategy the model and its optimizer are made in the strategy's scope too
-        with mp.scope(), distributed:
-            keras.utils.set_random_seed(cfg.seed)
-            workload = build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
-            k = workload.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
-            workload.model = mp.prepare(workload.model)  # fp8: Keras float8 layers (before compile)
-            if mode == "fp8" and not any(d["converted"] for d in mp.fp8_layers):  # bf16 under fp8's name: refused
-                why = "; ".join(f"{d['name']}: {d['reason']}" for d in mp.fp8_layers[:3]) or "it has no Dense/EinsumDense"
-                raise RuntimeError(f"no layer of the model became Keras float8 ({why})")
-            jit = {"jit_compile": True} if cfg.compile == "on" else {}  # --compile on: XLA (graph_breaks null)
-            workload.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(workload.lr)), loss=workload.keras_loss(),
-                                   **jit)
-            mp.check_model(workload.model)
-            _check_policy_reached(workload.model, mp)
-            batch_size = cfg.batch_size or workload.batch_size  # "auto" is searched by the parent
-            warmup, say, first_step_s = compiled_steps(row, cfg, say)
-            times, skipped, warmup_skipped, first, loss, peak, source = _train(
-                workload, batch_size, cfg.steps, warmup, cfg.seed, gpu, baseline, say)
-            row.compile_s = first_step_s() if row.compiled else None
-            breakdown = _profile(workload, batch_size, cfg) if cfg.explain else None
-        fill_timing(row, batch_size, times, flops, gpu, warmup=warmup, skipped=skipped,
-                    warmup_skipped=warmup_skipped, first_loss=first)
-        row.peak_memory_bytes, row.memory_source = peak, source
-        check_final_loss(row, loss, cfg)
-        if breakdown is not None:  # the size table it cites is the driver's step (bench_size_work)
-            from ...bench.breakdown import fill_row
+        self.baseline = rss_bytes()
+        self.stack.enter_context(mp.scope())
+        self.stack.enter_context(distributed)
+        keras.utils.set_random_seed(cfg.seed)
+        self.workload = w = build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
+        self.default_batch = w.batch_size
+        k = w.flavor.module  # Keras 3, or tf_keras for a Keras 2 model
+        w.model = mp.prepare(w.model)  # fp8: Keras float8 layers (before compile)
+        if mode == "fp8" and not any(d["converted"] for d in mp.fp8_layers):  # bf16 under fp8's name: refused
+            why = "; ".join(f"{d['name']}: {d['reason']}" for d in mp.fp8_layers[:3]) or "it has no Dense/EinsumDense"
+            raise RuntimeError(f"no layer of the model became Keras float8 ({why})")
+        jit = {"jit_compile": True} if cfg.compile == "on" else {}  # --compile on: XLA (graph_breaks null)
+        w.model.compile(optimizer=mp.optimizer(k.optimizers.AdamW(w.lr)), loss=w.keras_loss(), **jit)
+        mp.check_model(w.model)
+        _check_policy_reached(w.model, mp)
+        self.skipped = self.warmup_skipped = 0
+        self.loss, self.first = float("nan"), None
 
-            fill_row(row, breakdown)
-    except UsageError:
-        raise
-    except Exception as exc:
-        row.status = "oom" if is_oom(exc) else "error"
-        row.error = describe_failure(exc)
-    return row
+    def begin(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.x, self.y = self.workload.make_batch(batch_size, self.cfg.seed + 1)
+        self.mem = (_GpuPeak() if self.gpu else HostPeak(self.baseline)).__enter__()
 
+    def steps(self, n: int, timed: bool, on_step=None) -> list[float]:
+        """A step was skipped when the LossScaleOptimizer lowered its scale (it halves on inf/NaN
+        gradients and skips the update), or kept it at tf_keras's floor of 1 while its growth counter
+        restarted."""
+        from .engine.mixed_precision import loss_scale_of
+        from .flavor import flavor_of
 
-def _profile(workload, batch_size: int, cfg: BenchConfig):
-    """--explain: a few more steps under TensorFlow's profiler (imported only here), after the timed ones."""
-    from ...bench.breakdown import explain_steps
-    from .profile_breakdown import profile_steps
+        model, times = self.workload.model, []
+        for _ in range(n):
+            before = loss_scale_of(model.optimizer)
+            t = time.perf_counter()
+            loss = model.train_on_batch(self.x, self.y)  # returns a host value: the step is complete
+            dt = time.perf_counter() - t
+            after = loss_scale_of(model.optimizer)
+            was_skipped = int(before is not None and flavor_of(model.optimizer).skipped(model.optimizer, before, after))
+            self.loss = _scalar(loss)
+            if self.first is None:
+                self.first = self.loss
+            if timed:
+                times.append(dt)
+                self.skipped += was_skipped
+            else:
+                self.warmup_skipped += was_skipped
+            if on_step is not None:
+                on_step()
+        return times
 
-    x, y = workload.make_batch(batch_size, cfg.seed + 1)
-    return profile_steps(workload.model, x, y, explain_steps(cfg.steps), batch_size)
+    def _end_peak(self) -> None:
+        if self.mem is not None:
+            self.mem.__exit__(None, None, None)
+            self.peak, self.mem = self.mem.peak, None
+
+    def finish(self, profile_steps: int = 0) -> Measured:
+        source = (_GpuPeak if self.gpu else HostPeak).source
+        self._end_peak()
+        m = Measured(self.peak, source, self.skipped, self.warmup_skipped, self.first, self.loss)
+        if profile_steps:  # a few more steps under TensorFlow's profiler (imported only here), after the timed ones
+            from .profile_breakdown import profile_steps as profile
+
+            m.breakdown = profile(self.workload.model, self.x, self.y, profile_steps, self.batch_size)
+        return m
+
+    def close(self) -> None:
+        self._end_peak()
+        self.stack.close()
 
 
 _TELLING = ("incompatible", "outside the valid range", "received a label", "expected", "shape", "must")
@@ -172,8 +177,6 @@ def telling_line(exc: BaseException) -> str:
 
 def _sizes(cfg: BenchConfig) -> dict:
     """--seq-len / --image-size as the built-in's keyword ({} when neither was given)."""
-    from ...bench.sizes import size_kwargs
-
     return size_kwargs("tensorflow", cfg.workload, cfg.model, cfg.seq_len, cfg.image_size)
 
 
@@ -237,9 +240,9 @@ class TensorFlowBench:
         _use_device(target)
         return probe(config)
 
-    def bench_measure(self, request: MeasureRequest, progress) -> BenchRow:
+    def bench_open(self, request: MeasureRequest) -> KerasSession:
         _use_device(request.target)
-        return run_mode(request.config, request.mode, request.flops_per_sample, progress)
+        return KerasSession(request)
 
     def bench_size_work(self, target) -> SizeWork:
         """The doctor's matmul (:func:`.doctor_ops.size_work`, ``tf.linalg.matmul``)."""

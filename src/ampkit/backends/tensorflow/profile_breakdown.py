@@ -1,6 +1,6 @@
 """``bench --explain`` for Keras on TensorFlow: a few ``train_on_batch`` steps under
 ``tf.profiler.experimental`` (the XPlane trace it writes), grouped into
-:data:`ampkit.bench.breakdown.CATEGORIES`.
+:data:`ampkit.breakdown.CATEGORIES`.
 
 Each TensorFlow op the executor ran is an event ``"<scope>/<name>:<OpType>"`` on a ``tf_Compute``
 thread of the host plane; :func:`category` sorts it by its op type and its scope (ops under the
@@ -21,7 +21,7 @@ import os
 import tempfile
 import time
 
-from ...bench.breakdown import Breakdown, from_op_times, top_matmuls
+from ...breakdown import Breakdown, from_op_times, top_matmuls
 
 _OPTIMIZERS = ("adam_w", "adamw", "adam", "sgd", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "ftrl",
                "lion", "lamb", "adafactor", "optimizer")

@@ -1,9 +1,10 @@
 """``ampkit bench`` for PyTorch: :class:`ampkit.bench.ops.BenchOps`'s operations.
 
-Build and probe the workload; measure one mode: find the batch size, train through
-``ampkit.MixedPrecision`` (so fp16 includes GradScaler's cost), fill the row. Every failure becomes
-the row's status, never a crash. The flow around them -- the default workload, isolating a user's
-model, ``auto``, a fresh child per mode, repeats, the report -- is :mod:`ampkit.bench.driver`'s.
+Build and probe the workload; open one mode as a :class:`TorchSession` that trains blocks of steps
+through ``ampkit.MixedPrecision`` (so fp16 includes GradScaler's cost) and measures them. The rows,
+verdicts and explanations, the blocks and rounds, ``--batch-size auto``'s search, the default
+workload, isolating a user's model, ``auto``, a child per mode, repeats, the report -- are the
+neutral layer's (:mod:`ampkit.bench.driver`, :mod:`ampkit.bench.session`, :mod:`ampkit.bench.rows`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ import os
 import torch
 
 from ...bench.config import BenchConfig
-from ...bench.memory import is_oom
-from ...bench.ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
-from ...bench.report import BenchRow
-from ...bench.rows import check_final_loss, describe_failure, fill_flops, fill_timing, search_batch
-from ...errors import AutocastDisabledError, ModeUnavailableError, UsageError
-from .compiled import CompiledRun
+from ...bench.ops import BenchGroup, BenchSession, Measured, MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
+from ...errors import ModeUnavailableError, UsageError
+from ...host_memory import is_oom
+from . import compiled
 from .devices import mode_support
 from .engine import MixedPrecision
 from .engine.islands import check_plan
-from .measure import free_memory, measure, rss_baseline
+from .measure import TrainingRun, free_memory, measure, rss_baseline
 from .workloads import build_workload
 from .workloads.flops import count_training_flops
 
@@ -51,74 +50,114 @@ def device_name(device: torch.device) -> str:
     return cpu_info()["model"]
 
 
-def run_mode(cfg: BenchConfig, mode: str, device: torch.device, *, flops: float | None,
-             progress=None, ddp: bool = False) -> BenchRow:
-    row = BenchRow(mode, steps=cfg.steps)
-    say = progress or (lambda *a: None)
-    plan, mode = (cfg.plan, cfg.plan["default"]) if mode.startswith("plan:") and cfg.plan else (None, mode)
-    row.plan = plan  # "plan:<default>": the plan's engine, its default mode's support and figures
-    try:
-        row.device_name = device_name(device)
-        ok, why = mode_support(mode, device)
-        if mode == "fp8":  # trained through torchao: real fp8 kernels, or its emulation (row.emulated)
+class TorchSession(BenchSession):
+    """One mode's workload on ``device`` (:class:`ampkit.bench.ops.BenchSession`): built, compiled
+    with ``--compile on``, wrapped in DDP under a launcher; trained through ``ampkit.MixedPrecision``
+    (so fp16 includes GradScaler's cost) in the blocks the neutral layer asks for."""
+
+    def __init__(self, request: MeasureRequest):
+        cfg, mode = request.config, request.mode
+        self.cfg, self.device, self.group = cfg, torch.device(request.target.device), request.group
+        self.plan, self.mode = (cfg.plan, cfg.plan["default"]) if mode.startswith("plan:") and cfg.plan else (None, mode)
+        self.facts = {"device_name": device_name(self.device), "compiled": cfg.compile == "on"}
+        self.run = self._counters = self._initial = None
+        ok, why = mode_support(self.mode, self.device)
+        if self.mode == "fp8":  # trained through torchao: real fp8 kernels, or its emulation
             from .engine.fp8 import fp8_support
 
-            ok, row.emulated, why = fp8_support(device)
+            ok, self.facts["emulated"], why = fp8_support(self.device)
         if not ok:
-            row.status, row.error = "unsupported", why
-            return row
-        baseline = rss_baseline(mode, device) if device.type == "cpu" else 0
-        workload = _build(cfg, device)
-        if ddp:
+            raise ModeUnavailableError(why)
+        if cfg.compile == "on":
+            why = compiled.compile_unavailable(self.device)
+            if why:
+                raise ModeUnavailableError(why)
+        self.baseline = rss_baseline(self.mode, self.device) if self.device.type == "cpu" else 0
+        self.workload = _build(cfg, self.device)
+        self.default_batch = self.workload.batch_size
+        if self.group is not None:
             from torch.nn.parallel import DistributedDataParallel
 
-            ids = [device.index] if device.type == "cuda" else None
-            workload.model = DistributedDataParallel(workload.model, device_ids=ids)
-        compiled = CompiledRun(row, cfg.compile == "on", cfg.warmup)  # --compile (.compiled)
-        if not compiled.prepare(workload, device):
-            return row
-        batch_size = cfg.batch_size or workload.batch_size
-        if batch_size == "auto":
-            batch_size = _search(cfg, workload, mode, device, baseline, row, say)
-            if batch_size is None:
-                return row
-        mp = (MixedPrecision.from_plan(plan, device, model=workload.model) if plan
-              else MixedPrecision(mode, device, model=workload.model))
-        with compiled:
-            m = measure(workload, mode, device, batch_size, steps=cfg.steps, warmup=compiled.warmup, seed=cfg.seed,
-                        baseline_rss=baseline, mp=mp, on_step=compiled.on_step(lambda done, total: say("step", done, total)),
-                        profile=_profiler(cfg, device) if cfg.explain else None)
-        fill_timing(row, batch_size, m.step_s, flops, gpu=device.type == "cuda", warmup=compiled.warmup,
-                    skipped=m.skipped_steps, warmup_skipped=m.warmup_skipped_steps, first_loss=m.first_loss)
-        row.peak_memory_bytes, row.memory_source = m.peak_memory_bytes, m.memory_source
-        check_final_loss(row, m.final_loss, cfg)
-        if m.breakdown is not None:  # the size table it cites is the driver's step (bench_size_work)
-            from ...bench.breakdown import fill_row
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.workload.model = DistributedDataParallel(self.workload.model, device_ids=ids)
+        if cfg.compile == "on":
+            self.workload.model = compiled.compile_model(self.workload.model)
+            self._counters = compiled.DynamoCounters().__enter__()
 
-            fill_row(row, m.breakdown)
-    except (ModeUnavailableError, AutocastDisabledError) as exc:
-        row.status, row.error = "unsupported", str(exc)
-    except UsageError:
-        raise
-    except Exception as exc:
-        row.status = "oom" if is_oom(exc) else "error"
-        row.error = describe_failure(exc)
-    finally:
-        free_memory(device)
-    return row
+    def trial(self, batch_size: int) -> tuple[bool, int | None]:
+        """A short run in this process (torch returns its memory); the weights restored at :meth:`begin`."""
+        if self._initial is None:
+            self._initial = {k: v.detach().to("cpu", copy=True) for k, v in self.workload.model.state_dict().items()}
+        try:
+            m = measure(self.workload, self.mode, self.device, batch_size, steps=2, warmup=1, seed=self.cfg.seed,
+                        baseline_rss=self.baseline)
+            return True, m.peak_memory_bytes
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            return False, None
+        finally:
+            free_memory(self.device)
+
+    def begin(self, batch_size: int) -> None:
+        if self._initial is not None:  # measure from the same initial weights as the other modes
+            self.workload.model.load_state_dict(self._initial)
+            self._initial = None
+        model = self.workload.model
+        mp = (MixedPrecision.from_plan(self.plan, self.device, model=model) if self.plan
+              else MixedPrecision(self.mode, self.device, model=model))
+        self.run = TrainingRun(self.workload, self.mode, self.device, batch_size, seed=self.cfg.seed,
+                               baseline_rss=self.baseline, mp=mp).__enter__()
+
+    def steps(self, n: int, timed: bool, on_step=None) -> list[float]:
+        try:
+            return self.run.steps(n, timed, on_step)
+        except torch._dynamo.exc.BackendCompilerFailed as exc:
+            raise compiled.CompileFailed(exc) from exc
+
+    def finish(self, profile_steps: int = 0) -> Measured:
+        run = self.run
+        run.end_peak()
+        m = Measured(run.mem.peak, run.mem.source, run.skipped, run.warmup_skipped, run.first_loss, run.final_loss)
+        if self._counters is not None:
+            self._counters.read()
+            m.graph_breaks, m.recompiles = self._counters.graph_breaks, self._counters.recompiles
+            m.graph_break_reasons = self._counters.reasons
+        if profile_steps:
+            m.breakdown = run.profile(_profiler(self.cfg, self.device, profile_steps))
+        return m
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.close()
+        free_memory(self.device)
+
+    def reduce(self, step_s: float, peak: int, ok: bool, world: int) -> tuple[float, int, bool]:
+        """The group's slowest step, largest peak, and whether every rank is ok (all_reduce)."""
+        import torch.distributed as dist
+
+        t = torch.tensor([step_s, float(peak), 1.0 if ok else 0.0], dtype=torch.float64)
+        flags = t.clone()
+        try:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        except Exception as exc:  # another rank failed or died: end this rank too, with a message
+            raise UsageError(f"rank {dist.get_rank()} of {world}: another rank stopped answering during {self.mode} "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                             "see the other ranks' messages") from None
+        return float(t[0]), int(t[1]), bool(flags[2] > 0)
 
 
-def _profiler(cfg: BenchConfig, device: torch.device):
-    """--explain: profile a few more steps (torch.profiler is imported only here)."""
-    from ...bench.breakdown import explain_steps
+def _profiler(cfg: BenchConfig, device: torch.device, steps: int):
+    """--explain: profile ``steps`` more steps (torch.profiler is imported only here)."""
     from .profile_breakdown import profile_steps
 
     def run(step):
         load, cpus = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0), os.cpu_count() or 1
         if device.type != "cpu" or load <= cpus:
-            return profile_steps(step, explain_steps(cfg.steps), device)
+            return profile_steps(step, steps, device)
         if cfg.compile == "on":  # the thread count is a dynamo guard: one thread would recompile in the profile
-            got = profile_steps(step, explain_steps(cfg.steps), device)
+            got = profile_steps(step, steps, device)
             got.approximate = (f"this CPU was oversubscribed (load {load:.1f} on {cpus} logical CPUs): the compiled "
                                "steps were profiled on every thread (one thread would recompile the model), so "
                                "waits for descheduled threads blur the shares")
@@ -128,31 +167,11 @@ def _profiler(cfg: BenchConfig, device: torch.device):
         from .doctor_ops import measuring_threads
 
         with measuring_threads(device):
-            got = profile_steps(step, explain_steps(cfg.steps), device)
+            got = profile_steps(step, steps, device)
         got.approximate = (f"this CPU was oversubscribed (load {load:.1f} on {cpus} logical CPUs): the steps were "
                            "profiled on one thread, as the doctor times, so the shares are of a one-thread step")
         return got
     return run
-
-
-def _search(cfg, workload, mode, device, baseline, row, say) -> int | None:
-    """Largest batch that fits, each trial a short run in this process (torch returns its memory)."""
-    initial = {k: v.detach().to("cpu", copy=True) for k, v in workload.model.state_dict().items()}
-
-    def trial(b: int) -> tuple[bool, int | None]:
-        try:
-            m = measure(workload, mode, device, b, steps=2, warmup=1, seed=cfg.seed, baseline_rss=baseline)
-            return True, m.peak_memory_bytes
-        except Exception as exc:
-            if not is_oom(exc):
-                raise
-            return False, None
-        finally:
-            free_memory(device)
-
-    best = search_batch(row, trial, workload.batch_size, cfg.search_cap, cfg.memory_budget, say)
-    workload.model.load_state_dict(initial)  # measure from the same initial weights as other modes
-    return best
 
 
 def probe(cfg: BenchConfig) -> ModelProbe:
@@ -215,30 +234,6 @@ def join_group(cfg: BenchConfig, target_of) -> BenchGroup | None:
     return BenchGroup(target, dist.get_world_size(), dist.get_rank())
 
 
-def measure_in_group(request: MeasureRequest, progress) -> BenchRow:
-    """One mode under DDP in this process; every rank ends with the global figures: the slowest
-    rank sets the pace, memory is the largest rank's."""
-    import torch.distributed as dist
-
-    device, world = torch.device(request.target.device), request.group.world_size
-    row = run_mode(request.config, request.mode, device, flops=request.flops_per_sample, ddp=True, progress=progress)
-    t = torch.tensor([(row.batch_size or 0) / row.samples_per_s if row.samples_per_s else float("inf"),
-                      float(row.peak_memory_bytes or 0), 1.0 if row.status == "ok" else 0.0], dtype=torch.float64)
-    flags = t.clone()
-    try:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-    except Exception as exc:  # another rank failed or died: end this rank too, with a message
-        raise UsageError(f"rank {dist.get_rank()} of {world}: another rank stopped answering during {request.mode} "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
-                         "see the other ranks' messages") from None
-    if row.status == "ok" and flags[2] > 0:
-        row.samples_per_s = (row.batch_size * world) / float(t[0])
-        row.peak_memory_bytes = int(t[1])
-        fill_flops(row, request.flops_per_sample, device.type == "cuda", world)
-    return row
-
-
 class TorchBench:
     """:class:`ampkit.bench.ops.BenchOps` for PyTorch: each mode in the driver's fresh child (or,
     under torchrun, in every rank at once); ``--batch-size auto`` searches inside that child, since
@@ -252,11 +247,8 @@ class TorchBench:
     def bench_probe(self, config: BenchConfig, target) -> ModelProbe:
         return probe(config)
 
-    def bench_measure(self, request: MeasureRequest, progress) -> BenchRow:
-        if request.group is not None:
-            return measure_in_group(request, progress)
-        return run_mode(request.config, request.mode, torch.device(request.target.device),
-                        flops=request.flops_per_sample, progress=progress)
+    def bench_open(self, request: MeasureRequest) -> TorchSession:
+        return TorchSession(request)
 
     def bench_size_work(self, target) -> SizeWork:
         """The doctor's matmul (:func:`.doctor_ops.size_work`), on one thread on a CPU as the doctor

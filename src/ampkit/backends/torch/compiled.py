@@ -104,59 +104,6 @@ def _why(reason: str) -> str:
     return (lines[0] if lines else "") + (f" ({context})" if context else "")
 
 
-class CompiledRun:
-    """One bench row's compile (``on``) or nothing (``off``): compiles the workload's model, warms up at
-    least one step, and fills the row's ``compiled``, ``compile_s`` (from the run's start to the end of
-    its first step: the compiling one, never timed), ``graph_breaks``, ``recompiles``."""
-
-    def __init__(self, row, on: bool, warmup: int):
-        from ...bench.compiled import compiled_warmup
-
-        self.row, self.on = row, on
-        self.warmup = compiled_warmup(warmup, on)
-        self._counters = DynamoCounters() if on else None
-        self._t0 = self._first = None
-
-    def prepare(self, workload, device: torch.device) -> bool:
-        """Compile ``workload.model`` in place; False (the row says why) where compile cannot work here."""
-        if not self.on:
-            return True
-        self.row.compiled = True
-        why = compile_unavailable(device)
-        if why:
-            self.row.status, self.row.error = "unsupported", why
-            return False
-        workload.model = compile_model(workload.model)
-        return True
-
-    def on_step(self, say):
-        import time
-
-        def step(done: int, total: int) -> None:
-            if self._first is None and self._t0 is not None:
-                self._first = time.perf_counter() - self._t0
-            say(done, total)
-        return step
-
-    def __enter__(self) -> CompiledRun:
-        import time
-
-        if self._counters is not None:
-            self._counters.__enter__()
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if self._counters is not None:
-            self._counters.__exit__(kind, exc, tb)
-            self.row.compile_s = self._first
-            self.row.graph_breaks, self.row.recompiles = self._counters.graph_breaks, self._counters.recompiles
-            self.row.graph_break_reasons = self._counters.reasons
-            if exc is not None and isinstance(exc, torch._dynamo.exc.BackendCompilerFailed):
-                raise CompileFailed(exc) from exc
-        return False
-
-
 class CompileFailed(RuntimeError):
     """torch.compile's backend failed: the row's error names the cause (dynamo's own first line does not)."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...bench.memory import HostPeak, rss_bytes
+from ...host_memory import HostPeak, rss_bytes
 from ...timing import step_ms_summary
 from .engine import MixedPrecision
 from .timing import synchronize
@@ -23,7 +23,7 @@ class PeakMemory:
     """Peak memory over a region.
 
     CUDA: ``torch.cuda.max_memory_allocated`` after a reset (absolute: weights included).
-    CPU: the host poller (:class:`ampkit.bench.memory.HostPeak`), above ``baseline``.
+    CPU: the host poller (:class:`ampkit.host_memory.HostPeak`), above ``baseline``.
     """
 
     def __init__(self, device: torch.device, baseline: int = 0):
@@ -64,7 +64,7 @@ class Measurement:
     final_loss: float               # the loss of the last step
     warmup_skipped_steps: int = 0   # warm-up steps the loss scaler skipped
     first_loss: float | None = None  # the loss of the first step (before any update)
-    breakdown: object = None        # --explain: the profiled steps' Breakdown (ampkit.bench.breakdown)
+    breakdown: object = None        # --explain: the profiled steps' Breakdown (ampkit.breakdown)
 
     @property
     def samples_per_s(self) -> float:
@@ -82,78 +82,125 @@ def free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(workload: Workload, mode: str, device: torch.device, batch_size: int, *, steps: int, warmup: int,
-            seed: int = 0, baseline_rss: int = 0, mp: MixedPrecision | None = None,
-            on_step=None, profile=None) -> Measurement:
-    """Train ``steps`` timed steps (after ``warmup`` untimed ones) on one fixed batch.
+class TrainingRun:
+    """A measured training run on one fixed batch, in blocks of steps (bench's session).
 
-    Counts the steps the loss scaler skipped in the warm-up and in the timed window apart, and
-    keeps the first step's loss (read at the end: no extra sync inside the timed window). The
-    optimizer (AdamW) is created here, so its state counts in the peak. CUDA steps are timed
-    with events and one synchronize at the end; CPU steps with perf_counter.
-    ``profile(step)`` (``--explain``): called after the timed window and the peak-memory region,
-    with a callable that runs one more training step (nothing here imports the profiler).
-    Raises whatever the step raises (OOM included); the caller classifies it.
-    """
-    model = workload.model
-    mp = mp or MixedPrecision(mode, device, model=model)
-    gen = torch.Generator().manual_seed(seed + 1)
-    cuda = device.type == "cuda"
-    breakdown = None
-    with PeakMemory(device, baseline=baseline_rss) as mem:
-        batch = workload.make_batch(batch_size, device, gen)
-        opt = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+    Entering starts the peak-memory region, makes the batch and the optimizer (AdamW: its state
+    counts in the peak); :meth:`steps` trains a block (a CUDA block timed with events, one
+    synchronize at its end); :meth:`end_peak` closes the region; :meth:`profile` runs
+    ``profile(one_step)`` (``--explain``: nothing here imports the profiler). Counts the steps the
+    loss scaler skipped in untimed and in timed blocks apart, and keeps the first step's loss (read
+    at the end: no extra sync inside a timed block). Raises whatever a step raises (OOM included)."""
+
+    def __init__(self, workload: Workload, mode: str, device: torch.device, batch_size: int, *, seed: int = 0,
+                 baseline_rss: int = 0, mp: MixedPrecision | None = None):
+        self.workload, self.device, self.batch_size, self.seed = workload, device, batch_size, seed
+        self.mp = mp or MixedPrecision(mode, device, model=workload.model)
+        self.mem = PeakMemory(device, baseline=baseline_rss)
+        self.skipped = self.warmup_skipped = 0
+        self._loss = self._first = None
+        self.batch = self.opt = None
+        self._entered = False
+
+    def __enter__(self) -> TrainingRun:
+        self.mem.__enter__()
+        self._entered = True
+        self.batch = self.workload.make_batch(self.batch_size, self.device, torch.Generator().manual_seed(self.seed + 1))
+        self.opt = torch.optim.AdamW(self.workload.model.parameters(), lr=self.workload.lr)
+        return self
+
+    def _step(self):
+        with self.mp.autocast():
+            loss = self.workload.loss(self.batch)
+        self.mp.backward(loss)
+        self.mp.step(self.opt, zero_grad=True)
+        return loss
+
+    def steps(self, n: int, timed: bool, on_step=None) -> list[float]:
+        cuda = self.device.type == "cuda"
+        synchronize(self.device)  # the block starts clean
+        before = self.mp.stats["skipped"]
         times: list[float] = []
         events = []
-        skipped_before = 0
-        loss = first = None
-        try:
-            for i in range(warmup + steps):
-                if i == warmup:
-                    synchronize(device)  # host-device sync: the timed window starts clean
-                    skipped_before = mp.stats["skipped"]  # every skip so far was in the warm-up
-                timed = i >= warmup
-                if timed:
-                    if cuda:
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                    else:
-                        t0 = time.perf_counter()
-                with mp.autocast():
-                    loss = workload.loss(batch)
-                if i == 0:
-                    first = loss.detach().clone()
-                mp.backward(loss)
-                mp.step(opt, zero_grad=True)
-                if timed:
-                    if cuda:
-                        end.record()
-                        events.append((start, end))
-                    else:
-                        times.append(time.perf_counter() - t0)
-                if on_step is not None:
-                    on_step(i + 1, warmup + steps)
-            synchronize(device)  # one sync at the end of the timed window
-            if cuda:
-                times = [s.elapsed_time(e) / 1e3 for s, e in events]
-            final_loss = float(loss.detach())
-            first_loss = float(first)
-            skipped = mp.stats["skipped"] - skipped_before
-            if profile is not None:
-                mem.__exit__(None, None, None)  # the peak ends here: the profiler's own memory stays out
+        for _ in range(n):
+            if timed:
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                else:
+                    t0 = time.perf_counter()
+            self._loss = self._step()
+            if self._first is None:
+                self._first = self._loss.detach().clone()
+            if timed:
+                if cuda:
+                    end.record()
+                    events.append((start, end))
+                else:
+                    times.append(time.perf_counter() - t0)
+            if on_step is not None:
+                on_step()
+        synchronize(self.device)  # one sync at the end of the block
+        if cuda:
+            times = [s.elapsed_time(e) / 1e3 for s, e in events]
+        skipped = self.mp.stats["skipped"] - before
+        if timed:
+            self.skipped += skipped
+        else:
+            self.warmup_skipped += skipped
+        return times
 
-                def one_step(batch=batch, opt=opt):
-                    with mp.autocast():
-                        out = workload.loss(batch)
-                    mp.backward(out)
-                    mp.step(opt, zero_grad=True)
-                breakdown = profile(one_step)
-        finally:
-            del batch, loss, first
-            opt.zero_grad(set_to_none=True)
-            del opt
-    return Measurement(batch_size, times, mem.peak, mem.source, skipped, final_loss,
-                       warmup_skipped_steps=skipped_before, first_loss=first_loss, breakdown=breakdown)
+    @property
+    def first_loss(self) -> float | None:
+        return None if self._first is None else float(self._first)
+
+    @property
+    def final_loss(self) -> float:
+        return float("nan") if self._loss is None else float(self._loss.detach())
+
+    def __exit__(self, *exc) -> bool:
+        self.end_peak()
+        return False
+
+    def end_peak(self) -> None:
+        if self._entered:
+            self.mem.__exit__(None, None, None)
+
+    def profile(self, profile):
+        """``profile(one_step)`` after the peak region (the profiler's own memory stays out)."""
+        self.end_peak()
+        return profile(self._step)
+
+    def close(self) -> None:
+        self.end_peak()
+        if self.opt is not None:
+            self.opt.zero_grad(set_to_none=True)
+        self.batch = self.opt = self._loss = self._first = None
+
+
+def measure(workload: Workload, mode: str, device: torch.device, batch_size: int, *, steps: int, warmup: int,
+            seed: int = 0, baseline_rss: int = 0, mp: MixedPrecision | None = None, on_step=None,
+            profile=None) -> Measurement:
+    """Train ``steps`` timed steps (after ``warmup`` untimed ones) on one fixed batch, in one block
+    (:class:`TrainingRun`); ``on_step(done, total)`` after each step."""
+    run = TrainingRun(workload, mode, device, batch_size, seed=seed, baseline_rss=baseline_rss, mp=mp)
+    done = [0]
+
+    def tick():
+        done[0] += 1
+        if on_step is not None:
+            on_step(done[0], warmup + steps)
+    try:
+        with run:
+            run.steps(warmup, False, tick)
+            times = run.steps(steps, True, tick)
+            final_loss, first_loss = run.final_loss, run.first_loss
+            breakdown = run.profile(profile) if profile is not None else None
+            run.end_peak()
+    finally:
+        run.close()
+    return Measurement(batch_size, times, run.mem.peak, run.mem.source, run.skipped, final_loss,
+                       warmup_skipped_steps=run.warmup_skipped, first_loss=first_loss, breakdown=breakdown)
 
 
 def rss_baseline(mode: str, device: torch.device) -> int:

@@ -1,5 +1,5 @@
 """``bench --explain`` for PyTorch: a few training steps under ``torch.profiler``, grouped into
-:data:`ampkit.bench.breakdown.CATEGORIES`.
+:data:`ampkit.breakdown.CATEGORIES`.
 
 Every op the profiler records is reduced to an :class:`OpTime` (name, self time, the names of the
 ops around it, input shapes, device time) and sorted by :func:`category`: first by where it ran
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ...bench.breakdown import Breakdown, from_op_times, top_matmuls
+from ...breakdown import Breakdown, from_op_times, top_matmuls
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "addmv", "mv", "dot", "einsum", "_scaled_mm",
            "mkldnn_linear", "_addmm_activation", "mkldnn_matmul"}
@@ -113,7 +113,7 @@ def matmul_dims(op: OpTime) -> tuple[int, int, int] | None:
 def summarize(ops: Iterable[OpTime], step_ms: float, steps: int, *, gpu: bool, source: str,
               approximate: str | None = None) -> Breakdown:
     """Per-step milliseconds per category (host self time on a CPU, kernel time on a GPU), the
-    model's matmul shapes, as a :class:`~ampkit.bench.breakdown.Breakdown` of one step."""
+    model's matmul shapes, as a :class:`~ampkit.breakdown.Breakdown` of one step."""
     ms: dict[str, float] = {}
     shapes = []
     for op in ops:

@@ -19,7 +19,7 @@ def build_workload(workload: str | None, model: str | None, input_shape, num_cla
     ``image_size`` resize a built-in workload that takes them."""
     torch.manual_seed(seed)
     if model:
-        from ....bench.sizes import size_kwargs
+        from ....workload_sizes import size_kwargs
 
         size_kwargs("torch", None, model, seq_len, image_size)  # a size flag with --model: UsageError
         wl = build_user_workload(model, input_shape, num_classes)

@@ -115,8 +115,8 @@ def check_builtin(name: str) -> str:
 
 def build_builtin(name: str, *, seq_len: int | None = None, image_size: int | None = None) -> Workload:
     """A built-in workload; ``seq_len``/``image_size`` resize the ones that take them (checked by
-    :func:`ampkit.bench.sizes.size_kwargs`: a size a workload does not take is a UsageError)."""
-    from ....bench.sizes import size_kwargs
+    :func:`ampkit.workload_sizes.size_kwargs`: a size a workload does not take is a UsageError)."""
+    from ....workload_sizes import size_kwargs
 
     key = check_builtin(name)
     return _FACTORIES[key](**size_kwargs("torch", key, None, seq_len, image_size))

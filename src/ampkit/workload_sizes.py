@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from .errors import UsageError
 
 SEQ_LEN, IMAGE_SIZE = "--seq-len", "--image-size"
 MAX_SEQ_LEN = 1 << 16

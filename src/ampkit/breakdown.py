@@ -1,4 +1,4 @@
-"""``bench --explain``: a profiled step grouped into categories, the same way for every framework.
+"""``bench --explain``'s measurement: a profiled step grouped into categories, the same way for every framework.
 
 A backend profiles a few extra steps after the timed ones (torch.profiler, TensorFlow's profiler)
 and hands over the time of each op it saw, already sorted into a category by the op's name and
@@ -77,20 +77,3 @@ def top_matmuls(shapes: list[tuple], limit: int = 5, steps: int | None = None) -
 def explain_steps(steps: int) -> int:
     """Steps to profile after ``steps`` timed ones: a few (1-3), so --explain adds little wall time."""
     return max(1, min(3, steps // 6))
-
-
-def fill_row(row, breakdown: Breakdown, size_table: dict | None = None, size_source: str | None = None) -> None:
-    """A measured row gains ``breakdown`` (shares), ``breakdown_ms`` (the shares of its timed median
-    step, so that the milliseconds add up to ``step_ms.p50``) and ``explain_detail``."""
-    row.breakdown = dict(breakdown.shares)
-    p50 = (row.step_ms or {}).get("p50") or breakdown.step_ms
-    row.breakdown_ms = {c: round(v * p50, 4) for c, v in breakdown.shares.items()}
-    row.explain_detail = breakdown.to_detail()
-    if size_table is not None:
-        add_size_table(row, size_table, size_source)
-
-
-def add_size_table(row, size_table: dict, size_source: str | None) -> None:
-    """The size table (:mod:`ampkit.doctor.sizes`) the explanation of a row with a breakdown cites."""
-    row.explain_detail["size_table"] = size_table
-    row.explain_detail["size_table_source"] = size_source

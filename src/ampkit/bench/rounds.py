@@ -1,0 +1,115 @@
+"""Bench's interleaved rounds: the plan, the pairing and the load check, framework-neutral and pure.
+
+Every mode's process stays alive for the whole run; after a shared warm-up (each mode's warm-up
+steps, in turn) the modes train in **rounds**: ``fp32, bf16, fp16 | fp16, bf16, fp32 | ...`` (the
+order flips every round, as the doctor's rounds do, so a machine that slows down over the run
+favours no mode), each mode a block of steps per round while the others wait. ``--steps N`` is
+spread over the rounds (:func:`plan_rounds`: at most :data:`MAX_ROUNDS`, each block one step or
+more), so a run still times N steps per mode.
+
+A round's time for a mode is the median of its block's step times (the bench's statistic, one
+level down). Its **paired ratio** is fp32's round time over the mode's, times the batch ratio:
+both were timed next to each other, so what the machine did in that round (another job starting
+or stopping) cancels. The speedup is the median of those ratios and its interval their seeded
+bootstrap (:func:`ampkit.stats.ratio_estimate`, the doctor's); ``--repeats`` adds whole runs, whose
+rounds pool.
+
+**Load check** (:func:`load_change`): per round, the machine's pace is the geometric mean over
+the modes of the round's time over that mode's median round time; when the slowest round's pace
+is more than :data:`LOAD_SPREAD` times the fastest's, the load changed during the run, and the
+report says so in one line: the speedups stand (paired), the absolute samples/s and step times do
+not.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from ..stats import Estimate, ratio_estimate
+
+#: at most this many rounds (more steps make longer blocks)
+MAX_ROUNDS = 10
+#: the pace of the slowest round over the fastest's beyond which the load changed during the run
+LOAD_SPREAD = 1.25
+INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
+
+
+def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS) -> list[int]:
+    """The block of each round: ``steps`` spread over ``min(steps, max_rounds)`` rounds, the longer
+    blocks first (``plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]``)."""
+    if steps < 1:
+        return []
+    rounds = min(steps, max_rounds)
+    base, extra = divmod(steps, rounds)
+    return [base + (1 if r < extra else 0) for r in range(rounds)]
+
+
+def round_order(modes: Sequence[str], r: int) -> list[str]:
+    """The modes in round ``r``'s order: as given on even rounds, reversed on odd ones."""
+    return list(modes) if r % 2 == 0 else list(reversed(modes))
+
+
+def round_value(step_s: Sequence[float]) -> float:
+    """A round's time for one mode: the median of its block's steps."""
+    return float(statistics.median(step_s))
+
+
+def split_rounds(step_s: Sequence[float], blocks: Sequence[int]) -> list[float]:
+    """A mode's timed steps (in order) cut into the plan's blocks -> each round's value (a shorter
+    list when the run stopped early)."""
+    out, i = [], 0
+    for n in blocks:
+        block = step_s[i:i + n]
+        if len(block) < n:
+            break
+        out.append(round_value(block))
+        i += n
+    return out
+
+
+def paired_ratios(base: Sequence[float | None], mode: Sequence[float | None], base_batch: int = 1,
+                  mode_batch: int = 1) -> list[float]:
+    """Per round both ran (None: that mode did not finish the round): the mode's samples/s over
+    fp32's in the same round, ``(mode_batch / mode_t) / (base_batch / base_t)``."""
+    return [(mode_batch / m) / (base_batch / b) for b, m in zip(base, mode)
+            if b is not None and m is not None and b > 0 and m > 0]
+
+
+def paired_speedup(base: Sequence[float | None], mode: Sequence[float | None], base_batch: int = 1,
+                   mode_batch: int = 1) -> Estimate | None:
+    """The median of the paired ratios and its bootstrap interval (None: no round in common)."""
+    ratios = paired_ratios(base, mode, base_batch, mode_batch)
+    return ratio_estimate(ratios) if ratios else None
+
+
+def round_pace(rounds: dict[str, Sequence[float | None]]) -> list[float | None]:
+    """Per round: the geometric mean over the modes that ran it of (its time / that mode's median
+    round time); 1.0 is a round at the run's typical pace, 2.0 one where every mode took twice as long."""
+    medians = {m: statistics.median([t for t in ts if t]) for m, ts in rounds.items() if any(ts)}
+    n = max((len(ts) for ts in rounds.values()), default=0)
+    pace: list[float | None] = []
+    for r in range(n):
+        logs = [math.log(ts[r] / medians[m]) for m, ts in rounds.items()
+                if m in medians and r < len(ts) and ts[r]]
+        pace.append(math.exp(sum(logs) / len(logs)) if logs else None)
+    return pace
+
+
+def load_change(rounds: dict[str, Sequence[float | None]], spread: float = LOAD_SPREAD) -> dict | None:
+    """``{"spread", "slowest_round", "fastest_round", "line"}`` when the machine's pace changed by more
+    than ``spread`` between rounds (fewer than 3 rounds: not judged), else None."""
+    pace = round_pace(rounds)
+    known = [(p, r) for r, p in enumerate(pace) if p is not None]
+    if len(known) < 3:
+        return None
+    (lo, fast), (hi, slow) = min(known), max(known)
+    ratio = hi / lo
+    if ratio <= spread:
+        return None
+    line = (f"the machine's load changed during the run: round {slow + 1} ran {ratio:.1f}x slower than round "
+            f"{fast + 1} for every mode alike (another job); the speedups are paired per round and hold, the "
+            "samples/s and step times do not -- for throughput figures rerun on an idle machine "
+            "(or add --repeats 3)")
+    return {"spread": round(ratio, 4), "slowest_round": slow + 1, "fastest_round": fast + 1, "line": line}
