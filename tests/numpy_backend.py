@@ -196,11 +196,11 @@ class NumpyBackend(Backend):  # derived from the protocol: its optional operatio
         self._only_mlp(config)
         return ModelProbe(config.workload, 6.0 * (64 * 32 + 32 * 10), [64], 32)
 
-    def bench_open(self, request) -> BenchSession:
+    def bench_open(self, request) -> NumpyBenchSession:
         ok, why = self.mode_support(request.mode, request.target)
         if not ok:
             raise ModeUnavailableError(why)
-        return NumpySession(request.mode, request.config.seed)
+        return NumpyBenchSession(request.mode, request.config.seed)
 
     # ---- ParityOps
     def prepare_parity(self, data, target):
@@ -236,7 +236,7 @@ class NumpyBackend(Backend):  # derived from the protocol: its optional operatio
         return NumpySession(config.mode, config.batch_size or 32, "mlp")
 
 
-class NumpySession(BenchSession):
+class NumpyBenchSession(BenchSession):
     """bench's session: the mlp's SGD steps on one fixed batch."""
 
     def __init__(self, mode: str, seed: int):

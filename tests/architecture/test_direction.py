@@ -101,6 +101,24 @@ def test_backends_import_no_driver_runner_or_flow():
     assert not stale, f"no longer imported, remove from TEMPORARY: {stale}"
 
 
+#: commands whose backends import only their protocol modules (#47 point 2: backends measure, the
+#: neutral layer judges); a neutral helper of these commands is theirs, not a backend's
+PROTOCOL_ONLY = ("bench",)
+
+
+def _beyond_protocol(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(backend module, command module) for every import from a backend folder into a module of a
+    PROTOCOL_ONLY command other than its ``ops``, ``config`` or ``report``."""
+    return sorted((mod, dep) for mod, deps in graph.items() if _in_backend(mod) for dep in deps
+                  if _command(dep) and dep.split(".")[1] in PROTOCOL_ONLY
+                  and (len(dep.split(".")) < 3 or dep.split(".")[-1] not in PROTOCOL_MODULES))
+
+
+def test_backends_import_only_the_protocol_of_bench():
+    found = _beyond_protocol(_graph())
+    assert not found, [f"{mod} imports {dep}" for mod, dep in found]
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         path = root / rel
@@ -137,6 +155,11 @@ def test_the_direction_rule_sees_planted_violations(tmp_path, monkeypatch):
                               ("ampkit.backends.fake.bench", "ampkit.bench.driver")]
     assert [kind(d, flows) for d in ("ampkit.bench.ops", "ampkit.bench.rows", "ampkit.bench.driver")] == [
         "protocol/type", "neutral helper", "flow"]
+    # bench's backends import its protocol alone: the neutral helper (rows) and the flow are both found,
+    # the package itself too; ops and report are not, nor another command's helper
+    assert _beyond_protocol(graph) == [("ampkit.backends.fake.audit", "ampkit.bench.helper"),
+                                       ("ampkit.backends.fake.bench", "ampkit.bench.driver"),
+                                       ("ampkit.backends.fake.bench", "ampkit.bench.rows")]
 
 
 # ---------------------------------------------------------------- capabilities declared, not probed

@@ -86,8 +86,8 @@ def paired_speedup(base: Sequence[float | None], mode: Sequence[float | None], b
 
 def round_pace(rounds: dict[str, Sequence[float | None]]) -> list[float | None]:
     """Per round: the geometric mean over the modes that ran it of (its time / that mode's median
-    round time); 1.0 is a round at the run's typical pace, 2.0 one where every mode took twice as long."""
-    medians = {m: statistics.median([t for t in ts if t]) for m, ts in rounds.items() if any(ts)}
+    round time, on the log scale); 1.0 is a round at the run's typical pace, 2.0 one where every mode took twice as long."""
+    medians = {m: math.exp(statistics.median([math.log(t) for t in ts if t])) for m, ts in rounds.items() if any(ts)}
     n = max((len(ts) for ts in rounds.values()), default=0)
     pace: list[float | None] = []
     for r in range(n):
@@ -104,7 +104,7 @@ def load_change(rounds: dict[str, Sequence[float | None]], spread: float = LOAD_
     known = [(p, r) for r, p in enumerate(pace) if p is not None]
     if len(known) < 3:
         return None
-    (lo, fast), (hi, slow) = min(known), max(known)
+    (lo, fast), (hi, slow) = min(known), max(known, key=lambda pr: (pr[0], -pr[1]))  # ties: the first round
     ratio = hi / lo
     if ratio <= spread:
         return None

@@ -1,0 +1,119 @@
+"""Issue 45: bench times the modes in interleaved rounds and pairs them per round, as the doctor
+does. The pairing logic on planted timings (exact answers), and the round order the driver runs,
+read from what each mode's child recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampkit.backends import _REGISTERED
+from ampkit.bench import driver
+from ampkit.bench.config import BenchConfig
+from ampkit.bench.repeats import fold
+from ampkit.bench.report import BenchRow, derive_relative
+from ampkit.bench.rounds import load_change, paired_ratios, paired_speedup, plan_rounds, round_order, round_pace, split_rounds
+from ampkit.stats import ratio_estimate
+
+
+def test_the_steps_are_spread_over_at_most_ten_rounds_longer_blocks_first():
+    assert plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    assert plan_rounds(20) == [2] * 10 and plan_rounds(3) == [1, 1, 1] and plan_rounds(0) == []
+    assert sum(plan_rounds(1001)) == 1001 and len(plan_rounds(1001)) == 10
+    assert round_order(["fp32", "bf16", "fp16"], 0) == ["fp32", "bf16", "fp16"]
+    assert round_order(["fp32", "bf16", "fp16"], 1) == ["fp16", "bf16", "fp32"]
+
+
+def test_a_round_is_the_median_of_its_block_and_a_cut_block_is_not_a_round():
+    assert split_rounds([1.0, 3.0, 2.0, 9.0, 5.0], [2, 2, 1]) == [2.0, 5.5, 5.0]
+    assert split_rounds([1.0, 3.0, 2.0], [2, 2]) == [2.0]  # the second block has one of its two steps
+
+
+def _rows(fp32_ms, bf16_ms, batch=8):
+    rows = []
+    for mode, ms in (("fp32", fp32_ms), ("bf16", bf16_ms)):
+        steps = [t for t in ms if t is not None]
+        rows.append(BenchRow(mode, batch_size=batch, samples_per_s=batch / (sorted(steps)[len(steps) // 2] / 1e3),
+                             step_ms={"p50": sorted(steps)[len(steps) // 2]}, step_times_ms=list(steps),
+                             round_ms=list(ms), rounds=len(ms), final_loss=1.0, steps=len(steps)))
+    return rows
+
+
+def test_a_load_that_comes_and_goes_cancels_in_the_paired_ratio():
+    """Every other round twice as slow for both modes (a job on, off): each round's ratio is exactly
+    2, so the speedup is 2.00x [2.00, 2.00] "faster"; the sequential statistic (median step ratio)
+    is not even defined the same way, and the load check names the rounds."""
+    fp32, bf16 = [100.0, 200.0, 100.0, 200.0, 100.0, 200.0], [50.0, 100.0, 50.0, 100.0, 50.0, 100.0]
+    assert paired_ratios(fp32, bf16) == [2.0] * 6
+    est = paired_speedup(fp32, bf16)
+    assert (est.point, est.low, est.high, est.n) == (2.0, 2.0, 2.0, 6)
+    base, mode = _rows(fp32, bf16)
+    derive_relative([base, mode])
+    assert mode.speedup_vs_fp32 == 2.0 and mode.speedup_ci == [2.0, 2.0] and mode.speedup_verdict == "faster"
+    assert "6 interleaved rounds" in mode.speedup_note and base.speedup_verdict == "baseline"
+    assert round_pace({"fp32": fp32, "bf16": bf16}) == pytest.approx([2 ** -0.5, 2 ** 0.5] * 3)
+    change = load_change({"fp32": fp32, "bf16": bf16})
+    assert change["spread"] == 2.0 and (change["slowest_round"], change["fastest_round"]) == (2, 1)
+    assert change["line"].startswith("the machine's load changed during the run: round 2 ran 2.0x slower than round 1")
+    assert "rerun on an idle machine" in change["line"]
+
+
+def test_the_interval_is_the_doctors_bootstrap_of_the_per_round_ratios():
+    fp32 = [100.0, 100.0, 100.0, 100.0, 100.0]
+    bf16 = [100.0, 80.0, 110.0, 90.0, 100.0]
+    ratios = [1.0, 1.25, 100 / 110, 100 / 90, 1.0]
+    assert paired_ratios(fp32, bf16) == pytest.approx(ratios)
+    assert paired_speedup(fp32, bf16) == ratio_estimate(paired_ratios(fp32, bf16))
+    base, mode = _rows(fp32, bf16)
+    derive_relative([base, mode])
+    est = ratio_estimate(ratios)
+    assert mode.speedup_vs_fp32 == est.point == 1.0 and mode.speedup_ci == est.ci
+    assert mode.speedup_verdict == "no measurable difference"
+    assert load_change({"fp32": fp32, "bf16": bf16}) is None  # 1.10 / 0.91: within the spread allowed
+
+
+def test_batches_unfinished_rounds_and_repeats_pair_round_by_round():
+    assert paired_ratios([100.0, 100.0, 100.0], [25.0, 50.0, None], base_batch=8, mode_batch=16) == [8.0, 4.0]
+    assert load_change({"fp32": [100.0, 300.0], "bf16": [50.0, 150.0]}) is None  # two rounds: not judged
+    runs = {m: [r for r in rows] for m, rows in zip(("fp32", "bf16"), zip(_rows([100.0, 100.0], [50.0, 50.0]),
+                                                                          _rows([200.0, 200.0], [100.0, 50.0])))}
+    rows = fold(runs, ["fp32", "bf16"], 2)
+    assert rows[1].round_ms == [50.0, 50.0, 100.0, 50.0] and rows[1].rounds == 4
+    derive_relative(rows, runs)
+    assert rows[1].speedup_vs_fp32 == 2.0  # median of 2, 2, 2, 4 (pooled rounds, each with fp32's of its round)
+
+
+@pytest.fixture()
+def ordered(monkeypatch, tmp_path):
+    monkeypatch.setitem(_REGISTERED, "order", "order_backend:OrderBackend")
+    path = tmp_path / "order.txt"
+    monkeypatch.setenv("AMPKIT_TEST_ORDER", str(path))
+    return path
+
+
+def test_the_driver_runs_every_mode_in_its_own_live_child_in_alternating_rounds(ordered):
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=5, warmup=2), "order")
+    lines = ordered.read_text().split("\n")[:-1]
+    warm, timed = lines[:3], lines[3:]
+    assert sorted(warm) == ["bf16 warmup 2", "fp32 warmup 2", "tf32 warmup 2"]
+    expect = [f"{m} timed 1" for r in range(5) for m in round_order(["fp32", "bf16", "tf32"], r)]
+    assert timed == expect
+    assert report.pairing == "interleaved" and report.to_dict()["pairing"] == "interleaved"
+    rows = {r.mode: r for r in report.results}
+    assert [rows[m].rounds for m in rows] == [5, 5, 5] and len(rows["bf16"].round_ms) == 5
+    assert rows["bf16"].speedup_vs_fp32 > 1.5 and "interleaved rounds" in rows["bf16"].speedup_note
+
+
+def test_a_mode_that_fails_mid_run_leaves_the_rounds_to_the_others(ordered, monkeypatch):
+    monkeypatch.setenv("AMPKIT_TEST_FAIL_AT", "3")  # bf16 fails in its third step: round 2 of 4 (warm-up 0)
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=4, warmup=0), "order")
+    rows = {r.mode: r for r in report.results}
+    assert rows["bf16"].status == "error" and "planted failure at step 3" in rows["bf16"].error
+    assert rows["fp32"].rounds == rows["tf32"].rounds == 4 and rows["tf32"].status == "ok"
+    timed = ordered.read_text().split("\n")[:-1]
+    assert timed.count("bf16 timed 1") == 2 and timed.count("tf32 timed 1") == 4
+
+
+def test_batch_size_auto_runs_the_modes_one_after_another_and_says_so(ordered):
+    report = driver.run(BenchConfig(workload="small", modes="fp32,bf16", memory_budget=50_000, steps=2, warmup=0),
+                        "order")
+    assert report.pairing == "sequential" and all(r.round_ms == [] for r in report.results)
