@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ampkit.bench import memory
+from ampkit import host_memory as memory
 from ampkit.host_memory import HostPeak, rss_bytes
 
 MB = 1 << 20

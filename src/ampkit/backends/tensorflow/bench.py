@@ -241,6 +241,7 @@ class TensorFlowBench:
         return probe(config)
 
     def bench_open(self, request: MeasureRequest) -> KerasSession:
+        grow_gpu_memory()  # the modes' children live side by side (interleaved rounds): none takes the whole GPU
         _use_device(request.target)
         return KerasSession(request)
 
