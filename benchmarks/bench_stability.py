@@ -138,7 +138,7 @@ def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str]) -> dic
     for mode in modes:
         for _ in range(max(1, args.warmup)):
             step(mode)
-    rounds = min(args.steps, 10)
+    rounds = min(args.steps, 20)
     block = max(1, args.steps // rounds)
     times = {m: [] for m in modes}
     for r in range(rounds):

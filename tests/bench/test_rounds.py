@@ -15,10 +15,11 @@ from ampkit.bench.rounds import load_change, paired_ratios, paired_speedup, plan
 from ampkit.stats import ratio_estimate
 
 
-def test_the_steps_are_spread_over_at_most_ten_rounds_longer_blocks_first():
-    assert plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
-    assert plan_rounds(20) == [2] * 10 and plan_rounds(3) == [1, 1, 1] and plan_rounds(0) == []
-    assert sum(plan_rounds(1001)) == 1001 and len(plan_rounds(1001)) == 10
+def test_the_steps_are_spread_over_at_most_twenty_rounds_longer_blocks_first():
+    assert plan_rounds(25, max_rounds=10) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    assert plan_rounds(45) == [3, 3, 3, 3, 3] + [2] * 15
+    assert plan_rounds(20) == [1] * 20 and plan_rounds(3) == [1, 1, 1] and plan_rounds(0) == []
+    assert sum(plan_rounds(1001)) == 1001 and len(plan_rounds(1001)) == 20
     assert round_order(["fp32", "bf16", "fp16"], 0) == ["fp32", "bf16", "fp16"]
     assert round_order(["fp32", "bf16", "fp16"], 1) == ["fp16", "bf16", "fp32"]
 

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 
 from ..stats import Estimate, ratio_estimate
 
-#: at most this many rounds (more steps make longer blocks)
-MAX_ROUNDS = 10
+#: at most this many rounds (more steps make longer blocks): short rounds pair best (a load change lands
+#: inside fewer of them) and many make a tighter interval of their median
+MAX_ROUNDS = 20
 #: the pace of the slowest round over the fastest's beyond which the load changed during the run
 LOAD_SPREAD = 1.25
 INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
@@ -38,7 +39,7 @@ INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
 
 def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS) -> list[int]:
     """The block of each round: ``steps`` spread over ``min(steps, max_rounds)`` rounds, the longer
-    blocks first (``plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]``)."""
+    blocks first (``plan_rounds(25, 10) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]``)."""
     if steps < 1:
         return []
     rounds = min(steps, max_rounds)

@@ -55,11 +55,7 @@ class KerasSession(BenchSession):
     def __init__(self, request: MeasureRequest):
         import contextlib
 
-        import keras
-
-        from .distributed import strategy_scope
-        from .engine.mixed_precision import MixedPrecision, mode_support
-        from .flavor import load_every_keras
+        from .engine.mixed_precision import mode_support
 
         cfg, mode = request.config, request.mode
         tf = import_tensorflow()
@@ -76,16 +72,21 @@ class KerasSession(BenchSession):
             raise ModeUnavailableError(why)
         self.stack = contextlib.ExitStack()
         try:
-            self._build(request, mp_class=MixedPrecision, strategy_scope=strategy_scope, load_every_keras=load_every_keras,
-                        keras=keras)
+            self._build(request)
         except BaseException:
             self.stack.close()
             raise
 
-    def _build(self, request, *, mp_class, strategy_scope, load_every_keras, keras) -> None:
+    def _build(self, request: MeasureRequest) -> None:
+        import keras
+
+        from .distributed import strategy_scope
+        from .engine.mixed_precision import MixedPrecision
+        from .flavor import load_every_keras
+
         cfg, mode = request.config, request.mode
         distributed, self.facts["replicas"] = strategy_scope(cfg.strategy, cfg.replicas, self.gpu)
-        mp = mp_class(mode, keras="keras")
+        mp = MixedPrecision(mode, keras="keras")
         if cfg.model:
             load_every_keras()  # a factory may build with tf_keras: the scope then sets its policy too
         self.baseline = rss_bytes()
