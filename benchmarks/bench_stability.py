@@ -12,7 +12,7 @@ same load, and prints a table and PASS/FAIL per criterion:
 The hand loop builds the same model and batch (ampkit's workload builder: the same seeded weights,
 batch and loss) and trains it with torch alone (``torch.autocast``, ``torch.amp.GradScaler`` for
 fp16) in its own rounds: the modes in alternating order, a block of steps each, a round's time the
-median of its block, the speedup the median of the per-round paired ratios.
+fastest step of its block, the speedup the median of the per-round paired ratios.
 
     python benchmarks/bench_stability.py                        # a small MLP written to a temp dir
     python benchmarks/bench_stability.py --workload cnn --steps 10
@@ -138,7 +138,7 @@ def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str]) -> dic
     for mode in modes:
         for _ in range(max(1, args.warmup)):
             step(mode)
-    rounds = min(args.steps, 20)
+    rounds = min(args.steps // 2, 10) if args.steps >= 4 else args.steps
     block = max(1, args.steps // rounds)
     times = {m: [] for m in modes}
     for r in range(rounds):
@@ -148,7 +148,7 @@ def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str]) -> dic
                 t = time.perf_counter()
                 step(mode)
                 ts.append(time.perf_counter() - t)
-            times[mode].append(statistics.median(ts))
+            times[mode].append(min(ts))
     out = {}
     for mode in modes:
         ratios = [math.log(b / m) for b, m in zip(times["fp32"], times[mode])]

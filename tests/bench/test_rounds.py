@@ -15,18 +15,18 @@ from ampkit.bench.rounds import load_change, paired_ratios, paired_speedup, plan
 from ampkit.stats import ratio_estimate
 
 
-def test_the_steps_are_spread_over_at_most_twenty_rounds_longer_blocks_first():
-    assert plan_rounds(25, max_rounds=10) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
-    assert plan_rounds(45) == [3, 3, 3, 3, 3] + [2] * 15
-    assert plan_rounds(20) == [1] * 20 and plan_rounds(3) == [1, 1, 1] and plan_rounds(0) == []
-    assert sum(plan_rounds(1001)) == 1001 and len(plan_rounds(1001)) == 20
+def test_the_steps_are_spread_over_at_most_ten_rounds_of_two_steps_or_more():
+    assert plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    assert plan_rounds(20) == [2] * 10 and plan_rounds(7) == [3, 2, 2] and plan_rounds(4) == [2, 2]
+    assert plan_rounds(3) == [1, 1, 1] and plan_rounds(1) == [1] and plan_rounds(0) == []
+    assert sum(plan_rounds(1001)) == 1001 and len(plan_rounds(1001)) == 10
     assert round_order(["fp32", "bf16", "fp16"], 0) == ["fp32", "bf16", "fp16"]
     assert round_order(["fp32", "bf16", "fp16"], 1) == ["fp16", "bf16", "fp32"]
 
 
-def test_a_round_is_the_median_of_its_block_and_a_cut_block_is_not_a_round():
-    assert split_rounds([1.0, 3.0, 2.0, 9.0, 5.0], [2, 2, 1]) == [2.0, 5.5, 5.0]
-    assert split_rounds([1.0, 3.0, 2.0], [2, 2]) == [2.0]  # the second block has one of its two steps
+def test_a_round_is_the_fastest_step_of_its_block_and_a_cut_block_is_not_a_round():
+    assert split_rounds([1.0, 3.0, 2.0, 9.0, 5.0], [2, 2, 1]) == [1.0, 2.0, 5.0]
+    assert split_rounds([3.0, 1.0, 2.0], [2, 2]) == [1.0]  # the second block has one of its two steps
 
 
 def _rows(fp32_ms, bf16_ms, batch=8):
@@ -92,26 +92,27 @@ def ordered(monkeypatch, tmp_path):
 
 
 def test_the_driver_runs_every_mode_in_its_own_live_child_in_alternating_rounds(ordered):
-    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=5, warmup=2), "order")
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=7, warmup=2), "order")
     lines = ordered.read_text().split("\n")[:-1]
     warm, timed = lines[:3], lines[3:]
     assert sorted(warm) == ["bf16 warmup 2", "fp32 warmup 2", "tf32 warmup 2"]
-    expect = [f"{m} timed 1" for r in range(5) for m in round_order(["fp32", "bf16", "tf32"], r)]
+    expect = [f"{m} timed {n}" for r, n in enumerate([3, 2, 2]) for m in round_order(["fp32", "bf16", "tf32"], r)]
     assert timed == expect
     assert report.pairing == "interleaved" and report.to_dict()["pairing"] == "interleaved"
     rows = {r.mode: r for r in report.results}
-    assert [rows[m].rounds for m in rows] == [5, 5, 5] and len(rows["bf16"].round_ms) == 5
-    assert rows["bf16"].speedup_vs_fp32 > 1.5 and "interleaved rounds" in rows["bf16"].speedup_note
+    assert [rows[m].rounds for m in rows] == [3, 3, 3] and len(rows["bf16"].round_ms) == 3
+    assert len(rows["bf16"].step_times_ms) == 7 and rows["bf16"].round_ms[0] == min(rows["bf16"].step_times_ms[:3])
+    assert rows["bf16"].speedup_vs_fp32 > 1 and "interleaved rounds" in rows["bf16"].speedup_note  # sleeps half as long
 
 
 def test_a_mode_that_fails_mid_run_leaves_the_rounds_to_the_others(ordered, monkeypatch):
-    monkeypatch.setenv("AMPKIT_TEST_FAIL_AT", "3")  # bf16 fails in its third step: round 2 of 4 (warm-up 0)
-    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=4, warmup=0), "order")
+    monkeypatch.setenv("AMPKIT_TEST_FAIL_AT", "5")  # bf16 fails in its fifth step: round 3 of 4 (warm-up 0)
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=8, warmup=0), "order")
     rows = {r.mode: r for r in report.results}
-    assert rows["bf16"].status == "error" and "planted failure at step 3" in rows["bf16"].error
+    assert rows["bf16"].status == "error" and "planted failure at step 5" in rows["bf16"].error
     assert rows["fp32"].rounds == rows["tf32"].rounds == 4 and rows["tf32"].status == "ok"
     timed = ordered.read_text().split("\n")[:-1]
-    assert timed.count("bf16 timed 1") == 2 and timed.count("tf32 timed 1") == 4
+    assert timed.count("bf16 timed 2") == 2 and timed.count("tf32 timed 2") == 4
 
 
 def test_batch_size_auto_runs_the_modes_one_after_another_and_says_so(ordered):

@@ -21,7 +21,7 @@ CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_m
 
 SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, paired by round where the modes ran "
                       "interleaved (pairing: interleaved): the median over the rounds of the mode's samples/s over "
-                      "fp32's in the same round (a round's time: the median of its block of steps), speedup_ci the "
+                      "fp32's in the same round (a round's time: the fastest step of its block), speedup_ci the "
                       "95% bootstrap interval of that median over the rounds (all repeats pooled); run one after "
                       "another (pairing: sequential, --batch-size auto or under a launcher): the ratio of the rows' "
                       "samples_per_s, speedup_ci over the timed steps (--repeats: over the repeats, paired); "
@@ -76,7 +76,7 @@ class BenchRow:
     speedup_vs_eager: float | None = None  # --compile both: samples/s / the same mode's eager samples/s
     plan: dict | None = None            # mode "plan:<default>" (--plan): the precision plan it ran
     rounds: int | None = None           # interleaved: rounds timed (all repeats), each a block of steps
-    round_ms: list = field(default_factory=list)  # interleaved: each round's median step (ms; null: not run)
+    round_ms: list = field(default_factory=list)  # interleaved: each round's fastest step (ms; null: not run)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -7,12 +7,13 @@ favours no mode), each mode a block of steps per round while the others wait. ``
 spread over the rounds (:func:`plan_rounds`: at most :data:`MAX_ROUNDS`, each block one step or
 more), so a run still times N steps per mode.
 
-A round's time for a mode is the median of its block's step times (the bench's statistic, one
-level down). Its **paired ratio** is fp32's round time over the mode's, times the batch ratio:
-both were timed next to each other, so what the machine did in that round (another job starting
-or stopping) cancels. The speedup is the median of those ratios and its interval their seeded
-bootstrap (:func:`ampkit.stats.ratio_estimate`, the doctor's); ``--repeats`` adds whole runs, whose
-rounds pool.
+A round's time for a mode is the fastest step of its block (blocks of :data:`MIN_BLOCK` steps or
+more where ``--steps`` allows), as the doctor keeps the fastest rep of a round: another job only
+ever adds time, and a step it hit is not the step the mode takes. Its **paired ratio** is fp32's
+round time over the mode's, times the batch ratio: both were timed next to each other, so what the
+machine did in that round (another job starting or stopping) cancels. The speedup is the median
+of those ratios and its interval their seeded bootstrap (:func:`ampkit.stats.ratio_estimate`, the
+doctor's); ``--repeats`` adds whole runs, whose rounds pool.
 
 **Load check** (:func:`load_change`): per round, the machine's pace is the geometric mean over
 the modes of the round's time over that mode's median round time; when the slowest round's pace
@@ -29,20 +30,22 @@ from collections.abc import Sequence
 
 from ..stats import Estimate, ratio_estimate
 
-#: at most this many rounds (more steps make longer blocks): short rounds pair best (a load change lands
-#: inside fewer of them) and many make a tighter interval of their median
-MAX_ROUNDS = 20
+#: at most this many rounds (more steps make longer blocks)
+MAX_ROUNDS = 10
+#: steps a block has at least, where ``--steps`` allows (the fastest of them is the round's time)
+MIN_BLOCK = 2
 #: the pace of the slowest round over the fastest's beyond which the load changed during the run
 LOAD_SPREAD = 1.25
 INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
 
 
-def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS) -> list[int]:
-    """The block of each round: ``steps`` spread over ``min(steps, max_rounds)`` rounds, the longer
-    blocks first (``plan_rounds(25, 10) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]``)."""
+def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_BLOCK) -> list[int]:
+    """The block of each round: ``steps`` spread over at most ``max_rounds`` rounds of at least
+    ``min_block`` steps (fewer than ``2 * min_block`` steps: one step a round), the longer blocks
+    first (``plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]``)."""
     if steps < 1:
         return []
-    rounds = min(steps, max_rounds)
+    rounds = min(steps // min_block if steps >= 2 * min_block else steps, max_rounds)
     base, extra = divmod(steps, rounds)
     return [base + (1 if r < extra else 0) for r in range(rounds)]
 
@@ -53,8 +56,9 @@ def round_order(modes: Sequence[str], r: int) -> list[str]:
 
 
 def round_value(step_s: Sequence[float]) -> float:
-    """A round's time for one mode: the median of its block's steps."""
-    return float(statistics.median(step_s))
+    """A round's time for one mode: the fastest step of its block (as the doctor keeps the fastest
+    rep of a round: on a shared CPU another job only ever adds time, to one step more than another)."""
+    return float(min(step_s))
 
 
 def split_rounds(step_s: Sequence[float], blocks: Sequence[int]) -> list[float]:
