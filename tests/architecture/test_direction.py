@@ -23,7 +23,7 @@ PKG = SRC / "ampkit"
 COMMANDS = ("audit", "bench", "cli", "doctor", "parity", "plan", "render", "report")
 FLOW_MODULES = ("driver", "runner", "loop")
 PROTOCOL_MODULES = ("ops", "config", "report")
-REGISTRY = "ampkit.backends"
+REGISTRY = "ampkit.registry"
 #: upward imports another helper is removing in this round (#38, "lib-surface": the parity data split and
 #: the library's parity entry); each entry must still be needed -- delete it when its import is gone
 TEMPORARY: dict[tuple[str, str], str] = {}  # (backend module, flow it still imports): why, until it goes
@@ -120,7 +120,7 @@ def test_the_direction_rule_sees_planted_violations(tmp_path, monkeypatch):
         "backends/fake/bench.py": ("from ...bench.ops import BenchOps\nfrom ...bench.report import BenchRow\n"
                                    "from ...bench.rows import fill_timing\n\n"
                                    "def measure():\n    from ...bench.driver import run\n"),
-        "backends/fake/audit.py": "from ...bench.helper import h\nfrom ...backends import get_backend\n",
+        "backends/fake/audit.py": "from ...bench.helper import h\nfrom ...registry import get_backend\n",
         "bench/__init__.py": "",
         "bench/ops.py": "", "bench/report.py": "", "bench/rows.py": "from .report import BenchRow\n",
         "bench/driver.py": "from .runner import run_child\n",
@@ -180,7 +180,7 @@ def test_the_audit_session_is_chosen_in_one_table(framework, kinds):
 
     from ampkit.audit.config import AuditConfig
     from ampkit.audit.ops import AuditSession, WhatIfSession, session_kind
-    from ampkit.backends import get_backend
+    from ampkit.registry import get_backend
 
     if framework == "tensorflow" and importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")

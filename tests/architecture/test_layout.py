@@ -101,9 +101,9 @@ def test_cycle_detector_sees_a_planted_cycle(tmp_path, monkeypatch):
     ("tensorflow", "ampkit.backends.tensorflow", ("tensorflow", "keras", "tf_keras")),
 ])
 def test_each_framework_is_imported_only_inside_its_backend_folder(framework, home, modules):
-    # ampkit.backends chooses the framework (--framework auto tries `import torch`); ampkit.keras is
+    # ampkit.registry chooses the framework (--framework auto tries `import torch`); ampkit.keras is
     # the public name of the Keras engine and re-exports it
-    allowed_public = {"torch": {"ampkit.backends"}, "tensorflow": {"ampkit.keras"}}[framework]
+    allowed_public = {"torch": {"ampkit.registry"}, "tensorflow": {"ampkit.keras"}}[framework]
     offenders = []
     for path in PKG.rglob("*.py"):
         mod = _module_name(path)
@@ -210,7 +210,7 @@ def test_each_backend_implements_every_operation_of_the_protocol(framework):
     """Every method of the typed protocol (EnvironmentOps and each command's Ops) is the backend's
     own implementation, not the protocol's empty stub (the optional ones, base.OPTIONAL, have real
     defaults); no whole-command method is left."""
-    from ampkit.backends import base, get_backend
+    from ampkit.registry import base, get_backend
 
     if framework == "tensorflow" and importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from ampkit.backends import base, get_backend, register_backend
+from ampkit.backends import base
+from ampkit.registry import get_backend, register_backend
 from ampkit.cli.main import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ampkit
-from ampkit.backends import model_framework
+from ampkit.registry import model_framework
 from ampkit.errors import UsageError
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 import ampkit
-from ampkit.backends import _REGISTERED
+from ampkit.registry import _REGISTERED
 from ampkit.bench import driver
 from ampkit.bench.config import BenchConfig
 from ampkit.errors import UsageError

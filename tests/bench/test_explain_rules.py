@@ -179,7 +179,7 @@ def test_no_fp32_row_no_comparison():
 
 def test_a_backend_that_cannot_profile_says_so(monkeypatch):
     """The plain backend of tests/bench ignores --explain: its rows say so rather than dropping the flag."""
-    from ampkit.backends import _REGISTERED
+    from ampkit.registry import _REGISTERED
     from ampkit.bench import driver
     from ampkit.bench.config import BenchConfig
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 import ampkit
-from ampkit.backends import framework_of, made_by
+from ampkit.registry import framework_of, made_by
 from ampkit.errors import UsageError
 from ampkit.parity.ops import Arrays, DataSets, ParityData
 

@@ -62,7 +62,7 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
         ``.to_dict()`` is the JSON document ``ampkit audit --json`` writes.
     """
-    from ..backends import get_backend, model_framework
+    from ..registry import get_backend, model_framework
     from ..errors import UsageError
     from .config import WHAT_IF_FORMATS
     from .driver import audit_here

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..backends import backend_spec, load_backend
+from ..registry import backend_spec, load_backend
 from ..bench.sizes import size_kwargs
 from ..errors import UsageError
 from ..factory import class_count_hint

@@ -83,7 +83,7 @@ def _framework(framework, cfg):
     line), only when both frameworks are installed."""
     if not (isinstance(framework, str) or framework is None) and hasattr(framework, "target"):
         return framework  # a Backend
-    from ..backends import auto_has_choice, factory_framework, parse_framework
+    from ..registry import auto_has_choice, factory_framework, parse_framework
 
     framework = parse_framework(framework)
     if framework == "auto" and cfg.model and auto_has_choice():

@@ -149,7 +149,7 @@ def serve_mode(conn, spec: str, request: MeasureRequest) -> None:
     """Entry of the per-mode child: the parent's backend, loaded by its spec (so a backend added
     with :func:`ampkit.backends.register_backend` works here too), measures the mode."""
     def measure(progress) -> BenchRow:
-        from ..backends import load_backend
+        from ..registry import load_backend
 
         return measure_mode(load_backend(spec), request, progress)
 

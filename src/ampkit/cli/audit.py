@@ -43,7 +43,7 @@ def run(args) -> int:
     """parse -> :class:`~ampkit.audit.config.AuditConfig` -> :func:`ampkit.audit.driver.run` -> finish."""
     from ..audit import driver
     from ..audit.config import WHAT_IF_FORMATS, AuditConfig
-    from ..backends import get_backend, parse_framework
+    from ..registry import get_backend, parse_framework
     from ..errors import UsageError
     from ..factory import parse_shape
     from ..isolation import PartialResult

@@ -76,7 +76,7 @@ def _plan(path, framework):
 def run(args) -> int:
     import os
 
-    from ..backends import get_backend, parse_framework
+    from ..registry import get_backend, parse_framework
     from ..bench import driver
     from ..bench.config import BenchConfig
     from ..factory import parse_shape

@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..backends import FRAMEWORKS, get_backend, parse_framework, resolve_framework
+    from ..registry import FRAMEWORKS, get_backend, parse_framework, resolve_framework
     from ..doctor import run_doctor
     from ..doctor.report import DoctorSet
     from ..environment import base_environment

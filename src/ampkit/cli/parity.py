@@ -48,7 +48,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import os
 
-    from ..backends import parse_framework
+    from ..registry import parse_framework
     from ..errors import UsageError
     from ..parity import grid
     from ..parity.config import ParityConfig

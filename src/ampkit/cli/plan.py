@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..backends import parse_framework
+    from ..registry import parse_framework
     from ..factory import parse_shape
     from ..plan.loop import PlanConfig, parse_budget, run_plan
     from ..plan.report import PlanReport

@@ -29,7 +29,7 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
         DoctorReport: per mode supported, self-test, measured speedup and verdict, and the
         recommendation; ``.to_dict()`` is the JSON document ``ampkit doctor --json`` writes.
     """
-    from ..backends import parse_framework
+    from ..registry import parse_framework
     from ..progress import shown
     from .driver import run
 

@@ -81,7 +81,7 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
-    from ..backends import auto_has_choice, framework_of, made_by, parse_framework
+    from ..registry import auto_has_choice, framework_of, made_by, parse_framework
     from .driver import USER_EPOCHS, run
 
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs

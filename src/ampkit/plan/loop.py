@@ -120,7 +120,7 @@ def _rows(report) -> dict:
 def run_plan(cfg: PlanConfig, framework: str = "auto", say=lambda text: None) -> PlanRun:
     from ..audit import driver as audit_driver
     from ..audit.config import AuditConfig
-    from ..backends import get_backend
+    from ..registry import get_backend
     from ..bench import driver as bench_driver
     from ..bench.config import BenchConfig
     from .propose import propose_plan
