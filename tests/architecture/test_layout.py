@@ -210,7 +210,8 @@ def test_each_backend_implements_every_operation_of_the_protocol(framework):
     """Every method of the typed protocol (EnvironmentOps and each command's Ops) is the backend's
     own implementation, not the protocol's empty stub (the optional ones, base.OPTIONAL, have real
     defaults); no whole-command method is left."""
-    from ampkit.registry import base, get_backend
+    from ampkit.backends import base
+    from ampkit.registry import get_backend
 
     if framework == "tensorflow" and importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")
