@@ -9,8 +9,8 @@ import json
 import pytest
 
 from ampkit.backends import base
-from ampkit.registry import get_backend, register_backend
 from ampkit.cli.main import main
+from ampkit.registry import get_backend, register_backend
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -14,8 +14,8 @@ from ampkit import isolation
 from ampkit.audit.config import AuditConfig
 from ampkit.audit.driver import audit_here
 from ampkit.audit.ops import AuditOps, AuditSession, LiveModel
-from ampkit.registry import _REGISTERED
 from ampkit.errors import UsageError
+from ampkit.registry import _REGISTERED
 
 
 @pytest.fixture

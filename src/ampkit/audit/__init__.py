@@ -62,8 +62,8 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
         ``.to_dict()`` is the JSON document ``ampkit audit --json`` writes.
     """
-    from ..registry import get_backend, model_framework
     from ..errors import UsageError
+    from ..registry import get_backend, model_framework
     from .config import WHAT_IF_FORMATS
     from .driver import audit_here
     from .ops import LiveModel
@@ -82,7 +82,7 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
 def _plan_dict(plan):
     if plan is None:
         return None
-    from ..plan import load_plan
+    from ..plan_format import load_plan
 
     return load_plan(plan, "torch").to_dict()
 

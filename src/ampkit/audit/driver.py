@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..registry import backend_spec, load_backend
 from ..bench.sizes import size_kwargs
 from ..errors import UsageError
 from ..factory import class_count_hint
 from ..isolation import PartialResult, TimedOut, run_isolated, stop_requested, tell_parent
+from ..registry import backend_spec, load_backend
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
 from .fp8 import fp8_findings

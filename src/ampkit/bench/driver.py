@@ -96,8 +96,8 @@ def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
     (:func:`ampkit.isolation.run_isolated`: its crash, ``sys.exit`` or hang is one usage-error line)."""
     if not cfg.model:
         return _probe(backend, cfg, target)
-    from ..registry import backend_spec
     from ..isolation import run_isolated
+    from ..registry import backend_spec
 
     return run_isolated(_probe_isolated, backend_spec(backend), cfg, target, what=f"probing --model {cfg.model}",
                         timeout=cfg.timeout)

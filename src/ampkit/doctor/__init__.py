@@ -29,8 +29,8 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
         DoctorReport: per mode supported, self-test, measured speedup and verdict, and the
         recommendation; ``.to_dict()`` is the JSON document ``ampkit doctor --json`` writes.
     """
-    from ..registry import parse_framework
     from ..progress import shown
+    from ..registry import parse_framework
     from .driver import run
 
     config = DoctorConfig(device=device, quick=quick, thorough=thorough)

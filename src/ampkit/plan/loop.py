@@ -120,9 +120,9 @@ def _rows(report) -> dict:
 def run_plan(cfg: PlanConfig, framework: str = "auto", say=lambda text: None) -> PlanRun:
     from ..audit import driver as audit_driver
     from ..audit.config import AuditConfig
-    from ..registry import get_backend
     from ..bench import driver as bench_driver
     from ..bench.config import BenchConfig
+    from ..registry import get_backend
     from .propose import propose_plan
 
     backend = get_backend(framework)
