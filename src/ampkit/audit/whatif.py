@@ -34,8 +34,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..compare import relative_error
-from ..formats import BF16, FORMATS, FP16, FloatFormat
-from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
+from ..formats import BF16, FORMATS, FP16, LOST_BITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below
 
 #: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
 NOISE_ONLY = 0.5

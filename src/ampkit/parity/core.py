@@ -23,16 +23,11 @@ import statistics
 import numpy as np
 
 from ..stats import Decision, Equivalence, paired_decision, tost
+from ..words import signed
 from .report import ALPHA, ParityResult, RunRecord
 
 
 # ---------------------------------------------------------------- statistics
-def signed(x: float) -> str:
-    """``+0.0123`` -- or, for a value too small for 4 decimals, ``-1.7e-05``: a loss metric's tiny
-    differences stay readable."""
-    return f"{x:+.3g}" if x != 0 and abs(x) < 5e-4 else f"{x:+.4f}"
-
-
 def verdict_words(dec: Decision, tolerance: float, n: int, metric: str = "accuracy", alpha: float = ALPHA,
                   raw: float | None = None) -> str:
     """Why the verdict is what it is, in one sentence (the table's and the report's reason).

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..audit.core import SEVERITY, format_of, precision_threshold, rounding_unit
-from ..audit.report import SEVERITY_LABEL
+from ..formats import format_of, precision_threshold, rounding_unit
+from ..words import SEVERITY, SEVERITY_LABEL
 from . import charts
 from .output import finite, fmt, print_keras_line
 

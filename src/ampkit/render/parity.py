@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..parity.core import signed
+from ..words import signed
 from . import charts
 from .output import PageView, finite, fmt, print_keras_line, verdict_row
 
