@@ -58,7 +58,7 @@ def environment(autoescape: bool):
     """The templates' Jinja2 environment (the page, the Markdown, the notebook display)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    env = Environment(loader=PackageLoader("ampkit.report", "templates"), autoescape=autoescape,
+    env = Environment(loader=PackageLoader("ampkit.render", "templates"), autoescape=autoescape,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(_FILTERS)
     return env
