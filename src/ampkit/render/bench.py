@@ -10,7 +10,21 @@ from rich.table import Table
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify
 from ..words import CATEGORIES, HOST_IDLE, THRESHOLD, describe
 from . import bench_compile, charts
-from .output import PageView, finite, fmt, fmt_bytes, fmt_memory_ratio, print_keras_line, tone, write_csv
+from .output import (
+    NONE_FINISHED,
+    PageView,
+    check_per,
+    finite,
+    flat,
+    fmt,
+    fmt_bytes,
+    fmt_memory_ratio,
+    head,
+    pair,
+    print_keras_line,
+    tone,
+    write_csv,
+)
 
 CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
                "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
@@ -312,3 +326,43 @@ def plot(report, path: str) -> None:
     """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
     title = f"ampkit bench — {report.workload} ({report.framework}) on {report.device}"
     charts.plot(figure, page_view(report), title, path)
+
+# ---------------------------------------------------------------- the notebook and to_pandas()
+def sections(result) -> list[tuple[str, object, str | None]]:
+    """What a notebook cell shows: (command, report, part) per section."""
+    return [("bench", result, None)]
+
+
+def headline(result) -> str | None:
+    """A line the cell and the ``repr`` show instead of the sections' own (None: theirs)."""
+    return None
+
+
+def _cell(r: dict) -> str:
+    if r["status"] != "ok":
+        return f"{r['mode']} {r['status']}"
+    if r["mode"] == "fp32" or r["speedup_verdict"] == "baseline":
+        return f"{r['mode']} baseline"
+    if r["flags"]:
+        return f"{r['mode']} no speedup claimed"
+    if r["speedup"] is None:
+        return f"{r['mode']} ok"
+    return f"{r['mode']} {r['speedup']:.2f}× {r['speedup_verdict'] or 'one run, no interval'}"
+
+
+def line(view: BenchView) -> str:
+    """The ``repr``'s words: command, subject, each mode's verdict."""
+    return f"bench {view.workload} on {view.device}: " + (", ".join(_cell(r) for r in view.rows) or NONE_FINISHED)
+
+
+def rows(result, per: str | None = None) -> list[dict]:
+    """``to_pandas()``: one row per mode, the contract's keys first (``step_ms_p50``, ``speedup_ci_low`` beside them)."""
+    check_per(per)
+    doc = result.to_dict()
+    out = []
+    for r in doc["results"]:
+        row = {"workload": doc.get("workload"), **head(doc), **r}
+        flat("step_ms", r.get("step_ms"), row)
+        pair("speedup_ci", r.get("speedup_ci"), row)
+        out.append(row)
+    return out

@@ -11,56 +11,29 @@ the command line prints one line and exits 2.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from ..envelope import DocumentError, not_a_document, open_envelope, read_json
 from ..errors import UsageError
-
-
-@dataclass
-class Document:
-    """One command's report, read from a file (a ``--framework all`` doctor document yields one per framework)."""
-
-    path: str
-    command: str
-    report: object   # DoctorReport | BenchReport | ParityReport | AuditReport
-    version: str = ""  # the ampkit that wrote it
-    interrupted: bool = False
-    part: str | None = None  # "torch" / "tensorflow" for a part of a --framework all doctor document
-
-    @property
-    def environment(self) -> dict:
-        return self.report.environment
-
-    @property
-    def label(self) -> str:
-        name = os.path.basename(self.path)
-        return f"{name} [{self.part}]" if self.part else name
-
-    @property
-    def framework(self) -> str:
-        # the environment first: it is written by the framework's own code (an early TF audit said "torch")
-        return str(self.environment.get("framework") or getattr(self.report, "framework", None) or "torch")
+from ..render.output import Document
 
 
 def documents(path: str, doc) -> list[Document]:
-    """A parsed document -> its typed reports. Raises :class:`~ampkit.envelope.DocumentError`."""
+    """A parsed document -> its typed reports, one per part (a ``--framework all`` doctor document
+    has one per framework). Raises :class:`~ampkit.envelope.DocumentError`."""
     from ..audit.report import AuditReport
     from ..bench.report import BenchReport
-    from ..doctor.report import DoctorReport, DoctorSet
+    from ..doctor.report import from_document
     from ..parity.report import ParityReport
     from ..plan.report import PlanReport
 
+    readers = {"doctor": from_document, "bench": BenchReport.from_dict, "parity": ParityReport.from_dict,
+               "audit": AuditReport.from_dict, "plan": PlanReport.from_dict}
     command = open_envelope(doc)
     version = "" if doc["ampkit_version"] in (None, "") else str(doc["ampkit_version"])
-    if command == "doctor" and "frameworks" in doc:
-        whole = DoctorSet.from_dict(doc)
-        return [Document(path, command, report, version, whole.interrupted, part=name)
-                for name, report in whole.reports.items()]
-    cls = {"doctor": DoctorReport, "bench": BenchReport, "parity": ParityReport, "audit": AuditReport,
-           "plan": PlanReport}[command]
-    report = cls.from_dict(doc)
-    return [Document(path, command, report, version, bool(getattr(report, "interrupted", False)))]
+    whole = readers[command](doc)
+    parts = whole.reports if isinstance(getattr(whole, "reports", None), dict) else {None: whole}
+    return [Document(path, command, report, version, bool(getattr(whole, "interrupted", False)), part=name)
+            for name, report in parts.items()]
 
 
 def load(path: str) -> list[Document]:
