@@ -22,7 +22,7 @@ from ampkit.bench.ops import ModelProbe
 from ampkit.bench.report import BenchRow
 from ampkit.bench.rows import check_final_loss, fill_timing
 from ampkit.compare import relative_error
-from ampkit.doctor.measure import Work
+from ampkit.doctor.ops import Work
 from ampkit.environment import base_environment
 from ampkit.errors import UsageError
 from ampkit.formats import format_of, lost_below

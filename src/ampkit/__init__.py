@@ -1,15 +1,11 @@
 """ampkit: mixed-precision training you can check, measure and trust.
 
-``import ampkit`` stays cheap and needs no framework: torch and the command modules load on first
-use (``ampkit.MixedPrecision`` imports torch; ``ampkit.keras`` imports Keras).
+``import ampkit`` stays cheap and needs no framework: every name below loads on first use
+(``ampkit.MixedPrecision`` imports torch; ``ampkit.keras`` imports Keras), so importing one module
+of the package (a backend's protocol, ``ampkit.backends.base``) loads no other.
 """
 
 from __future__ import annotations
-
-from ._version import __version__
-from .errors import AutocastDisabledError, ModeUnavailableError, UsageError
-from .health import LossScaleWarning
-from .precision import MODES, TRAINING_MODES, Precision, get_precision, parse_mode
 
 __all__ = [
     "__version__",
@@ -32,6 +28,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "__version__": ("ampkit._version", "__version__"),
+    **{name: ("ampkit.precision", name) for name in ("MODES", "TRAINING_MODES", "Precision", "get_precision", "parse_mode")},
+    **{name: ("ampkit.errors", name) for name in ("UsageError", "ModeUnavailableError", "AutocastDisabledError")},
+    "LossScaleWarning": ("ampkit.health", "LossScaleWarning"),
     "MixedPrecision": ("ampkit.backends.torch.engine", "MixedPrecision"),
     "StepResult": ("ampkit.backends.torch.engine", "StepResult"),
     "Workload": ("ampkit.backends.torch.workloads", "Workload"),
@@ -52,3 +52,7 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ampkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

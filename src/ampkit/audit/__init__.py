@@ -12,10 +12,12 @@ PyTorch's or Keras's, as ``framework`` says (``auto``: the model's own);
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .config import AuditConfig
-from .report import AuditReport, Finding, LayerStats
+
+if TYPE_CHECKING:
+    from .report import AuditReport
 
 __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
@@ -64,7 +66,7 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
     """
     from ..errors import UsageError
     from ..registry import get_backend, model_framework
-    from .config import WHAT_IF_FORMATS
+    from .config import WHAT_IF_FORMATS, AuditConfig
     from .driver import audit_here
     from .ops import LiveModel
 
@@ -90,3 +92,14 @@ def _plan_dict(plan):
 make_callable(__name__, audit)
 #: ``inspect.signature(ampkit.audit)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(audit)
+
+
+def __getattr__(name: str):
+    """The package's types load on first use, so that importing its protocol (``ampkit.audit.ops``) stays light."""
+    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
+        from . import config, report
+
+        for module in (config, report):
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..target import Target
-from .config import AuditConfig
-from .report import LayerStats
+if TYPE_CHECKING:
+    from ..target import Target
+    from .config import AuditConfig
+    from .report import LayerStats
+
 
 
 @dataclass(frozen=True)

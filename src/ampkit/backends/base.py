@@ -28,15 +28,17 @@ library entry or the registry (:mod:`ampkit.registry`) (``tests/architecture/tes
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..audit.ops import AuditOps
 from ..bench.ops import BenchOps
 from ..doctor.ops import DoctorOps
 from ..parity.ops import ParityOps
-from ..target import Target
 
-__all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps", "Target"]
+if TYPE_CHECKING:
+    from ..target import Target
+
+__all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps"]
 
 #: the protocol's optional operations: declared with a default ("unsupported, because ...", or none),
 #: which a backend deriving from :class:`Backend` inherits

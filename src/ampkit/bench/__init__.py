@@ -8,9 +8,12 @@ the same bench as the command and returns its :class:`~ampkit.bench.report.Bench
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .report import BenchReport, BenchRow
+
+if TYPE_CHECKING:
+    from .report import BenchReport
 
 __all__ = ["BenchReport", "BenchRow", "bench"]
 
@@ -97,3 +100,14 @@ def _framework(framework, cfg):
 make_callable(__name__, bench)
 #: ``inspect.signature(ampkit.bench)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(bench)
+
+
+def __getattr__(name: str):
+    """The package's types load on first use, so that importing its protocol (``ampkit.bench.ops``) stays light."""
+    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
+        from . import report
+
+        for module in (report):
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

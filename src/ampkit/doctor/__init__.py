@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .config import DoctorConfig
-from .report import DoctorReport, ModeReport
+
+if TYPE_CHECKING:
+    from .report import DoctorReport
 
 __all__ = ["DoctorConfig", "DoctorReport", "ModeReport", "run_doctor"]
 
@@ -31,6 +33,7 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
     """
     from ..progress import shown
     from ..registry import parse_framework
+    from .config import DoctorConfig
     from .driver import run
 
     config = DoctorConfig(device=device, quick=quick, thorough=thorough)
@@ -41,3 +44,14 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
 make_callable(__name__, run_doctor)
 #: ``inspect.signature(ampkit.doctor)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(run_doctor)
+
+
+def __getattr__(name: str):
+    """The package's types load on first use, so that importing its protocol (``ampkit.doctor.ops``) stays light."""
+    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
+        from . import config, report
+
+        for module in (config, report):
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

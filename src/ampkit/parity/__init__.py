@@ -12,11 +12,12 @@ its parameters.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .config import ParityConfig
-from .ops import Arrays, DataSets, ParityData
-from .report import ParityReport, ParityResult, RunRecord
+
+if TYPE_CHECKING:
+    from .report import ParityReport
 
 __all__ = ["Arrays", "DataSets", "ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRecord", "parity"]
 
@@ -82,7 +83,9 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
     from ..registry import auto_has_choice, framework_of, made_by, parse_framework
+    from .config import ParityConfig
     from .driver import USER_EPOCHS, run
+    from .ops import Arrays, DataSets, ParityData
 
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
     asked = {"modes": modes, "seeds": seeds, "epochs": epochs, "tolerance": tolerance, "device": device,
@@ -153,3 +156,14 @@ def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
 make_callable(__name__, parity)
 #: ``inspect.signature(ampkit.parity)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(parity)
+
+
+def __getattr__(name: str):
+    """The package's types load on first use, so that importing its protocol (``ampkit.parity.ops``) stays light."""
+    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
+        from . import config, ops, report
+
+        for module in (config, ops, report):
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

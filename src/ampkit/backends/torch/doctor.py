@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.measure import Work
+from ...doctor.ops import Work
 from ...doctor.verdicts import ACCEL_THRESHOLD
 from ...errors import one_line
 from ...precision import get_precision
