@@ -107,7 +107,7 @@ def __getattr__(name: str):
     if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
         from . import report
 
-        for module in (report):
+        for module in (report,):
             if name in vars(module):
                 return vars(module)[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
