@@ -26,7 +26,7 @@ from ampkit.doctor.ops import Work
 from ampkit.environment import base_environment
 from ampkit.errors import UsageError
 from ampkit.formats import format_of, lost_below
-from ampkit.parity.core import loader_order
+from ampkit.parity.ops import loader_order
 from ampkit.parity.report import RunRecord
 from ampkit.target import Target
 

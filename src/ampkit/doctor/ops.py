@@ -8,6 +8,7 @@ driver's, written once. A backend answers four questions about one mode on one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -62,3 +63,18 @@ class DoctorOps(Protocol):
         ``{}`` where there are none. ``supported``: the modes the main table found supported. A
         variant that cannot change the recommendation may be deferred unless ``thorough``: then
         ``{"label", "version", "modes": {}, "deferred": why}``."""
+
+
+#: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
+FP8_LOSS_GAP = 0.05
+
+
+def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:
+    """The fp8 self-test's rule, the same in every framework: one step's fp8 loss against bf16's on a
+    clean batch. (relative gap, why it fails — None when it passes)."""
+    if not math.isfinite(l8):
+        return math.nan, f"fp8 loss is {l8} on a clean batch"
+    gap = abs(l8 - l16) / max(abs(l16), 1e-6)
+    if gap > FP8_LOSS_GAP:
+        return gap, f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < {FP8_LOSS_GAP:.0%})"
+    return gap, None

@@ -20,8 +20,6 @@ from __future__ import annotations
 import math
 import statistics
 
-import numpy as np
-
 from ..stats import Decision, Equivalence, paired_decision, tost
 from ..words import signed
 from .report import ALPHA, ParityResult, RunRecord
@@ -101,12 +99,6 @@ def _measure_despite_loss(res: ParityResult, paired: list, metric: str, margin: 
 
 
 # ---------------------------------------------------------------- the data order
-def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The order of the training samples in one epoch of one seed: the same in every mode and
-    in both frameworks, so the runs of a seed are paired."""
-    return np.random.default_rng(seed * 1000 + epoch).permutation(n)
-
-
 def _final(xs: list[float]) -> float:
     return float(xs[-1]) if xs else math.nan
 

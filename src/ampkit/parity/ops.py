@@ -180,3 +180,11 @@ class ParityOps(Protocol):
         raise UsageError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')}: spreading parity over processes is PyTorch's "
                          f"(torchrun); for {self.name}, run shares of the grid with "
                          "--shard I/N and --merge them")
+
+
+def loader_order(n: int, seed: int, epoch: int):
+    """The order of the training samples in one epoch of one seed: the same in every mode and
+    in both frameworks, so the runs of a seed are paired."""
+    import numpy as np
+
+    return np.random.default_rng(seed * 1000 + epoch).permutation(n)

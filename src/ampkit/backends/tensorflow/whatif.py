@@ -25,8 +25,8 @@ import ml_dtypes
 import numpy as np
 
 from ...audit.ops import Advice, WhatIfSession
-from ...audit.whatif import ModuleSummary, TensorSummary
-from ...audit.whatif_summary import summarize as summarize_array
+from ...summaries import ModuleSummary, TensorSummary
+from ...summaries import summarize as summarize_array
 from .audit import (
     DEFAULT_LOSS_SCALE,
     KerasAuditSession,

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ...audit.ops import WhatIfSession
-from ...audit.whatif import ModuleSummary, TensorSummary
+from ...summaries import ModuleSummary, TensorSummary
 from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .audit_fp8 import Fp8AuditSession
 from .engine import MixedPrecision
