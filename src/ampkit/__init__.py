@@ -21,6 +21,7 @@ __all__ = [
     "MixedPrecision",
     "StepResult",
     "Workload",
+    "verify",
     "audit",
     "bench",
     "doctor",
@@ -35,6 +36,8 @@ _LAZY = {
     "MixedPrecision": ("ampkit.backends.torch.engine", "MixedPrecision"),
     "StepResult": ("ampkit.backends.torch.engine", "StepResult"),
     "Workload": ("ampkit.backends.torch.workloads", "Workload"),
+    #: the precision contract on any PyTorch loop: verify(model, optimizer, compute_dtype=torch.bfloat16)
+    "verify": ("ampkit.backends.torch.engine.contract", "verify_torch"),
 }
 #: command packages that are callable: ampkit.audit(...) runs the PyTorch entry point, ampkit.bench(...),
 #: ampkit.parity(...) and ampkit.doctor(...) those of either framework; each shows its real signature
