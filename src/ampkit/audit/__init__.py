@@ -89,17 +89,6 @@ def _plan_dict(plan):
     return load_plan(plan, "torch").to_dict()
 
 
-make_callable(__name__, audit)
+make_callable(__name__, audit, ("config", "report"))
 #: ``inspect.signature(ampkit.audit)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(audit)
-
-
-def __getattr__(name: str):
-    """The package's types load on first use, so that importing its protocol (``ampkit.audit.ops``) stays light."""
-    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
-        from . import config, report
-
-        for module in (config, report):
-            if name in vars(module):
-                return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

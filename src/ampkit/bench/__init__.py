@@ -97,17 +97,6 @@ def _framework(framework, cfg):
     return framework
 
 
-make_callable(__name__, bench)
+make_callable(__name__, bench, ("report",))
 #: ``inspect.signature(ampkit.bench)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(bench)
-
-
-def __getattr__(name: str):
-    """The package's types load on first use, so that importing its protocol (``ampkit.bench.ops``) stays light."""
-    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
-        from . import report
-
-        for module in (report,):
-            if name in vars(module):
-                return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

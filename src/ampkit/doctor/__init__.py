@@ -41,17 +41,6 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
     return shown(progress, "doctor", "doctor", lambda cb, _live: run(config, framework, progress=cb))
 
 
-make_callable(__name__, run_doctor)
+make_callable(__name__, run_doctor, ("config", "report"))
 #: ``inspect.signature(ampkit.doctor)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(run_doctor)
-
-
-def __getattr__(name: str):
-    """The package's types load on first use, so that importing its protocol (``ampkit.doctor.ops``) stays light."""
-    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
-        from . import config, report
-
-        for module in (config, report):
-            if name in vars(module):
-                return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

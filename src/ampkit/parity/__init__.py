@@ -153,17 +153,6 @@ def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
         raise UsageError(f"dataset must be a name (a string); received {dataset!r}")
 
 
-make_callable(__name__, parity)
+make_callable(__name__, parity, ("config", "ops", "report"))
 #: ``inspect.signature(ampkit.parity)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(parity)
-
-
-def __getattr__(name: str):
-    """The package's types load on first use, so that importing its protocol (``ampkit.parity.ops``) stays light."""
-    if name in __all__:  # (a submodule's name is not: ``from . import config`` asks here first)
-        from . import config, ops, report
-
-        for module in (config, ops, report):
-            if name in vars(module):
-                return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

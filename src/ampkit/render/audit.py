@@ -13,7 +13,7 @@ from rich.table import Table
 from ..formats import format_of, precision_threshold, rounding_unit
 from ..words import SEVERITY, SEVERITY_LABEL
 from . import charts
-from .output import check_per, finite, fmt, head, print_keras_line, rows_csv
+from .output import check_per, csv_of, finite, fmt, head, one_section, print_keras_line
 
 _KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "contract": "yellow",
                "precision": "magenta"}
@@ -307,16 +307,7 @@ def _short(name: str, limit: int = 22) -> str:
     return name if len(name) <= limit else "…" + name[-(limit - 1):]
 
 # ---------------------------------------------------------------- the notebook and to_pandas()
-def to_csv(report, path: str) -> None:
-    rows_csv(rows(report), path)
-
-
-def sections(result) -> list[tuple[str, object, str | None]]:
-    return [("audit", result, None)]
-
-
-def headline(result) -> None:
-    return None
+sections, headline = one_section("audit")
 
 
 def line(view: AuditView) -> str:
@@ -338,3 +329,6 @@ def rows(result, per: str | None = None) -> list[dict]:
              "index": i, **lay, "first_nonfinite": first.get("name") == lay.get("name") if first else False,
              "findings": list(dict.fromkeys(kinds.get(lay.get("name"), [])))}
             for i, lay in enumerate(doc.get("layers") or [])]
+
+
+to_csv = csv_of(rows)

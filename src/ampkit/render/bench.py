@@ -20,6 +20,7 @@ from .output import (
     fmt_bytes,
     fmt_memory_ratio,
     head,
+    one_section,
     pair,
     print_keras_line,
     tone,
@@ -328,14 +329,7 @@ def plot(report, path: str) -> None:
     charts.plot(figure, page_view(report), title, path)
 
 # ---------------------------------------------------------------- the notebook and to_pandas()
-def sections(result) -> list[tuple[str, object, str | None]]:
-    """What a notebook cell shows: (command, report, part) per section."""
-    return [("bench", result, None)]
-
-
-def headline(result) -> str | None:
-    """A line the cell and the ``repr`` show instead of the sections' own (None: theirs)."""
-    return None
+sections, headline = one_section("bench")  # a notebook cell's (command, report, part); no line of its own
 
 
 def _cell(r: dict) -> str:

@@ -4,7 +4,7 @@ the audit presenter shows one (the record hands over that document as an audit r
 from __future__ import annotations
 
 from . import audit
-from .output import rows_csv
+from .output import csv_of
 
 page_view, verdicts, figure, line = audit.page_view, audit.verdicts, audit.figure, audit.line
 
@@ -12,10 +12,6 @@ page_view, verdicts, figure, line = audit.page_view, audit.verdicts, audit.figur
 def render(record, con) -> None:
     con.print(record.summary_line(), markup=False, highlight=False)
     audit.render(record.audit_report(), con)
-
-
-def to_csv(record, path: str) -> None:
-    rows_csv(rows(record), path)
 
 
 def sections(record) -> list[tuple[str, object, str | None]]:
@@ -28,3 +24,6 @@ def headline(record) -> str:
 
 def rows(record, per: str | None = None) -> list[dict]:
     return audit.rows(record, per)
+
+
+to_csv = csv_of(rows)

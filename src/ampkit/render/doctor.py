@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..cpu import cpu_features
-from .output import PageView, check_per, finite, fmt_bytes, rows_csv, verdict_row
+from .output import PageView, check_per, csv_of, finite, fmt_bytes, one_section, verdict_row
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
                   "unsupported": "dim", "broken": "bold red"}
@@ -141,19 +141,11 @@ def figure(view: DoctorView) -> None:
 
 
 # ---------------------------------------------------------------- the notebook and to_pandas()
-def to_csv(report, path: str) -> None:
-    rows_csv(rows(report), path)
-
-
 def sections(result) -> list[tuple[str, object, str | None]]:
     """A ``--framework all`` doctor has a section per framework."""
     if isinstance(getattr(result, "reports", None), dict):
         return [("doctor", r, name) for name, r in result.reports.items()]
     return [("doctor", result, None)]
-
-
-def headline(result) -> None:
-    return None
 
 
 def line(view: DoctorView) -> str:
@@ -168,3 +160,6 @@ def rows(result, per: str | None = None) -> list[dict]:
     parts = doc.get("frameworks") or {doc.get("framework"): doc}
     return [{"framework": fw, "device": part.get("device"), "mode": mode, **m, "recommended": part.get("recommended") == mode}
             for fw, part in parts.items() for mode, m in (part.get("modes") or {}).items()]
+
+
+to_csv, headline = csv_of(rows), one_section("doctor")[1]  # a doctor says itself in its sections' lines

@@ -212,3 +212,14 @@ def pair(prefix: str, value, out: dict) -> None:
 def rows_csv(rows: list[dict], path: str) -> None:
     """The rows of ``to_pandas()`` as CSV (the columns: every key, in the order they first come)."""
     write_csv(rows, path, list(dict.fromkeys(k for r in rows for k in r)))
+
+
+def one_section(command: str):
+    """``sections`` and ``headline`` of a presenter whose result is one section of its own and says
+    itself in its sections' lines (every command but the doctor of several frameworks and the record)."""
+    return (lambda result: [(command, result, None)]), (lambda result: None)
+
+
+def csv_of(rows):
+    """``to_csv`` writing what a presenter's ``rows`` give (every key a column)."""
+    return lambda report, path: rows_csv(rows(report), path)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..words import signed
 from . import charts
-from .output import NONE_FINISHED, PageView, check_per, finite, flat, fmt, head, print_keras_line, rows_csv, verdict_row
+from .output import NONE_FINISHED, PageView, check_per, csv_of, finite, flat, fmt, head, one_section, print_keras_line, verdict_row
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red", "inconclusive": "yellow",
           "equivalent": "green", "not_equivalent": "bold red", "not_measured": "dim"}
@@ -202,16 +202,7 @@ def plot(report, path: str) -> None:
     charts.plot(figure, page_view(report), title, path)
 
 # ---------------------------------------------------------------- the notebook and to_pandas()
-def to_csv(report, path: str) -> None:
-    rows_csv(rows(report), path)
-
-
-def sections(result) -> list[tuple[str, object, str | None]]:
-    return [("parity", result, None)]
-
-
-def headline(result) -> None:
-    return None
+sections, headline = one_section("parity")
 
 
 def line(view: ParityView) -> str:
@@ -240,3 +231,6 @@ def rows(result, per: str | None = None) -> list[dict]:
         flat("equivalence", p.get("equivalence"), row)
         out.append(row)
     return out
+
+
+to_csv = csv_of(rows)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.markup import escape
 from rich.table import Table
 
-from .output import PageView, check_per, fmt, head, rows_csv, verdict_row
+from .output import PageView, check_per, csv_of, fmt, head, one_section, verdict_row
 
 __all__ = ["render", "rows", "PlanView", "page_view", "verdicts", "figure"]
 
@@ -88,16 +88,7 @@ def figure(view: PlanView):
     return None
 
 # ---------------------------------------------------------------- the notebook and to_pandas()
-def to_csv(report, path: str) -> None:
-    rows_csv(rows(report), path)
-
-
-def sections(result) -> list[tuple[str, object, str | None]]:
-    return [("plan", result, None)]
-
-
-def headline(result) -> None:
-    return None
+sections, headline = one_section("plan")
 
 
 def line(view: PlanView) -> str:
@@ -110,3 +101,6 @@ def rows(result, per: str | None = None) -> list[dict]:
     check_per(per)
     doc = result.to_dict()
     return [{"workload": doc.get("workload"), **head(doc), **t} for t in doc.get("tried") or []]
+
+
+to_csv = csv_of(rows)
