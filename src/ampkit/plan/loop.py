@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..precision import parse_mode_list
-from .document import Plan
+from ..plan_format import Plan
 
 __all__ = ["PlanConfig", "parse_budget", "run_plan", "DEFAULT_MODES"]
 
