@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from ..precision import parse_mode_list
 from ..plan_format import Plan
+from ..precision import parse_mode_list
 
 __all__ = ["PlanConfig", "parse_budget", "run_plan", "DEFAULT_MODES"]
 
