@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from ..breakdown import CATEGORIES, HOST_IDLE, WORDS
-from .compiled import row_label
+from ..words import row_label
 
 #: a size-table speedup at least this large counts as "gains" (the doctor's threshold)
 GAIN = 1.10

@@ -181,7 +181,7 @@ def serve_session(conn, spec: str, request: MeasureRequest) -> None:
 
     run = None
     try:
-        from ..backends import load_backend
+        from ..registry import load_backend
 
         run = SessionRun(load_backend(spec), request,
                          lambda kind, done, total: send({"type": "progress", "kind": kind, "done": done, "total": total}))
