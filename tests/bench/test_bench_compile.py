@@ -114,9 +114,9 @@ def cheap_compile(monkeypatch):
 
 
 def _row(model: str, mode: str = "fp32", compile: str = "on", warmup: int = 0, explain: bool = False) -> BenchRow:
-    from ampkit.backends import get_backend
     from ampkit.bench.ops import MeasureRequest
     from ampkit.bench.session import measure_mode
+    from ampkit.registry import get_backend
 
     backend = get_backend("torch")
     cfg = BenchConfig(model=model, input_shape=(8,), num_classes=4, modes=mode, steps=3, warmup=warmup, device="cpu",

@@ -13,9 +13,9 @@ pytest.importorskip("torchao")
 
 
 def test_an_fp8_row_on_this_cpu_is_ok_and_emulated():
-    from ampkit.backends import get_backend
     from ampkit.bench.ops import MeasureRequest
     from ampkit.bench.session import measure_mode
+    from ampkit.registry import get_backend
 
     backend = get_backend("torch")
     cfg = BenchConfig(workload="mlp", modes="fp32,fp8", steps=2, warmup=0, batch_size=8)

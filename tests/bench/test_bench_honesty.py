@@ -25,9 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(model: str, modes=("fp32", "fp16"), steps=3, warmup=2) -> dict[str, BenchRow]:
-    from ampkit.backends import get_backend
     from ampkit.bench.ops import MeasureRequest
     from ampkit.bench.session import measure_mode
+    from ampkit.registry import get_backend
 
     backend = get_backend("torch")
     cfg = BenchConfig(model=model, modes=list(modes), steps=steps, warmup=warmup, device="cpu")

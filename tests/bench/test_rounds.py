@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from ampkit.backends import _REGISTERED
 from ampkit.bench import driver
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.repeats import fold
 from ampkit.bench.report import BenchRow, derive_relative
 from ampkit.bench.rounds import load_change, paired_ratios, paired_speedup, plan_rounds, round_order, round_pace, split_rounds
+from ampkit.registry import _REGISTERED
 from ampkit.stats import ratio_estimate
 
 
