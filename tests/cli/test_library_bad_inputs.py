@@ -49,8 +49,10 @@ def _parity(**kw):
     (lambda: _parity(progress=3), "progress must be a callable, None or True (the display in a notebook) or False"),
     (lambda: ampkit.bench("mlp", progress="yes"), "progress must be a callable"),
     (lambda: _parity(modes=[]), "no modes given"),
-    (lambda: _parity(train=(X,)), "train must be (inputs, targets); received a tuple of 1"),
-    (lambda: _parity(test=X), "test must be (inputs, targets); received a Tensor"),
+    (lambda: _parity(train=(X,)), "train must be (inputs, targets), a torch Dataset or DataLoader, or a tf.data.Dataset; "
+                                     "received a tuple of 1"),
+    (lambda: _parity(test=X), "test must be (inputs, targets), a torch Dataset or DataLoader, or a tf.data.Dataset; "
+                                "received a Tensor"),
     (lambda: _parity(dataset=5), "dataset must be a name (a string); received 5"),
 ])
 def test_the_library_says_which_argument_is_wrong(call, needle):

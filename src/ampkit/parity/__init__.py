@@ -35,7 +35,10 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
         make_model: zero-argument callable returning a fresh float32 ``torch.nn.Module`` (or
             ``keras.Model``), called after seeding, so each seed gives the same initial weights in
             every mode.
-        train, test: ``(inputs, targets)`` tensors or arrays (Keras: read as a data factory's arrays).
+        train, test: ``(inputs, targets)`` tensors or arrays (Keras: read as a data factory's arrays),
+            or data sets as a data factory returns them (``data=`` below): torch ``Dataset``s or
+            ``DataLoader``s, batched ``tf.data.Dataset``s -- trained exactly as ``data=`` (and
+            ``ampkit parity --data``) trains them, 3 epochs by default.
         model, data: instead of the three above (and for Keras): a model factory (a callable, or
             ``"MODULE:FACTORY"``) returning a fresh model or an ``ampkit.Workload`` (a
             ``keras.Model`` with ``framework="tensorflow"``), and a data factory (a callable or
@@ -81,7 +84,7 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
-    from ..backends import auto_has_choice, framework_of, made_by, parse_framework
+    from ..backends import auto_has_choice, framework_of, is_data_set, made_by, parse_framework
     from .driver import USER_EPOCHS, run
 
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
@@ -101,6 +104,13 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
                         epochs=USER_EPOCHS, **sizes)
         if framework == "auto" and auto_has_choice():  # the data says, else what the model factory returns
             framework = framework_of(sets.train, sets.test) or made_by(model, pd.model_spec) or framework
+        return run(config, framework, data=pd, progress=progress)
+    if is_data_set(train) or is_data_set(test):  # Datasets/DataLoaders/tf.data: as a data factory's (issue #49)
+        sets = DataSets(train=train, test=test, factory=lambda: (train, test), spec="the train/test data")
+        pd = ParityData(name=dataset, model=make_model, model_spec=getattr(make_model, "__name__", "make_model"),
+                        source=sets, epochs=USER_EPOCHS, **sizes)
+        if framework == "auto" and auto_has_choice():
+            framework = framework_of(train, test) or made_by(make_model, pd.model_spec) or framework
         return run(config, framework, data=pd, progress=progress)
     pd = ParityData(name=dataset, model=make_model, source=Arrays.of(train, test), epochs=10, **sizes)
     if framework == "auto" and auto_has_choice():
@@ -137,12 +147,14 @@ def _factories(make_model, train, test, model, data, timeout):
 def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
     """The library's own arguments, refused up front in one UsageError as the CLI refuses a flag
     (a loss_fn that is not callable failed every run, and fp32 'failed too')."""
+    from ..backends import is_data_set
     from ..errors import UsageError
 
     for name, part in (("train", train), ("test", test)):
-        if part is not None and not (isinstance(part, (tuple, list)) and len(part) == 2):
+        if part is not None and not (isinstance(part, (tuple, list)) and len(part) == 2) and not is_data_set(part):
             got = f"a {type(part).__name__}" + (f" of {len(part)}" if isinstance(part, (tuple, list)) else "")
-            raise UsageError(f"{name} must be (inputs, targets); received {got}")
+            raise UsageError(f"{name} must be (inputs, targets), a torch Dataset or DataLoader, or a tf.data.Dataset; "
+                             f"received {got}")
     for name, fn in (("loss_fn", loss_fn), ("metric_fn", metric_fn)):
         if fn is not None and not callable(fn):
             raise UsageError(f"{name} must be callable (logits, targets) -> scalar; received {type(fn).__name__}")

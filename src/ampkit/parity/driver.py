@@ -336,7 +336,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         if group:
             group.close()
     report = G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
-                     higher_is_better=data.higher_is_better,
+                     higher_is_better=data.higher_is_better, chance=data.chance,
                      shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
                      interrupted=interrupted, note=note, world_size=group.world if group else None,
                      unpaired_runs=unpaired)

@@ -94,7 +94,10 @@ class ParityData:
     ``steps``: optimizer steps per run instead. ``loss_fn``/``metric_fn``: the framework's
     ``(logits, targets) -> scalar``; None for the defaults (cross-entropy and accuracy for arrays;
     for data sets, :meth:`ParityOps.prepare_parity` settles them and ``metric`` (its name) and
-    ``higher_is_better``). ``plan``: the precision plan mode ``plan:<default>`` trains with."""
+    ``higher_is_better``). ``plan``: the precision plan mode ``plan:<default>`` trains with.
+    ``chance``: the best constant predictor on the validation data
+    (:func:`ampkit.parity.chance.of_targets`), which :meth:`ParityOps.prepare_parity` sets when the
+    metric has one (None: unknown), so that a baseline at chance is told apart."""
 
     name: str
     model: str | Callable[[], object]
@@ -109,6 +112,7 @@ class ParityData:
     higher_is_better: bool = True
     steps: int | None = None
     plan: dict | None = None
+    chance: object = None  # the best constant predictor (ampkit.parity.chance.Chance), set by prepare_parity
 
     def __post_init__(self) -> None:
         """The library's own arguments (a built-in dataset passes these by construction)."""
@@ -149,8 +153,9 @@ class ParityOps(Protocol):
         :meth:`train_seed`: the data factory's parts are data sets this framework reads, not empty,
         of ``(input, target)`` items; the model factory returns a model (or an ``ampkit.Workload``)
         that takes a batch of each part and gives a scalar loss. Settles ``metric`` (``accuracy``
-        for class targets, else ``loss``) and ``higher_is_better``. Anything wrong is one
-        :class:`~ampkit.errors.UsageError` line. Built-in data (``train`` None) passes unchanged."""
+        for class targets, else ``loss``), ``higher_is_better`` and ``chance`` (from the validation
+        targets, :func:`ampkit.parity.chance.of_targets`). Anything wrong is one
+        :class:`~ampkit.errors.UsageError` line."""
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target: Target, *, epochs: int,
                    on_epoch: Callable[[int, int], None] | None = None) -> RunRecord:

@@ -128,7 +128,8 @@ def _line_of(command: str, view) -> str:
     if command == "bench":
         return f"bench {view.workload} on {view.device}: " + (", ".join(_bench_cell(r) for r in view.rows) or _NONE)
     if command == "parity":
-        return f"parity {view.dataset} on {view.device}: " + (
+        unlearned = "fp32 did not learn; " if getattr(view, "baseline_not_learned", None) else ""
+        return f"parity {view.dataset} on {view.device}: {unlearned}" + (
             ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows) or _NONE)
     if command == "doctor":
         others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
