@@ -119,6 +119,8 @@ def _bench_cell(r: dict) -> str:
         return f"{r['mode']} baseline"
     if r["flags"]:
         return f"{r['mode']} no speedup claimed"
+    if r.get("emulated"):
+        return f"{r['mode']} ok, emulated"
     if r["speedup"] is None:
         return f"{r['mode']} ok"
     return f"{r['mode']} {r['speedup']:.2f}× {r['speedup_verdict'] or 'one run, no interval'}"
