@@ -45,7 +45,9 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     ``{"mode", "kind", ...}`` as modes run; ``on_row(row)`` each row as it finishes (rank 0 only
     under a launcher). Ctrl-C returns the rows that finished, ``interrupted`` set."""
     from ..backends import backend_spec, get_backend
+    from ..factory import check_findable
 
+    check_findable(config.model, "--model")  # a module that cannot be found: one line before torch loads (#49)
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
     if config.strategy and config.strategy not in backend.bench_strategies:  # declared, () by default (.ops)

@@ -85,7 +85,8 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
     from ..backends import auto_has_choice, framework_of, is_data_set, made_by, parse_framework
-    from .driver import USER_EPOCHS, run
+    from .driver import run
+    from .factories import USER_EPOCHS
 
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
     asked = {"modes": modes, "seeds": seeds, "epochs": epochs, "tolerance": tolerance, "device": device,
@@ -129,8 +130,12 @@ def _factories(make_model, train, test, model, data, timeout):
         raise UsageError("model= needs data= too (and data= needs model=)")
     spec = data if isinstance(data, str) else None
     if isinstance(model, str) or isinstance(data, str):
-        from ..factory import load_factory
-        from .driver import check_isolated
+        from ..factory import check_findable, load_factory
+        from .factories import check_isolated
+
+        for spec, flag in ((data, "data"), (model, "model")):
+            if isinstance(spec, str):
+                check_findable(spec, flag)  # a module that cannot be found: one line before any child
 
         # as the CLI does: the strings' factories called in a child first (one that exits, aborts or
         # hangs is a UsageError naming it, never the end of the caller's process)
