@@ -47,6 +47,14 @@ class ResultDisplay:
     def _repr_html_(self) -> str:
         return _renderer().html(self)
 
+    def _ipython_display_(self) -> None:
+        """In a notebook: the HTML, then each chart as an ``image/png`` output (shown in a notebook
+        JupyterLab does not trust too, where inline SVG is sanitized away)."""
+        from IPython.display import display
+
+        for bundle in _renderer().outputs(self):
+            display(bundle, raw=True)
+
     def __repr__(self) -> str:
         try:
             return shorten(_renderer().line(self))

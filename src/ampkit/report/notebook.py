@@ -11,6 +11,7 @@ VS Code, an nbconvert HTML export and a browser without JavaScript.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import re
 
@@ -67,8 +68,9 @@ def _parts(result) -> list[tuple[str, object, str | None]]:
     return []
 
 
-def views(result) -> list[tuple[str, object]]:
-    """The page views of a result, charts drawn as inline SVG (ids unique in the notebook page)."""
+def views(result, images: list | None = None) -> list[tuple[str, object]]:
+    """The page views of a result, charts drawn as inline SVG (ids unique in the notebook page), or,
+    with ``images`` (a list), as PNG bytes appended to it and left out of the HTML."""
     out = []
     for command, report, part in _parts(result):
         doc = Document(f"ampkit.{command}()", command, report, __version__,
@@ -78,14 +80,31 @@ def views(result) -> list[tuple[str, object]]:
             fig = charts.draw(PRESENTERS[command].figure, view)
             if fig is not None:
                 view.chart_id = f"nb{next(_serial)}-{command}"
-                view.chart = charts.svg(fig, view.chart_id, f"{command} chart")
+                if images is None:
+                    view.chart = charts.svg(fig, view.chart_id, f"{command} chart")
+                else:
+                    images.append((command, charts.png(fig)))
         out.append((command, view))
     return out
 
 
-def html(result) -> str:
-    """The cell's HTML: the verdict line first, each section with its table, chart and findings."""
-    shown = views(result)
+def outputs(result) -> list[dict]:
+    """What a notebook cell shows for ``result`` (:meth:`ampkit.display.ResultDisplay._ipython_display_`):
+    MIME bundles, one output each -- the HTML (verdicts, tables, findings) and each chart as an
+    ``image/png`` output. A saved notebook opened elsewhere is untrusted: JupyterLab sanitizes its
+    HTML (styles and inline SVG dropped, issue #49), while an image output shows as it is."""
+    images: list = []
+    page = html(result, images)
+    out = [{"text/html": page, "text/plain": line(result)}]
+    out += [{"image/png": base64.b64encode(data).decode("ascii"), "text/plain": f"{command} chart"}
+            for command, data in images]
+    return out
+
+
+def html(result, images: list | None = None) -> str:
+    """The cell's HTML: the verdict line first, each section with its table, chart and findings
+    (the charts as inline SVG, or with ``images`` collected there as PNG: :func:`views`)."""
+    shown = views(result, images)
     verdicts = [row for command, view in shown for row in PRESENTERS[command].verdicts(view)]
     table = None
     if not shown:  # a result without a section of its own (a new command): its rows, generically
