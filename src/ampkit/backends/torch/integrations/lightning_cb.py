@@ -22,6 +22,7 @@ import logging
 import lightning
 from lightning.pytorch.callbacks import Callback
 
+from ..engine.scaler_state import enabled
 from .common import CoreViews, grad_scale_pending
 from .spawn import carry_through_spawn
 
@@ -165,7 +166,8 @@ class AmpkitCallback(CoreViews, Callback):
             declared = runs
         self._declared = (declared, runs)
         self.core.start(module, source=f"AmpkitCallback (Lightning {kind})", trainer=f"lightning {lightning.__version__}",
-                        fallback_dir=out_dir, rank=rank, world=world, resume_state=resume)
+                        fallback_dir=out_dir, rank=rank, world=world, resume_state=resume,
+                        reads_each_step=enabled(self._scaler))   # GradScaler.step reads found_inf each step
         self.core.record.scheduler_cause = (
             f"lightning {lightning.__version__} steps a scheduler with interval='step' after every optimizer step, "
             f"skipped or not (epoch-interval schedulers are not concerned); to keep your schedule, override "
