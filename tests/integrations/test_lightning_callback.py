@@ -182,9 +182,9 @@ def test_skip_ledger_equals_the_trainers_own_scaler_history(runs, key):
 @pytest.mark.parametrize("key,name", [("fp16", "net.2"), ("guarded", "net.2"), ("fabric", "2")])
 def test_planted_overflow_names_module_and_phase_and_writes_the_document(runs, key, name):
     r = runs[key]
-    # x * 1e6 in the planted module's own code: traced in the forward after the failure (issue #34)
+    # x * 1e6 in the planted module's own code: traced on a replay of the failing step (issues #34, #46)
     assert r["cb"].summary["first_nonfinite"] == {"name": name, "phase": "forward", "step": PLANT_FROM, "op": "mul",
-                                                  "in_reference": False}
+                                                  "in_reference": False, "traced": "failing step"}
     doc = json.loads(r["path"].read_text())
     assert doc["command"] == "audit" and doc["mode"] == "fp16" and doc["loss_scale"] == 2.0**16
     assert doc["first_nonfinite"]["name"] == name and doc["findings"][0]["kind"] == "nonfinite"
