@@ -5,7 +5,8 @@ own inputs and weights, before the optimizer applies it), also when every step f
 planted feed-forward output is named, never the relative-position bucketing's harmless ``log(0)``.
 
 Runs (one module fixture: Lightning and transformers are imported once): Lightning ``16-mixed`` through its
-``MixedPrecision("16-mixed", "cpu")`` plugin (a real GradScaler) and the HF Trainer in bf16 on this CPU, on
+``MixedPrecision("16-mixed", "cpu")`` plugin (a real GradScaler), Lightning with ampkit's engine (manual
+optimization, ``ampkit.MixedPrecision("fp16")``) and the HF Trainer in bf16 on this CPU, on
 :class:`origin_models.GatedNet` (its block's own ``h * h`` overflows on the planted batches; the block's
 output is its ``down``'s, so module outputs name ``down``), and on T5 with and without the plant.
 """
@@ -17,6 +18,8 @@ import subprocess
 import sys
 
 import pytest
+
+import ampkit
 
 torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
@@ -51,6 +54,37 @@ class LitGated(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class LitEngine(L.LightningModule):
+    """ampkit's engine in a LightningModule (manual optimization): its skips never reach Lightning's hooks."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.automatic_optimization = False
+        self.net, self.mp, self.skips = net, ampkit.MixedPrecision("fp16", "cpu"), []
+
+    def training_step(self, batch, _i):
+        with self.mp.autocast():
+            loss = torch.nn.functional.cross_entropy(self.net(batch[0]).float(), batch[1])
+        self.mp.backward(loss)
+        if self.mp.step(self.optimizers(), zero_grad=True).skipped:
+            self.skips.append(self.mp.stats["steps"])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _engine(tmp, name, data):
+    from ampkit.integrations.lightning import AmpkitCallback
+
+    cb = AmpkitCallback(json_path=str(tmp / f"{name}.json"))
+    module = LitEngine(GatedNet())
+    # Lightning's max_steps counts optimizer.step() calls, which a skipped step does not make
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", callbacks=[cb], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp))
+    trainer.fit(module, data)
+    return {"cb": cb, "skips": module.skips, "path": tmp / f"{name}.json"}
 
 
 def _lightning(tmp, name, net, data):
@@ -123,6 +157,8 @@ def runs(tmp_path_factory):
         return {
             "l_two": _lightning(tmp, "l_two", GatedNet(), _loader(*gated_data(STEPS, (5, 6), FP16_AMAX))),
             "l_all": _lightning(tmp, "l_all", GatedNet(), _loader(*gated_data(STEPS, range(1, STEPS + 1), FP16_AMAX))),
+            "e_two": _engine(tmp, "e_two", _loader(*gated_data(STEPS, (5, 6), FP16_AMAX))),
+            "e_all": _engine(tmp, "e_all", _loader(*gated_data(STEPS, range(1, STEPS + 1), FP16_AMAX))),
             "hf_two": _hf(tmp, "hf_two", HFGated(), Rows(**dict(zip(("x", "labels"), gated_data(STEPS, (5, 6), BF16_AMAX))))),
             "hf_all": _hf(tmp, "hf_all", HFGated(), Rows(**dict(zip(("x", "labels"),
                                                                      gated_data(STEPS, range(1, STEPS + 1), BF16_AMAX))))),
@@ -141,6 +177,7 @@ def _first(r):
 
 @pytest.mark.parametrize("key, step, name, in_ref", [
     ("l_two", 5, "net.block", False), ("l_all", 1, "net.block", False),
+    ("e_two", 5, "net.block", False), ("e_all", 1, "net.block", False),
     ("hf_two", 5, "net.block", True), ("hf_all", 1, "net.block", True)])
 def test_the_block_whose_own_code_overflows_is_named_on_its_step(runs, key, step, name, in_ref):
     first = _first(runs[key])
@@ -154,7 +191,8 @@ def test_the_block_whose_own_code_overflows_is_named_on_its_step(runs, key, step
     assert ("Keep net.block in float32" in finding["advice"]) is (not in_ref)
 
 
-@pytest.mark.parametrize("key, skips", [("l_two", [5, 6]), ("l_all", list(range(1, STEPS + 1)))])
+@pytest.mark.parametrize("key, skips", [("l_two", [5, 6]), ("l_all", list(range(1, STEPS + 1))),
+                                        ("e_two", [5, 6]), ("e_all", list(range(1, STEPS + 1)))])
 def test_one_skip_ledger_equal_to_the_scalers_skips(runs, key, skips):
     r = runs[key]
     assert r["skips"] == skips
