@@ -141,10 +141,11 @@ class TorchWatch:
         held = self._held
         if held is None:
             return
-        loss, grads = row[self.n + self.np_], row[self.n:self.n + self.np_]
-        bad = ~torch.isfinite(row[:self.n]).all() & (~torch.isfinite(grads).all() | ~torch.isfinite(loss)
-                                                      | (not self._loss[self._r]))
-        if not bool(bad):   # one read of the device: free here (see the module docstring)
+        n = self.n
+        fin = torch.isfinite(row[:n + self.np_ + 1])   # forward amaxes | gradient norms | loss
+        if bool(fin[:n].all()):   # one read of the device: free here (see the module docstring)
+            return
+        if self._loss[self._r] and bool(fin[n:].all()):   # loss and gradients finite: it did not matter
             return
         from ..numerics.origin import trace_calls
 
