@@ -25,22 +25,12 @@ torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
 pytest.importorskip("transformers")
 
+from helpers import record_scaler_history  # noqa: E402
 from origin_models import T5_WO, GatedNet, gated_data, t5, t5_ids  # noqa: E402
 
 STEPS = 8
 FP16_AMAX = 300.0   # h * h = 9e4: beyond fp16's 65504, finite in float32
 BF16_AMAX = 1e20    # h * h = 1e40: beyond bfloat16's (and float32's) range
-
-
-def _scaler_history(scaler, out):
-    update = scaler.update
-
-    def recorded(*a, **k):
-        found = sum(float(v.sum()) for st in scaler._per_optimizer_states.values()
-                    for v in st["found_inf_per_device"].values())
-        update(*a, **k)
-        out.append(found > 0)
-    scaler.update = recorded
 
 
 class LitGated(L.LightningModule):
@@ -97,9 +87,9 @@ def _lightning(tmp, name, net, data):
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp),
                         plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
     history: list = []
-    _scaler_history(trainer.precision_plugin.scaler, history)
+    record_scaler_history(trainer.precision_plugin.scaler, history)
     trainer.fit(LitGated(net), data)
-    return {"cb": cb, "skips": [i + 1 for i, s in enumerate(history) if s], "path": tmp / f"{name}.json"}
+    return {"cb": cb, "skips": [i + 1 for i, (found, _s) in enumerate(history) if found], "path": tmp / f"{name}.json"}
 
 
 class HFGated(torch.nn.Module):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from helpers import keras_child
 
 pytestmark = [pytest.mark.tensorflow,
               pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow")]
@@ -23,12 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory):
     out = tmp_path_factory.mktemp("keras_origin")
-    r = subprocess.run([sys.executable, os.path.join(HERE, "keras_origin_cases.py"), str(out)], cwd=HERE,
-                       capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"})
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-4000:]
-    return json.loads(line[0][len("RESULT "):]), out
+    return keras_child(os.path.join(HERE, "keras_origin_cases.py"), out), out
 
 
 @pytest.mark.parametrize("case, model, step, skips", [("two", "sequential", 5, [5, 6]),

@@ -29,6 +29,7 @@ L = pytest.importorskip("lightning")
 from ampkit.health import LossScaleWarning  # noqa: E402
 from ampkit.integrations.lightning import AmpkitCallback  # noqa: E402
 from ampkit.integrations.record import SchedulerStepWarning  # noqa: E402
+from helpers import record_scaler_history  # noqa: E402
 
 PLANT_FROM = 5
 STEPS = 10
@@ -85,17 +86,6 @@ def _data():
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
 
 
-def _scaler_history(scaler, out):
-    update = scaler.update
-
-    def recorded(*a, **k):
-        found = sum(float(v.sum()) for st in scaler._per_optimizer_states.values()
-                    for v in st["found_inf_per_device"].values())
-        update(*a, **k)
-        out.append((found > 0, scaler.get_scale()))
-    scaler.update = recorded
-
-
 def _capture(fn):
     lines: list[str] = []
     handler = logging.Handler()
@@ -121,7 +111,7 @@ def _trainer_run(tmp, name, *, precision=None, plant=False, guard=False, **cb_kw
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp), **kw)
     history: list = []
     if trainer.precision_plugin.scaler is not None:
-        _scaler_history(trainer.precision_plugin.scaler, history)
+        record_scaler_history(trainer.precision_plugin.scaler, history)
     module = Module(plant, guard)
     lines, caught = _capture(lambda: trainer.fit(module, _data()))
     return {"cb": cb, "history": history, "lines": lines, "warnings": caught, "path": tmp / f"{name}.json",
@@ -139,7 +129,7 @@ def _fabric_run(tmp):
     sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.9)
     cb.watch_schedulers(sched)
     scaler, history = fabric.strategy.precision.scaler, []
-    _scaler_history(scaler, history)
+    record_scaler_history(scaler, history)
 
     def loop():
         for x, y in _data():
