@@ -150,11 +150,14 @@ class OpTrace(ModuleHooks, TorchFunctionMode):
                 self._busy = False
         return hook
 
+    def _origin_index(self) -> int | None:
+        return self._out if self._out is not None else self.reached.get(self.recipient)
+
     @property
     def origin(self) -> dict | None:
         """The candidate whose value reached the forward's output (what the loss is computed from), else
         the one that reached the recipient; None: no candidate reached a module's output."""
-        idx = self._out if self._out is not None else self.reached.get(self.recipient)
+        idx = self._origin_index()
         return None if idx is None else self.candidates[idx]
 
     def result(self, recipient: str | None = None) -> dict | None:
@@ -162,13 +165,11 @@ class OpTrace(ModuleHooks, TorchFunctionMode):
         module-output hooks name). ``recipient`` given (the module a record saw fail first): the
         origin of the value that module held, None when its output stayed finite in this forward."""
         if recipient is None:
-            origin = self.origin
-            idx = self.candidates.index(origin) if origin is not None else None
+            idx = self._origin_index()
             recipient = next((n for n, r in self.reached.items() if r == idx), self.recipient)
         else:
             idx = self.reached.get(recipient)
-            origin = None if idx is None else self.candidates[idx]
-        return None if origin is None else {**origin, "recipient": recipient}
+        return None if idx is None else {**self.candidates[idx], "recipient": recipient}
 
     # ------------------------------------------------------------------ ops
     def __torch_function__(self, func, types, args=(), kwargs=None):
