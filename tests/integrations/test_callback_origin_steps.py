@@ -191,6 +191,8 @@ def test_one_skip_ledger_equal_to_the_scalers_skips(runs, key, skips):
     assert doc["skipped_steps"] == len(skips) and doc["ledger"]["steps"] == STEPS
     ring = doc["ring_buffer"]   # the steps up to the failure, each once, their skips those of the ledger
     assert ring["steps"] == sorted(set(ring["steps"])) and ring["steps"][-1] == skips[0]
+    if key.startswith("l_"):   # the plugin's loss: itself, not the scaled loss it backpropagates (the engine's: unseen)
+        assert all(0 < v < 5 for v in ring["loss"][:-1])
     assert [s for s, k in zip(ring["steps"], ring["skipped"]) if k] == [s for s in skips if s in ring["steps"]]
 
 

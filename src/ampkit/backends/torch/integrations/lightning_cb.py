@@ -28,7 +28,7 @@ import logging
 import lightning
 from lightning.pytorch.callbacks import Callback
 
-from ..engine.scaler_state import enabled
+from ..engine.scaler_state import enabled, scale_tensor
 from .common import CoreViews, grad_scale_pending
 from .spawn import carry_through_spawn
 
@@ -111,8 +111,9 @@ class AmpkitCallback(CoreViews, Callback):
         self.core.record, self.core.merged, self.summary = record, data.get("merged"), data.get("summary")
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if self.core.watch is not None:
-            self.core.watch.set_loss(loss)
+        if self.core.watch is not None:   # the plugin hands the loss scaled: the ring keeps the loss itself
+            scale = scale_tensor(self._scaler)
+            self.core.watch.set_loss(loss if scale is None else loss.detach() / scale.to(loss.device).reshape(()))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self.core.watch is None:
