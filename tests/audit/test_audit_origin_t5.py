@@ -115,3 +115,34 @@ def test_the_trace_follows_the_value(scale, origin):
     assert (got and got["op"]) == origin
     if origin:
         assert (got["name"], got["recipient"], got["in_reference"]) == ("0", "0.fc", True)
+
+
+class AddMask(torch.nn.Module):
+    """Scores ``q @ q^T`` (``gain`` times the inputs' square) plus an additive mask of -inf above the diagonal."""
+
+    def __init__(self, gain):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.o, self.head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+        with torch.no_grad():
+            self.q.weight.copy_(torch.eye(8) * gain)
+            self.q.bias.zero_()
+
+    def forward(self, x):
+        q = self.q(x)
+        scores = q @ q.transpose(-2, -1)
+        mask = torch.full_like(scores, float("-inf")).triu(1)
+        return self.head(self.o((scores + mask).softmax(-1) @ q).mean(1))
+
+
+@pytest.mark.parametrize("gain, overflow", [(1.0, None), (100.0, "")])
+def test_what_if_judges_an_additive_minus_inf_mask_as_what_it_is(gain, overflow):
+    """The mask's -inf is computed on purpose in float32 too: no format is called unmeasurable for it, while scores
+    beyond fp16's range (gain 100: ~1e5) are still predicted to overflow, at the module whose own code makes them."""
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randn(4, 5, 8, generator=g).sign() * 3, torch.randint(0, 2, (4,), generator=g)
+    rep = ampkit.audit(AddMask(gain), batch, what_if=True, formats=["fp16", "bf16"], device="cpu")
+    fp16, bf16 = rep.what_if["fp16"], rep.what_if["bf16"]
+    assert fp16.get("float32_nonfinite") is None and bf16["verdict"] == "safe"
+    assert fp16["first_overflow"] == overflow and (fp16["verdict"] == "safe") is (overflow is None)
+    assert ampkit.audit(AddMask(gain), batch, mode="bf16", device="cpu").first_nonfinite is None
