@@ -44,3 +44,13 @@ def test_the_attention_and_its_matmul_on_the_failing_step(fits, case, model, ste
 def test_a_clean_fit_keeps_nothing_and_finds_nothing(fits):
     r = fits[0]["clean"]
     assert r["summary"]["first_nonfinite"] is None and r["findings"] == [] and r["ledger"]["skipped_steps"] == []
+
+
+def test_ampkit_report_names_the_layer(fits, tmp_path):
+    from ampkit.cli.main import main
+
+    _, out = fits
+    md = tmp_path / "r.md"
+    assert main(["report", str(out / "two.json"), "--markdown", str(md)]) in (0, None)
+    text = md.read_text()
+    assert "sequential/attn" in text and "made by BatchMatMulV2" in text

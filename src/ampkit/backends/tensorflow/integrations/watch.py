@@ -182,7 +182,8 @@ class KerasWatch:
         self._tf = tf
         layers = [lay for lay in model._flatten_layers(include_self=False, recursive=True)
                   if callable(getattr(lay, "call", None))]
-        self._names = [lay.path if hasattr(lay, "path") and not self.legacy else lay.name for lay in layers]
+        # Keras 3's path ("sequential/attn/q"); a layer without weights may have none (GlobalAveragePooling1D): its name
+        self._names = [(getattr(lay, "path", None) if not self.legacy else None) or lay.name for lay in layers]
         self._types = [type(lay).__name__ for lay in layers]
         self._order: list[int] = []
         self._tabled = -1   # len(self._order) when the record's module table was last set
