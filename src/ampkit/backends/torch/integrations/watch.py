@@ -149,7 +149,8 @@ class TorchWatch:
             return
         from ..numerics.origin import trace_calls
 
-        self._held, self._step_trace = None, (self._cur, trace_calls(self.model, held))
+        trace = trace_calls(self.model, held)   # the watch's own hooks stay quiet while it replays
+        self._held, self._step_trace = None, (self._cur, trace)
         held.remove()
 
     def _explain(self, step: int) -> None:
