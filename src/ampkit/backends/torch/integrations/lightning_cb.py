@@ -190,7 +190,9 @@ class AmpkitCallback(CoreViews, Callback):
             self._declared = (self._engine.mode, f"ampkit.MixedPrecision({self._engine.mode!r})")
         self.core.start(module, source=f"AmpkitCallback (Lightning {kind})", trainer=f"lightning {lightning.__version__}",
                         fallback_dir=out_dir, rank=rank, world=world, resume_state=resume,
-                        reads_each_step=enabled(self._scaler))   # GradScaler.step reads found_inf each step
+                        reads_each_step=enabled(self._scaler),   # GradScaler.step reads found_inf each step
+                        # Fabric's hook comes after optimizer.step(): a step no scaler skipped was applied already
+                        replay=kind == "Trainer" or enabled(self._scaler))
         self.core.record.scheduler_cause = (
             f"lightning {lightning.__version__} steps a scheduler with interval='step' after every optimizer step, "
             f"skipped or not (epoch-interval schedulers are not concerned); to keep your schedule, override "
