@@ -14,8 +14,7 @@ import numpy as np
 
 from ...errors import UsageError, one_line
 from ...factory import call_user
-from ...parity.chance import of_targets
-from ...parity.ops import ParityData
+from ...parity.ops import ParityData, of_targets
 
 
 def is_dataset(obj) -> bool:

@@ -1,9 +1,10 @@
 """One result object in a notebook cell: the ``ampkit report`` page's section for its command.
 
-:class:`ampkit.display.ResultDisplay` calls :func:`html` (``_repr_html_``) and :func:`line`
-(``repr``). The section, the verdict rows and the chart are the page's own (the presenters of
-:mod:`ampkit.report.model`, the section macros in ``templates/_sections.html.j2``, the charts of
-:mod:`ampkit.render.charts`), so a cell and the page never disagree. The page's stylesheet comes
+:class:`ampkit.display.ResultDisplay` calls :func:`html` (``_repr_html_``), :func:`line`
+(``repr``) and :func:`rows` (``to_pandas()``). Each goes through the result's presenter
+(:data:`ampkit.render.PRESENTERS`): the section, the verdict rows and the chart are the page's own
+(the section macros in ``templates/_sections.html.j2``, the charts of :mod:`ampkit.render.charts`),
+so a cell and the page never disagree. The page's stylesheet comes
 along scoped to the ``.ampkit-nb`` block (the page styles ``body`` and ``table``; a notebook
 output must not restyle JupyterLab around it). No script, no URL: it shows the same in JupyterLab,
 VS Code, an nbconvert HTML export and a browser without JavaScript.
@@ -16,10 +17,9 @@ import itertools
 import re
 
 from .._version import __version__
-from ..render import charts
-from .load import Document
-from .model import PRESENTERS
-from .render import environment
+from . import PRESENTERS, charts, presenter_of
+from .jinja import environment
+from .output import Document, check_per
 
 SCOPE = ".ampkit-nb"
 #: extra rules of the notebook block (the page's stylesheet comes first, scoped)
@@ -53,37 +53,23 @@ def _css() -> str:
     return scoped(environment(True).get_template("_style.css.j2").render()) + "\n" + EXTRA_CSS
 
 
-def _parts(result) -> list[tuple[str, object, str | None]]:
-    """(command, report, part) for each section the result shows: a ``--framework all`` doctor has one
-    per framework; a trainer callback's record shows as the audit document it writes."""
-    command = getattr(result, "display_command", "")
-    if command == "doctor" and isinstance(getattr(result, "reports", None), dict):
-        return [("doctor", r, name) for name, r in result.reports.items()]
-    if command in PRESENTERS:
-        return [(command, result, None)]
-    if command == "callback":
-        from ..audit.report import AuditReport
-
-        return [("audit", AuditReport.from_dict(result.to_dict()), None)]
-    return []
-
-
-def views(result, images: list | None = None) -> list[tuple[str, object]]:
-    """The page views of a result, charts drawn as inline SVG (ids unique in the notebook page), or,
-    with ``images`` (a list), as PNG bytes appended to it and left out of the HTML."""
+def views(result, drawn: bool = True, images: list | None = None) -> list[tuple[str, object]]:
+    """The page views of a result's sections (its presenter's), charts drawn as inline SVG when
+    ``drawn`` (ids unique in the notebook page), or, with ``images`` (a list), as PNG bytes appended
+    to it and left out of the HTML."""
+    presenter = presenter_of(result)
     out = []
-    for command, report, part in _parts(result):
+    for command, report, part in presenter.sections(result) if presenter else []:
         doc = Document(f"ampkit.{command}()", command, report, __version__,
                        bool(getattr(report, "interrupted", False) or getattr(result, "interrupted", False)), part=part)
         view = PRESENTERS[command].page_view(report, doc)
-        if command != "doctor":
-            fig = charts.draw(PRESENTERS[command].figure, view)
-            if fig is not None:
-                view.chart_id = f"nb{next(_serial)}-{command}"
-                if images is None:
-                    view.chart = charts.svg(fig, view.chart_id, f"{command} chart")
-                else:
-                    images.append((command, charts.png(fig)))
+        fig = charts.draw(PRESENTERS[command].figure, view) if drawn else None
+        if fig is not None:
+            view.chart_id = f"nb{next(_serial)}-{command}"
+            if images is None:
+                view.chart = charts.svg(fig, view.chart_id, f"{command} chart")
+            else:
+                images.append((command, charts.png(fig)))
         out.append((command, view))
     return out
 
@@ -104,16 +90,14 @@ def outputs(result) -> list[dict]:
 def html(result, images: list | None = None) -> str:
     """The cell's HTML: the verdict line first, each section with its table, chart and findings
     (the charts as inline SVG, or with ``images`` collected there as PNG: :func:`views`)."""
-    shown = views(result, images)
+    shown = views(result, images=images)
     verdicts = [row for command, view in shown for row in PRESENTERS[command].verdicts(view)]
     table = None
     if not shown:  # a result without a section of its own (a new command): its rows, generically
-        from ..display import frame_rows
-
-        rows = frame_rows(result)
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-        table = {"columns": columns, "rows": rows}
-    headline = result.summary_line() if getattr(result, "display_command", "") == "callback" else _generic_line(result, shown)
+        found = rows(result)
+        table = {"columns": list(dict.fromkeys(k for r in found for k in r)), "rows": found}
+    presenter = presenter_of(result)
+    headline = (presenter.headline(result) if presenter else None) or _generic_line(result, shown)
     return environment(True).get_template("notebook.html.j2").render(
         command=getattr(result, "display_command", ""), css=_css(), headline=headline, verdicts=verdicts,
         views=shown, table=table, version=__version__)
@@ -128,59 +112,40 @@ def _generic_line(result, shown) -> str | None:
 
 
 # ---------------------------------------------------------------- the one-line repr
-_NONE = "no mode finished"
-
-
-def _bench_cell(r: dict) -> str:
-    if r["status"] != "ok":
-        return f"{r['mode']} {r['status']}"
-    if r["mode"] == "fp32" or r["speedup_verdict"] == "baseline":
-        return f"{r['mode']} baseline"
-    if r["flags"]:
-        return f"{r['mode']} no speedup claimed"
-    if r.get("emulated"):
-        return f"{r['mode']} ok, emulated"
-    if r["speedup"] is None:
-        return f"{r['mode']} ok"
-    return f"{r['mode']} {r['speedup']:.2f}× {r['speedup_verdict'] or 'one run, no interval'}"
-
-
-def _line_of(command: str, view) -> str:
-    if command == "bench":
-        return f"bench {view.workload} on {view.device}: " + (", ".join(_bench_cell(r) for r in view.rows) or _NONE)
-    if command == "parity":
-        unlearned = "fp32 did not learn; " if getattr(view, "baseline_not_learned", None) else ""
-        return f"parity {view.dataset} on {view.device}: {unlearned}" + (
-            ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows) or _NONE)
-    if command == "doctor":
-        others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
-        return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}" + (
-            f"; {others}" if others else "")
-    if command == "plan":
-        kept = ", ".join(f"{p} {m}" for p, m in view.modules.items())
-        return f"plan {view.workload} on {view.device}: {view.default}" + (f" ({kept})" if kept else "") + f"; {view.status}"
-    verdict = PRESENTERS["audit"].verdicts(view)[0]["text"]
-    if view.what_if:  # float32 steps only: the verdicts are per format, not of the mode
-        return f"audit --what-if {view.workload} on {view.device}: {verdict}"
-    return f"audit {view.workload} in {view.mode} on {view.device}: {verdict}"
-
-
 def line(result) -> str:
     """``<ampkit bench mlp on cpu: fp32 baseline, bf16 0.52× slower>`` -- command, subject, modes, verdict."""
-    command = getattr(result, "display_command", "")
-    if command == "callback":
-        return f"<ampkit {result.summary_line()}>"
-    parts = []
-    for kind, report, part in _parts(result):
-        view = PRESENTERS[kind].page_view(report, Document(f"ampkit.{kind}()", kind, report, __version__, part=part))
-        parts.append(_line_of(kind, view))
+    presenter = presenter_of(result)
+    own = presenter.headline(result) if presenter else None
+    if own:  # a result that says itself in a line (a trainer callback's summary)
+        return f"<ampkit {own}>"
+    parts = [PRESENTERS[command].line(view) for command, view in views(result, drawn=False)]
     interrupted = " (interrupted)" if getattr(result, "interrupted", False) else ""
     if not parts:  # a result with nothing in it (an interrupted doctor of several frameworks): said so
-        empty = ": nothing finished" if command == "doctor" else ""
+        empty = ": nothing finished" if presenter else ""
         return f"<ampkit {_generic_line(result, [])}{empty}{interrupted}>"
     text = " | ".join(parts).replace("not_measured", "not measured")
-    if getattr(result, "unpaired_runs", None):  # parity: an unfinished seed's runs, kept for --resume
-        text += f"; {len(result.unpaired_runs)} unpaired run(s) kept"
     if text.endswith("interrupted"):  # the line already says it (a plan's status)
         interrupted = ""
     return f"<ampkit {text}{interrupted}>"
+
+
+# ---------------------------------------------------------------- the rows of to_pandas()
+def rows(result, per: str | None = None) -> list[dict]:
+    """The rows of ``to_pandas()``: dicts whose keys start with the contract's (the presenter's rows)."""
+    presenter = presenter_of(result)
+    if presenter:
+        return presenter.rows(result, per)
+    check_per(per)
+    return generic_rows(result.to_dict())
+
+
+def generic_rows(doc: dict) -> list[dict]:
+    """A result without a presenter: its first list of objects, else its first object of objects or
+    of values (a plan's ``modules``: pattern -> mode) as key/value rows."""
+    for value in doc.values():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            return list(value)
+    for key, value in doc.items():
+        if key != "environment" and isinstance(value, dict) and value:
+            return [{"name": k, **v} if isinstance(v, dict) else {"name": k, "value": v} for k, v in value.items()]
+    return [{k: v for k, v in doc.items() if not isinstance(v, (dict, list))}]
