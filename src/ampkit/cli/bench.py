@@ -95,7 +95,8 @@ def run(args) -> int:
         image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas,
         compile=args.compile, plan=_plan(args.plan, framework))
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
-    check_findable(cfg.model, "--model")  # a mistyped module: one line before the framework loads (issue #49)
+    if framework in ("auto", "torch", "tensorflow"):  # a registered backend may refuse --model itself, first
+        check_findable(cfg.model, "--model")  # a mistyped module: one line before the framework loads (issue #49)
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))
     rank0 = int(os.environ.get("RANK", "0")) == 0

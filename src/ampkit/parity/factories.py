@@ -43,6 +43,8 @@ def check_early(config: ParityConfig, backend) -> bool:
 
     from ..factory import check_findable
 
+    if not (backend in ("auto", "torch", "tensorflow") or getattr(backend, "name", None) in ("torch", "tensorflow")):
+        return False  # a registered backend says in its own words what it takes, first
     check_findable(config.data, "--data")
     check_findable(config.model, "--model")
     modes = set(config.modes or ()) | ({config.plan["default"]} if config.plan else set())
