@@ -146,5 +146,6 @@ def _measured(r: dict) -> str:
 
 
 def verdicts(view: DoctorView) -> list[dict]:
-    return [{"key": "doctor: recommended", "text": view.recommended, "tone": "info"}] + [
+    rec = view.recommended or "none: not measured"
+    return [{"key": "doctor: recommended", "text": rec, "tone": "info"}] + [
         verdict_row(f"doctor: {r['mode']}", r["verdict"], _measured(r)) for r in view.rows if r["mode"] != "fp32"]

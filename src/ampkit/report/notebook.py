@@ -132,8 +132,8 @@ def _line_of(command: str, view) -> str:
             ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows) or _NONE)
     if command == "doctor":
         others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
-        return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}" + (
-            f"; {others}" if others else "")
+        said = f"recommended {view.recommended}" if view.recommended else f"recommended none ({view.reason})"
+        return f"doctor {view.doc.framework} on {view.device}: {said}" + (f"; {others}" if others else "")
     if command == "plan":
         kept = ", ".join(f"{p} {m}" for p, m in view.modules.items())
         return f"plan {view.workload} on {view.device}: {view.default}" + (f" ({kept})" if kept else "") + f"; {view.status}"

@@ -87,8 +87,12 @@ def one_measuring_thread(threads: int = 1) -> bool:
     ``threads``: the count (``--threads``; one by default, :mod:`ampkit.threads`)."""
     from ...outputs import owns_process
 
-    if not owns_process():
-        return False
+    return owns_process() and set_threads(threads)
+
+
+def set_threads(threads: int) -> bool:
+    """TensorFlow's intra- and inter-op pools at ``threads``, in a process that is ampkit's (the
+    program, a bench child); True when set, False when TensorFlow already ran an op here."""
     tf = import_tensorflow()
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
