@@ -75,7 +75,7 @@ def thread_words(entry: dict, threads: int | None = None) -> str:
     process times or trains with) differs, that it does and how to measure at it."""
     measured = entry.get("threads")
     if not isinstance(measured, int) or isinstance(measured, bool):
-        return "at an unrecorded thread count"
+        return ""  # an entry from before the count was recorded
     said = f"on {measured} thread" + ("" if measured == 1 else "s")
     if isinstance(threads, int) and threads != measured:
         framework = (entry.get("fingerprint") or {}).get("framework")
@@ -89,7 +89,8 @@ def choose(entry: dict, where: str, *, fresh: bool = False, threads: int | None 
     measurement, its date and the thread count it was measured at (and ``threads``, this process's
     count, where it differs: the verdict is followed, and the reason says so)."""
     mode = entry["recommended"]
-    when = ("just now" if fresh else f"cached {entry['measured_at'][:10]}") + ", " + thread_words(entry, threads)
+    when = ", ".join(w for w in ("just now" if fresh else f"cached {entry['measured_at'][:10]}",
+                                 thread_words(entry, threads)) if w)
     if entry["source"] == "doctor":
         said = f"the doctor measured {measured_words(entry)} on {where} ({when})"
     else:

@@ -33,6 +33,10 @@ PREFERENCE = ("bf16",)
 #: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
 FP8_LOSS_GAP = 0.05
 #: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
+#: what a slower mode's training figure is: the doctor's steps are small (a conv net of two layers, one
+#: transformer block), and an emulated mode loses more on larger convolutions (fp16 convolution backward on a
+#: CPU without AVX512-FP16 never reaches oneDNN: a ResNet-50 step measured 20-86x slower where this step said 3.2x, #45)
+LOWER_BOUND = "its training step is small: a lower bound on how much slower a ResNet-50-class step is"
 #: the reason of a --quick doctor with no measurement to report (no mode recommended)
 NOT_MEASURED = ("not measured: --quick times nothing and no measured verdict is cached for this environment; "
                 "`ampkit doctor` measures (a few seconds) and auto follows it")
@@ -169,6 +173,8 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
                 parts.append("no size table (measured only for a mode that may be recommended)")
             if classify(kern, ACCEL_THRESHOLD) == SLOWER or (train and classify(train, ACCEL_THRESHOLD) == SLOWER):
                 rep.verdict = "slower"
+                if train is not None:  # a small step: larger convolutions lose more where the mode is emulated
+                    parts.append(f"{LOWER_BOUND} ({1 / train.point:.1f}x here)")
                 rep.reason = f"{mode} is slower than fp32 here{emulation_note(mode)}: " + "; ".join(parts)
             else:
                 rep.verdict, rep.reason = "usable", "self-test passed; " + "; ".join(parts)
