@@ -2,7 +2,8 @@
 flow is the driver's, and a framework only answers :class:`ampkit.bench.ops.BenchOps`.
 
 Its "training step" sleeps ``0.001 * batch / 64 / speed`` seconds (bf16 twice as fast as fp32, fp16
-unsupported; on ``slowbf16`` bf16 is three times slower), its peak memory is ``batch * 1000`` bytes (so ``--memory-budget 50000`` fits batch 50
+unsupported; on ``slowbf16`` bf16 is three times slower),
+its peak memory is ``batch * 1000`` bytes (so ``--memory-budget 50000`` fits batch 50
 at most), and its loss halves each step. Like TensorFlow it searches ``--batch-size auto`` with a
 fresh child per trial."""
 

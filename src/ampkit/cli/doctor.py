@@ -22,10 +22,9 @@ def run(args) -> int:
     from ..doctor.report import DoctorSet
     from ..environment import base_environment
     from ..render.output import console
+    from ..threads import check as check_threads
     from . import validate as v
     from .finish import finish
-
-    from ..threads import check as check_threads
 
     framework = parse_framework(args.framework, allow_all=True)
     threads = check_threads(args.threads)

@@ -250,7 +250,6 @@ class TensorFlowBench:
         """TensorFlow's intra- and inter-op pools at ``threads`` (:mod:`ampkit.threads`), set before
         its first op in the mode's fresh child (they cannot be changed back: nothing to restore)."""
         import contextlib
-
         import multiprocessing
 
         from ...outputs import owns_process
