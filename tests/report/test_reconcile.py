@@ -34,6 +34,15 @@ def _docs(tmp_path, *, bf16_speedup: float, verdict: str, explanation=None, doct
     return [d for p in paths for d in load(str(p))]
 
 
+def _with_fp16(tmp_path, speedup, ci, verdict):
+    """The planted bench with an fp16 row measured as given (bf16's row otherwise), both documents loaded."""
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    bench["results"][2] = {**bench["results"][1], "mode": "fp16", "speedup_vs_fp32": speedup, "speedup_ci": ci,
+                           "speedup_verdict": verdict}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    return load(str(tmp_path / "doctor.json")) + load(str(tmp_path / "bench.json"))
+
+
 def _reconciled(docs) -> list[dict]:
     report = build(docs)
     return [row for env in report.environments for row in env.verdicts() if row["key"].startswith("doctor vs bench")]
@@ -61,13 +70,8 @@ def test_without_explain_the_row_points_to_it(tmp_path):
 
 
 def test_a_mode_the_doctor_calls_slower_that_bench_measured_faster(tmp_path):
-    docs = _docs(tmp_path, bf16_speedup=2.5, verdict="faster")
-    bench = json.loads((tmp_path / "bench.json").read_text())
-    bench["results"][2] = {**bench["results"][1], "mode": "fp16", "speedup_vs_fp32": 1.8, "speedup_ci": [1.5, 2.1],
-                           "speedup_verdict": "faster"}
-    (tmp_path / "bench.json").write_text(json.dumps(bench))
-    docs = load(str(tmp_path / "doctor.json")) + load(str(tmp_path / "bench.json"))
-    (row,) = _reconciled(docs)
+    _docs(tmp_path, bf16_speedup=2.5, verdict="faster")
+    (row,) = _reconciled(_with_fp16(tmp_path, 1.8, [1.5, 2.1], "faster"))
     assert row["key"] == "doctor vs bench mlp: fp16"
     assert row["text"].startswith("they disagree: the doctor calls fp16 slower (matmul/conv 0.50x, training step 0.50x "
                                   "fp32 on its own small ops on 2 threads), but bench mlp measured fp16 faster: 1.80x "
@@ -89,11 +93,7 @@ def test_a_doctor_recommending_fp16_beside_a_bench_where_fp16_is_slowest(tmp_pat
     doctor["recommended"] = "fp16"
     doctor["modes"]["fp16"].update(verdict="recommended", speedup=2.5, training_speedup=1.3)
     (tmp_path / "doctor.json").write_text(json.dumps(doctor))
-    bench = json.loads((tmp_path / "bench.json").read_text())
-    bench["results"][2] = {**bench["results"][1], "mode": "fp16", "speedup_vs_fp32": 0.97, "speedup_ci": [0.90, 1.03],
-                           "speedup_verdict": "no measurable difference"}
-    (tmp_path / "bench.json").write_text(json.dumps(bench))
-    docs = load(str(tmp_path / "doctor.json")) + load(str(tmp_path / "bench.json"))
+    docs = _with_fp16(tmp_path, 0.97, [0.90, 1.03], "no measurable difference")
     (row,) = _reconciled(docs)
     assert row["key"] == "doctor vs bench mlp: fp16"
     assert row["text"].startswith("they disagree: the doctor recommends fp16 (matmul/conv 2.50x, training step 1.30x")
