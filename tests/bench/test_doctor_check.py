@@ -112,3 +112,24 @@ def test_bench_says_nothing_when_they_agree_or_no_doctor_is_cached(plain_cache, 
                  "--warmup", "1"])
     out, err = capsys.readouterr()
     assert code == 0 and "doctor vs bench" not in out + err  # bf16 2x faster here: they agree
+
+
+def test_the_size_reason_reads_the_doctors_table_at_the_workloads_matmul_size():
+    (text,) = disagreements(DOCTOR, [FP32, _row("bf16", 0.45, [0.40, 0.52], "slower")], "mlp", matmul_size=70.0)
+    assert ("size: this workload's matmuls are about 70 (time-weighted), where the doctor measured bf16 0.67x at 64² "
+            "(its table: 0.67x at 64², 2.17x at 256², 2.21x at 1024²)") in text
+    assert "--explain" in text  # the categories are not measured without it
+
+
+def test_the_torch_probe_records_the_workloads_matmuls_at_its_batch():
+    import torch
+
+    from ampkit.backends.torch.workloads import build_workload
+    from ampkit.backends.torch.workloads.flops import matmul_shapes
+    from ampkit.bench.doctor_check import matmul_size
+
+    mlp = build_workload("mlp", None, None, None, torch.device("cpu"), seed=0)  # 784-1024-1024-10
+    shapes = matmul_shapes(mlp, 64)
+    assert shapes[0] == {"m": 64, "n": 1024, "k": 1024, "calls": 2}  # forward and input-gradient of the middle layer
+    assert {"m": 64, "n": 1024, "k": 784, "calls": 1} in shapes
+    assert 200 < matmul_size([{"matmuls": shapes}]) < 700  # between the doctor's 256² and 1024²: sizes it measures

@@ -100,27 +100,30 @@ def _explain_reason(row: dict) -> str | None:
     return ("bench's --explain: " + "; ".join(picked[:3])) if picked else None
 
 
-def _why(mode: str, doctor: dict, rows: list[dict], row: dict | None, threads) -> str:
+def _why(mode: str, doctor: dict, rows: list[dict], row: dict | None, threads, size: float | None) -> str:
     reasons = []
     dt = doctor.get("threads")
     if isinstance(dt, int) and isinstance(threads, int) and dt != threads:
         reasons.append(f"the doctor timed on {_threads(dt)}, this bench on {_threads(threads)} (--threads): on a "
                        "shared CPU the count can move a step's time more than the precision does")
     explained = _explain_reason(row) if row else None
-    sized = _size_reason(mode, (doctor.get("modes") or {}).get(mode, {}).get("speedup_by_size"), matmul_size(rows))
+    sized = _size_reason(mode, (doctor.get("modes") or {}).get(mode, {}).get("speedup_by_size"), size or matmul_size(rows))
     reasons += [r for r in (sized, explained) if r]
     if not explained and not any(r.get("explanation") for r in rows) and not (sized and "--explain" in sized):
         reasons.append("run `ampkit bench --explain` for a breakdown of why")
     return "; ".join(reasons)
 
 
-def disagreements(doctor: dict | None, rows: list[dict], workload: str, *, threads: int | None = None) -> list[str]:
+def disagreements(doctor: dict | None, rows: list[dict], workload: str, *, threads: int | None = None,
+                  matmul_size: float | None = None) -> list[str]:
     """The sentences for every doctor/bench disagreement ([] when they agree or nothing compares)."""
-    return [text for _mode, text in found(doctor, rows, workload, threads=threads)]
+    return [text for _mode, text in found(doctor, rows, workload, threads=threads, matmul_size=matmul_size)]
 
 
-def found(doctor: dict | None, rows: list[dict], workload: str, *, threads: int | None = None) -> list[tuple[str, str]]:
-    """``(mode, sentence)`` for every doctor/bench disagreement: the mode it is about, and the words."""
+def found(doctor: dict | None, rows: list[dict], workload: str, *, threads: int | None = None,
+          matmul_size: float | None = None) -> list[tuple[str, str]]:
+    """``(mode, sentence)`` for every doctor/bench disagreement: the mode it is about, and the words.
+    ``matmul_size``: the workload's time-weighted matmul size where known beside the rows (bench's probe)."""
     if not doctor or not rows:
         return []
     by_mode = {r["mode"]: r for r in rows}
@@ -139,18 +142,18 @@ def found(doctor: dict | None, rows: list[dict], workload: str, *, threads: int 
             "" if fastest["mode"] == "fp32" else f" {_measured(fastest)}")
         out.append((rec, f"the doctor recommends {rec} ({_doctor_figures(modes.get(rec, {}))} on its own small ops{where}), but "
                    f"bench {workload} measured {rec} {_measured(by_mode[rec])}: {measured[rec]}{best}; "
-                   + _why(rec, doctor, rows, by_mode[rec], threads)))
+                   + _why(rec, doctor, rows, by_mode[rec], threads, matmul_size)))
     faster = [m for m, s in measured.items() if s == "faster"]
     if rec == "fp32" and faster:
         m = max(faster, key=lambda k: by_mode[k]["speedup"])
         out.append((m, f"the doctor recommends fp32 ({m}: {_doctor_figures(modes.get(m, {}))} on its own small ops{where}), "
                    f"but bench {workload} measured {m} faster: {_measured(by_mode[m])}; "
-                   + _why(m, doctor, rows, by_mode[m], threads)))
+                   + _why(m, doctor, rows, by_mode[m], threads, matmul_size)))
     for m in faster:
         if m != rec and (modes.get(m) or {}).get("verdict") == "slower" and rec != "fp32":
             out.append((m, f"the doctor calls {m} slower ({_doctor_figures(modes[m])} on its own small ops{where}), but "
                        f"bench {workload} measured {m} faster: {_measured(by_mode[m])}; "
-                       + _why(m, doctor, rows, by_mode[m], threads)))
+                       + _why(m, doctor, rows, by_mode[m], threads, matmul_size)))
     return out
 
 

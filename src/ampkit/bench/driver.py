@@ -97,21 +97,26 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
         explain_rows(rows, environment)
     name = probe.name or cfg.workload or cfg.model or "unnamed"
     return BenchReport(workload=name, device=target.label, results=rows, environment=environment,
-                       doctor_check=doctor_check(doctor, rows, name, threads),
+                       doctor_check=doctor_check(doctor, rows, name, threads, probe.matmuls),
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
                        sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1))
 
 
-def doctor_check(doctor: dict | None, rows: list[BenchRow], workload: str, threads: int | None) -> dict | None:
-    """The document's ``doctor_check``: the doctor's cached verdict this run is compared with, and
-    where they disagree (:mod:`.doctor_check`); None without a doctor verdict."""
+def doctor_check(doctor: dict | None, rows: list[BenchRow], workload: str, threads: int | None,
+                 matmuls: list | None = None) -> dict | None:
+    """The document's ``doctor_check``: the doctor's cached verdict this run is compared with, the
+    workload's matmul size (from the probe's ``matmuls``, or ``--explain``'s profile), and where they
+    disagree (:mod:`.doctor_check`); None without a doctor verdict."""
     if not doctor or doctor.get("source") != "doctor":
         return None
-    from .doctor_check import bench_rows, disagreements
+    from .doctor_check import bench_rows, disagreements, matmul_size
 
+    table = bench_rows(rows)
+    size = matmul_size(table) or matmul_size([{"matmuls": matmuls}])
     return {"recommended": doctor.get("recommended"), "measured_at": doctor.get("measured_at"),
-            "threads": doctor.get("threads"), "disagreements": disagreements(doctor, bench_rows(rows), workload, threads=threads)}
+            "threads": doctor.get("threads"), "matmul_size": round(size, 1) if size else None,
+            "disagreements": disagreements(doctor, table, workload, threads=threads, matmul_size=size)}
 
 
 def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:

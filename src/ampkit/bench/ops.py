@@ -49,6 +49,8 @@ class ModelProbe:
     batch_size: int = 32                     # the workload's default batch: where --batch-size auto starts
     environment: dict = field(default_factory=dict)  # what only the model tells (Keras: which Keras built it),
     #                                                  laid over the backend's environment section
+    matmuls: list | None = None              # one step's matmuls at the run's batch, {"m", "n", "k", "calls"}, largest
+    #                                          first (what bench compares with the doctor's size table); None: unknown
 
 
 class ProbeStepFailed(Exception):

@@ -24,7 +24,7 @@ from .engine import MixedPrecision
 from .engine.islands import check_plan
 from .measure import free_memory, measure, rss_baseline
 from .workloads import build_workload
-from .workloads.flops import count_training_flops
+from .workloads.flops import count_training_flops, matmul_shapes
 
 
 def _build(cfg: BenchConfig, device: torch.device):
@@ -178,7 +178,8 @@ def probe(cfg: BenchConfig) -> ModelProbe:
         shapes = sample_shapes(batch[0])
     except Exception:  # a user's batch of another shape: the shapes are information, not a check
         shapes = None
-    return ModelProbe(workload.name, flops, shapes, workload.batch_size)
+    batch = cfg.batch_size if isinstance(cfg.batch_size, int) else workload.batch_size
+    return ModelProbe(workload.name, flops, shapes, workload.batch_size, matmuls=matmul_shapes(workload, batch))
 
 
 def _outputs_per_sample(workload, cfg: BenchConfig, gen) -> int | None:
