@@ -16,23 +16,20 @@ threshold and flip between runs, which is the failure this module exists to prev
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
+from ..words import THRESHOLD
 from .measure import KERNELS_ALONE, Plan, Series, estimate, op_table, round_ratios, run_rounds
 from .report import ModeReport
 from .sizes import measure_sizes, size_words
 
 #: the low end of the interval must clear this for "accelerated"; the high end below 1/this is "slower"
-ACCEL_THRESHOLD = 1.10
+ACCEL_THRESHOLD = THRESHOLD
 #: the training step's median ratio must show at least this gain for a recommendation
 TRAINING_GAIN = 1.05
 #: between two accelerated modes the measurement cannot tell apart, the first of these wins
 PREFERENCE = ("bf16",)
-#: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
-FP8_LOSS_GAP = 0.05
-#: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
 #: what a slower mode's training figure is: the doctor's steps are small (a conv net of two layers, one
 #: transformer block), and an emulated mode loses more on larger convolutions (fp16 convolution backward on a
 #: CPU without AVX512-FP16 never reaches oneDNN: a ResNet-50 step measured 20-86x slower where this step said 3.2x, #45)
@@ -40,6 +37,7 @@ LOWER_BOUND = "its training step is small: a lower bound on how much slower a Re
 #: the reason of a --quick doctor with no measurement to report (no mode recommended)
 NOT_MEASURED = ("not measured: --quick times nothing and no measured verdict is cached for this environment; "
                 "`ampkit doctor` measures (a few seconds) and auto follows it")
+#: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
 EMULATED_DEFERRED = ("its emulated self-test is deferred (it cannot change the recommendation, and loading "
                      "the emulation takes seconds): `ampkit doctor --thorough` runs it")
 
@@ -59,17 +57,6 @@ VERDICT_WORDS = {
     "no measurable difference": "the 95% interval holds 1",
     "within the": f"a difference inside the {ACCEL_THRESHOLD:.2f}x threshold (the interval excludes 1 but does not clear it)",
 }
-
-
-def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:
-    """The fp8 self-test's rule, the same in every framework: one step's fp8 loss against bf16's on a
-    clean batch. (relative gap, why it fails — None when it passes)."""
-    if not math.isfinite(l8):
-        return math.nan, f"fp8 loss is {l8} on a clean batch"
-    gap = abs(l8 - l16) / max(abs(l16), 1e-6)
-    if gap > FP8_LOSS_GAP:
-        return gap, f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < {FP8_LOSS_GAP:.0%})"
-    return gap, None
 
 
 def ratio_words(s: float) -> str:
