@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from ampkit import auto_cache
-from ampkit.backends import _REGISTERED
 from ampkit.bench.doctor_check import disagreements
 from ampkit.cli.main import main
+from ampkit.registry import _REGISTERED
 
 DOCTOR = {"recommended": "bf16", "source": "doctor", "threads": 1, "measured_at": "2026-12-01T10:00:00+00:00",
           "modes": {"fp32": {"verdict": "usable", "speedup": 1.0, "training_speedup": 1.0},
@@ -103,13 +103,14 @@ def test_bench_ends_with_the_line_when_the_cached_doctor_recommends_bf16_and_bf1
 
 
 def test_bench_says_nothing_when_they_agree_or_no_doctor_is_cached(plain_cache, capsys):
-    code = main(["bench", "--framework", "plain", "--workload", "tiny", "--modes", "fp32,bf16", "--batch-size", "640", "--steps", "8",
-                 "--warmup", "1", "--json", "-"])
+    # 30 ms fp32 steps (bf16 sleeps half as long): wide enough apart for the interval on a loaded machine
+    code = main(["bench", "--framework", "plain", "--workload", "tiny", "--modes", "fp32,bf16", "--batch-size", "1920",
+                 "--steps", "12", "--warmup", "1", "--json", "-"])
     out, err = capsys.readouterr()
     assert code == 0 and '"doctor_check": null' in out and "doctor vs bench" not in err
     auto_cache.store(plain_cache, dict(DOCTOR))
-    code = main(["bench", "--framework", "plain", "--workload", "tiny", "--modes", "fp32,bf16", "--batch-size", "640", "--steps", "8",
-                 "--warmup", "1"])
+    code = main(["bench", "--framework", "plain", "--workload", "tiny", "--modes", "fp32,bf16", "--batch-size", "1920",
+                 "--steps", "12", "--warmup", "1"])
     out, err = capsys.readouterr()
     assert code == 0 and "doctor vs bench" not in out + err  # bf16 2x faster here: they agree
 

@@ -17,7 +17,6 @@ import torch
 
 import ampkit
 from ampkit import auto_cache, threads
-from ampkit.backends import get_backend
 from ampkit.backends.torch.devices import auto_fingerprint
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.ops import BenchOps, MeasureRequest
@@ -25,6 +24,7 @@ from ampkit.bench.report import BenchRow
 from ampkit.bench.runner import measure_mode
 from ampkit.cli.main import main
 from ampkit.errors import UsageError
+from ampkit.registry import get_backend
 from ampkit.target import Target
 
 CPU = torch.device("cpu")
