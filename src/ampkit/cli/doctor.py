@@ -61,7 +61,7 @@ def _render(document, con) -> None:
         render_doctor.render(report, con)
         if interrupted:
             continue
-        if report.quick and report.recommended is None:
+        if report.quick and not (report.recommended and report.reason.startswith("cached measurement")):
             continue
         if report.quick:  # the cached measurement it reported: auto follows the same one
             con.print(f"auto follows the same cached measurement for {report.framework} on {report.device}: "
