@@ -57,13 +57,24 @@ def layer_fp32_hint(model, flavor, name: str) -> str:
     return fp32_code(name, flavor, lay is not None and composite(lay))
 
 
+def keras_scaler(flavor=None) -> str:
+    """The loss scaler the audit's words are about: on Keras 3 ampkit's (``mp.optimizer``), whose skip
+    reads an Embedding's sparse gradient row by row (Keras 3's own misses an inf row there,
+    :mod:`.engine.scaling`); tf_keras's own LossScaleOptimizer checks those gradients densified."""
+    from .flavor import keras3
+
+    return "LossScaleOptimizer" if (flavor or keras3()).legacy else "ampkit's LossScaleOptimizer (mp.optimizer)"
+
+
 def keras_scale_code(scale: float, flavor=None) -> str:
-    """Python code wrapping the user's ``optimizer`` in a LossScaleOptimizer starting at ``scale``."""
+    """Python code wrapping the user's ``optimizer`` in a LossScaleOptimizer starting at ``scale``: on
+    Keras 3 ampkit's (:func:`keras_scaler`), on tf_keras its own."""
     from .flavor import keras3
 
     fl = flavor or keras3()
-    cls = "tf_keras.mixed_precision.LossScaleOptimizer" if fl.legacy else "keras.optimizers.LossScaleOptimizer"
-    return f"optimizer = {cls}(optimizer, initial_scale={scale:g})"
+    if fl.legacy:
+        return f"optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer, initial_scale={scale:g})"
+    return f'optimizer = ampkit.keras.MixedPrecision("fp16", initial_scale={scale:g}).optimizer(optimizer)'
 
 
 def _np(t) -> np.ndarray:
@@ -305,7 +316,7 @@ class KerasAuditSession(AuditSession):
         return [self.stats[n] for n in self.names]
 
     def advice(self) -> Advice:
-        return Advice(partial(layer_fp32_hint, self.aud, self.flavor), "LossScaleOptimizer", "initial_scale",
+        return Advice(partial(layer_fp32_hint, self.aud, self.flavor), keras_scaler(self.flavor), "initial_scale",
                       partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")')
 
     def contract_findings(self) -> list:
