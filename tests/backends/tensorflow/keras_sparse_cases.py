@@ -174,6 +174,7 @@ def audit_words():
 def mirrored():
     """A one-device MirroredStrategy: fit and strategy.run(mp.train_step) in a tf.function."""
     import tensorflow as tf
+    from keras_dist_cases import strategy_loop
 
     import ampkit.keras as ak
 
@@ -197,11 +198,7 @@ def mirrored():
     def loss_fn(t, p):
         return mse(t, p) / 2.0  # the global batch
 
-    @tf.function
-    def step(xb, yb):
-        return strategy.run(mp.train_step, args=(model, opt, xb, yb, loss_fn))
-
-    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(2))
+    step, data = strategy_loop(tf, strategy, mp, model, opt, loss_fn, x, y, 2)
     w0 = _weights(model)
     for xb, yb in data:
         step(xb, yb)

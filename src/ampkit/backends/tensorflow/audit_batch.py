@@ -46,15 +46,23 @@ def first_batch(data, spec: str, batch_size: int) -> tuple:
     """``(x, y)`` NumPy arrays: the first ``batch_size`` samples of arrays, a dataset's first element."""
     if isinstance(data, tuple):
         return data[0][:batch_size], data[1][:batch_size]
-    for element in data.take(1):
-        return tuple(np.asarray(t) for t in element[:2])
+    import tensorflow as tf
+
+    for element in data.take(1):  # inputs keep their structure (a dict of a multi-input model's)
+        return tuple(tf.nest.map_structure(np.asarray, t) for t in element[:2])
     raise UsageError(f"{spec}: the audit data set is empty")
 
 
 def describe(x, spec: str) -> dict:
     """The document's ``input``: what the user's batch was (kind ``data``, its dtype, shape and range)."""
+    if isinstance(x, dict):  # a multi-input model's: each input described under its key
+        return {"kind": "data", "from": spec, "inputs": {k: _array_doc(v) for k, v in x.items()}}
+    return {"kind": "data", "from": spec, **_array_doc(x)}
+
+
+def _array_doc(x) -> dict:
     a = np.asarray(x)
-    doc = {"kind": "data", "from": spec, "dtype": str(a.dtype), "shape": list(a.shape)}
+    doc = {"dtype": str(a.dtype), "shape": list(a.shape)}
     if a.size and a.dtype.kind in "iuf":
         doc.update(min=float(a.min()), max=float(a.max()))
     return doc
@@ -78,7 +86,8 @@ def session_inputs(config) -> tuple:
     if config.data:
         data = user_data(config.data)
         x1, _ = first_batch(data, config.data, 1)
-        input_shape = shape_from_data(config.input_shape, np.shape(x1)[1:], config.data)
+        one = isinstance(x1, np.ndarray)  # one input array: its per-sample shape (a dict of inputs: none)
+        input_shape = shape_from_data(config.input_shape, x1.shape[1:] if one else None, config.data)
     args = (config.workload, config.model, input_shape, config.num_classes)
     probe = build_workload(*args, sizes=sizes)
     if data is not None:
