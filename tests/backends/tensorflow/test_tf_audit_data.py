@@ -22,11 +22,11 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=600, cwd=HERE)
 
 
-def test_library_data_arrays_dataset_train_val_regression_and_refusals():
+def test_library_data_arrays_dataset_train_val_regression_refusals_and_nested_in_both_kerases():
     r = subprocess.run([sys.executable, os.path.join(HERE, "tf_data_cases.py"), "data_cases"], capture_output=True,
                        text=True, timeout=600, cwd=HERE)
     assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    for case in ("arrays", "dataset", "train_val", "regression", "refusals"):
+    for case in ("arrays", "dataset", "train_val", "regression", "refusals", "nested"):
         assert f"{case} ok" in r.stdout, r.stdout
 
 

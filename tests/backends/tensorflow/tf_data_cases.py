@@ -55,17 +55,36 @@ def wide_train_val():
     return wide(), wide()
 
 
+def _nested(k):
+    inner_in = k.Input((64,))
+    inner = k.Model(inner_in, k.layers.Dense(8, name="inner_dense")(inner_in), name="inner")
+    x = k.Input((64,))
+    return k.Model(x, k.layers.Dense(3, dtype="float32", name="head")(inner(x)))
+
+
+def nested_keras():
+    import keras
+
+    return _nested(keras)
+
+
+def nested_tf_keras():
+    import tf_keras
+
+    return _nested(tf_keras)
+
+
 def not_data():
     return {"x": 1}
 
 
 # ----------------------------------------------------------------------------------- library cases
-def _audit(**kw):
+def _audit(mode="bf16", **kw):
     from ampkit.audit.config import AuditConfig
     from ampkit.audit.driver import audit_here
     from ampkit.backends import get_backend
 
-    return audit_here(AuditConfig(mode="bf16", device="cpu", **kw), get_backend("tensorflow"))
+    return audit_here(AuditConfig(mode=mode, device="cpu", **kw), get_backend("tensorflow"))
 
 
 def data_cases():
@@ -98,6 +117,12 @@ def data_cases():
     except UsageError as exc:
         assert "the audit data is a dict" in str(exc), exc
     print("refusals ok")
+    for flavor in ("keras", "tf_keras"):  # a model nested as a layer, in both Kerases: its outer call measured
+        rep = _audit(model=f"{spec}nested_{flavor}", data=spec + "wide", mode="fp16")
+        rows = [(lay.name, lay.type) for lay in rep.layers]
+        assert rows == [("inner", "Functional"), ("head", "Dense")], rows
+        assert all(lay.fwd_amax > 0 and lay.grad_amax > 0 and lay.param_grad_amax for lay in rep.layers), rep.layers
+    print("nested ok")
 
 
 if __name__ == "__main__":
