@@ -63,7 +63,7 @@ def keras_scaler(flavor=None) -> str:
     :mod:`.engine.scaling`); tf_keras's own LossScaleOptimizer checks those gradients densified."""
     from .flavor import keras3
 
-    return "LossScaleOptimizer" if (flavor or keras3()).legacy else "ampkit's LossScaleOptimizer (mp.optimizer)"
+    return "LossScaleOptimizer" if (flavor or keras3()).legacy else "ampkit's LossScaleOptimizer"
 
 
 def keras_scale_code(scale: float, flavor=None) -> str:
