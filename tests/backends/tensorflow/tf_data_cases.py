@@ -82,7 +82,7 @@ def not_data():
 def _audit(mode="bf16", **kw):
     from ampkit.audit.config import AuditConfig
     from ampkit.audit.driver import audit_here
-    from ampkit.backends import get_backend
+    from ampkit.registry import get_backend
 
     return audit_here(AuditConfig(mode=mode, device="cpu", **kw), get_backend("tensorflow"))
 
