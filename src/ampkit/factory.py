@@ -49,6 +49,37 @@ def load_factory(spec: str, flag: str = "--model"):
     return factory
 
 
+def check_findable(spec: str | None, flag: str = "--model") -> None:
+    """Before anything heavy is imported: a ``MODULE:FACTORY`` whose module cannot be found is the
+    one line :func:`load_factory` gives, without importing it, a framework or a child process (a
+    mistyped module name is known in a fraction of a second, not after torch loads: issue #49).
+    A module that is found is left to :func:`load_factory` (importing it runs the user's code)."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        return  # load_factory says what a spec must look like
+    import importlib.util
+
+    module_name = spec.split(":")[0]
+    top = module_name.split(".")[0]  # only the top: finding a submodule would import (run) its package
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except Exception:  # an odd finder or name: load_factory reports it where the module is imported
+        return
+    if not found:
+        raise UsageError(f"cannot import module {module_name!r} for {flag} {spec}: ModuleNotFoundError: "
+                         f"No module named {top!r}")
+
+
+#: what no framework's model factory returns: a usage line before any framework loads (issue #49)
+NOT_A_MODEL = (str, bytes, int, float, bool, type(None), list, dict, tuple, set)
+
+
+def plain_value_returned(obj) -> bool:
+    """A plain Python value (a string, a number, None, a container): never a model or a Workload."""
+    return isinstance(obj, NOT_A_MODEL)
+
+
 class FactoryFailed(UsageError):
     """A user's factory failed when called (raised, or called ``sys.exit``, or raised KeyboardInterrupt
     itself): one line naming it. A run that calls it can record it as that run's failure."""

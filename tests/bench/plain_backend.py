@@ -2,7 +2,8 @@
 flow is the driver's, and a framework only answers :class:`ampkit.bench.ops.BenchOps`.
 
 Its "training step" sleeps ``0.001 * batch / 64 / speed`` seconds (bf16 twice as fast as fp32, fp16
-unsupported), its peak memory is ``batch * 1000`` bytes (so ``--memory-budget 50000`` fits batch 50
+unsupported; on ``slowbf16`` bf16 is three times slower),
+its peak memory is ``batch * 1000`` bytes (so ``--memory-budget 50000`` fits batch 50
 at most), and its loss halves each step. Like TensorFlow it searches ``--batch-size auto`` with a
 fresh child per trial."""
 
@@ -15,7 +16,11 @@ from ampkit.errors import ModeUnavailableError, UsageError
 from ampkit.target import Target
 
 SPEED = {"fp32": 1.0, "tf32": 1.0, "bf16": 2.0}
-WORKLOADS = ("tiny", "small")
+#: workload -> per-mode speed where it differs from SPEED ("slowbf16": bf16 at a third of fp32's speed)
+SPEEDS = {"slowbf16": {"bf16": 1 / 3}}
+WORKLOADS = ("tiny", "small", "slowbf16")
+#: the environment a doctor verdict planted for this backend is cached under (ampkit.auto_cache)
+FINGERPRINT = ("plain", "1", "cpu")
 
 
 class PlainBackend(BenchOps):  # derived from the protocol: its optional operations' defaults
@@ -49,6 +54,11 @@ class PlainBackend(BenchOps):  # derived from the protocol: its optional operati
     def bench_start(self, config):
         return None
 
+    def bench_doctor_verdict(self, target: Target):
+        from ampkit import auto_cache
+
+        return auto_cache.load(auto_cache.fingerprint(*FINGERPRINT))
+
     def bench_probe(self, config, target: Target) -> ModelProbe:
         if config.model == "broken:model":
             raise ProbeStepFailed("ValueError: shapes (2,5) and (8,4) not aligned", config.num_classes or 10)
@@ -67,7 +77,8 @@ class PlainSession(BenchSession):
     default_batch = 64
 
     def __init__(self, request: MeasureRequest):
-        self.speed, self.facts, self.loss = SPEED[request.mode], {}, 1.0
+        mode = request.mode
+        self.speed, self.facts, self.loss = SPEEDS.get(request.config.workload, {}).get(mode, SPEED[mode]), {}, 1.0
 
     def begin(self, batch_size: int) -> None:
         self.batch = batch_size

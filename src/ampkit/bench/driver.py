@@ -8,7 +8,9 @@
 3. The workload is built once (``bench_probe``): a user's ``--model`` in an isolated child, where
    a crash, ``sys.exit`` or a hang becomes one usage-error line, and a model that cannot train on
    a probe batch of 2 is refused before any mode runs.
-4. ``auto`` in the modes resolves once, here (:mod:`.repeats`).
+4. The thread count is the policy's (:mod:`ampkit.threads`: ``--threads``, else one on a CPU, as
+   the doctor times), written into the config the children apply it from; ``auto`` in the modes
+   resolves once, here, on that count (:mod:`.repeats`).
 5. Each mode runs in a spawned child of its own, all alive at once and timed in alternating rounds
    (:mod:`.interleave`, :mod:`.rounds`: the speedups paired per round), ``--repeats`` whole runs;
    Ctrl-C keeps what finished. ``--batch-size auto`` runs the modes one after another in fresh
@@ -17,7 +19,9 @@
    (``bench_searches_in_child``). Under a launcher the modes run in this process, across the group,
    one after another. The document says which (``pairing``) and whether the load changed.
 6. The report: rows with their relative figures, auto's row marked, the environment, the config as
-   asked plus what the run decided (the workload that ran, the resolved modes, auto's choice).
+   asked plus what the run decided (the workload that ran, the resolved modes, auto's choice), and
+   the doctor's cached verdict beside them, read when auto resolved, with any disagreement in words
+   (:mod:`.doctor_check`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import replace
 from ..errors import UsageError
 from ..factory import class_count_hint
 from ..target import Target
+from ..threads import resolve as resolve_threads
 from .compiled import run_variants
 from .config import AUTO_BATCH, BenchConfig
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
@@ -49,8 +54,11 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     ``auto``, ``torch``, ``tensorflow``, a registered one). ``progress(message)`` gets
     ``{"mode", "kind", ...}`` as modes run; ``on_row(row)`` each row as it finishes (rank 0 only
     under a launcher). Ctrl-C returns the rows that finished, ``interrupted`` set."""
+    from ..factory import check_findable
     from ..registry import backend_spec, get_backend
 
+    if backend is None or backend in ("auto", "torch", "tensorflow"):  # a registered one may refuse --model first
+        check_findable(config.model, "--model")  # a module that cannot be found: one line before torch loads (#49)
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
     if config.strategy and config.strategy not in backend.bench_strategies:  # declared, () by default (.ops)
@@ -66,8 +74,15 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     if config.batch_size == AUTO_BATCH and not target.accelerator and config.memory_budget is None:
         raise UsageError(CPU_AUTO_BATCH)
     cfg = config if workload == config.workload else replace(config, workload=workload)
+    threads = resolve_threads(cfg.threads, target.accelerator)  # the doctor's default (ampkit.threads)
+    cfg = cfg if threads == cfg.threads else replace(cfg, threads=threads)
     probe = probe_model(backend, cfg, target)
-    auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
+    with backend.bench_threads(target, threads):  # auto's reason compares the count it was measured at
+        auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
+        doctor = backend.bench_doctor_verdict(target)  # read once, beside auto: what this run is compared with
+        environment = {**backend.environment(target), **probe.environment}
+    if threads is not None and "cpu" in environment:  # the count every mode's child timed with
+        environment["cpu"] = {**(environment.get("cpu") or {}), "threads": threads}
     spec = backend_spec(backend)
 
     def run_one(mode: str, cfg: BenchConfig = cfg) -> BenchRow:
@@ -94,13 +109,13 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
 
     rows, interrupted = run_variants(cfg, run_group)
     mark_auto(rows, auto)
-    environment = {**backend.environment(target), **probe.environment}
     if cfg.explain:
         from .explain import explain_rows
 
         explain_rows(rows, environment)
-    return BenchReport(workload=probe.name or cfg.workload or cfg.model or "unnamed", device=target.label, results=rows,
-                       environment=environment,
+    name = probe.name or cfg.workload or cfg.model or "unnamed"
+    return BenchReport(workload=name, device=target.label, results=rows, environment=environment,
+                       doctor_check=doctor_check(doctor, rows, name, threads, probe.matmuls),
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
                        sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1),
@@ -114,6 +129,22 @@ def _load_change(rows: list[BenchRow]) -> dict | None:
         if r.status == "ok" and r.round_ms and r.mode not in seen:
             seen[r.mode] = r.round_ms
     return load_change(seen)
+
+
+def doctor_check(doctor: dict | None, rows: list[BenchRow], workload: str, threads: int | None,
+                 matmuls: list | None = None) -> dict | None:
+    """The document's ``doctor_check``: the doctor's cached verdict this run is compared with, the
+    workload's matmul size (from the probe's ``matmuls``, or ``--explain``'s profile), and where they
+    disagree (:mod:`.doctor_check`); None without a doctor verdict."""
+    if not doctor or doctor.get("source") != "doctor":
+        return None
+    from .doctor_check import bench_rows, disagreements, matmul_size
+
+    table = bench_rows(rows)
+    size = matmul_size(table) or matmul_size([{"matmuls": matmuls}])
+    return {"recommended": doctor.get("recommended"), "measured_at": doctor.get("measured_at"),
+            "threads": doctor.get("threads"), "matmul_size": round(size, 1) if size else None,
+            "disagreements": disagreements(doctor, table, workload, threads=threads, matmul_size=size)}
 
 
 def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:

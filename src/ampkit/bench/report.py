@@ -104,6 +104,9 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
     replicas: int = 1             # devices each step ran on in sync (--strategy mirrored)
     pairing: str = "sequential"   # "interleaved": the modes' processes timed in alternating rounds (.rounds)
     load_change: dict | None = None  # the machine's load changed during the rounds: {"spread", ..., "line"}
+    #: the doctor's cached verdict read when auto resolved ({"recommended", "measured_at", "threads"}) and
+    #: "disagreements": bench/doctor_check's sentences ([] when they agree); None: no doctor verdict cached
+    doctor_check: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -116,7 +119,8 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                         device=self.device, world_size=self.world_size, results=[r.to_dict() for r in self.results],
                         flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
                         interrupted=self.interrupted, sample_inputs=self.sample_inputs, replicas=self.replicas,
-                        speedup_definition=SPEEDUP_DEFINITION, pairing=self.pairing, load_change=self.load_change)
+                        speedup_definition=SPEEDUP_DEFINITION, doctor_check=self.doctor_check, pairing=self.pairing,
+                        load_change=self.load_change)
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchReport:
@@ -129,6 +133,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                    flops_per_sample=d.get("flops_per_sample"), config=config if isinstance(config, dict) else {},
                    note=d.get("note"), interrupted=bool(d.get("interrupted", False)),
                    sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1),
+                   doctor_check=d.get("doctor_check") if isinstance(d.get("doctor_check"), dict) else None,
                    pairing=d.get("pairing") or "sequential",
                    load_change=d.get("load_change") if isinstance(d.get("load_change"), dict) else None)
 

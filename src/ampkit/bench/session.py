@@ -157,14 +157,16 @@ class SessionRun:
 
 
 def measure_mode(backend, request: MeasureRequest, progress) -> BenchRow:
-    """One mode in this process: open, warm up, every timed step in one block, the row."""
-    run = SessionRun(backend, request, progress)
-    try:
-        if run.open() and run.warm_up():
-            run.block(request.config.steps)
-        return run.finish()
-    finally:
-        run.close()
+    """One mode in this process, on ``config.threads`` CPU threads (``bench_threads``, :mod:`ampkit.threads`):
+    open, warm up, every timed step in one block, the row."""
+    with backend.bench_threads(request.target, request.config.threads):
+        run = SessionRun(backend, request, progress)
+        try:
+            if run.open() and run.warm_up():
+                run.block(request.config.steps)
+            return run.finish()
+        finally:
+            run.close()
 
 
 def serve_session(conn, spec: str, request: MeasureRequest) -> None:
@@ -183,7 +185,10 @@ def serve_session(conn, spec: str, request: MeasureRequest) -> None:
     try:
         from ..registry import load_backend
 
-        run = SessionRun(load_backend(spec), request,
+        backend = load_backend(spec)
+        # on config.threads CPU threads (ampkit.threads), the whole life of the child
+        backend.bench_threads(request.target, request.config.threads).__enter__()
+        run = SessionRun(backend, request,
                          lambda kind, done, total: send({"type": "progress", "kind": kind, "done": done, "total": total}))
         ok = run.open()
         send({"type": "ready"} if ok else {"type": "result", "row": run.row.to_dict()})
