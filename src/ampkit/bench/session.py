@@ -37,7 +37,7 @@ class SessionRun:
         self.row = new_row(request)
         self.session = None
         self.failed = False
-        self.compiled = self.cfg.compile == "on"
+        self.compiled = self.row.compiled = self.cfg.compile == "on"  # an unsupported compiled row says so too
         self.warmup = compiled_warmup(self.cfg.warmup, self.compiled)
         self.total = self.warmup + self.cfg.steps
         self.done = 0
