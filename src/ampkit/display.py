@@ -145,7 +145,7 @@ def frame_rows(result, per: str | None = None) -> list[dict]:
             kinds.setdefault(f.get("layer"), []).append(f.get("kind"))
         return [{"workload": doc.get("workload"), **head, "mode": doc.get("mode"), "loss_scale": doc.get("loss_scale"),
                  "index": i, **lay,
-                 "first_nonfinite": first.get("name") == lay.get("name") if first else False,
+                 "first_nonfinite": (first.get("name") or "(model)") == (lay.get("name") or "(model)") if first else False,
                  "findings": list(dict.fromkeys(kinds.get(lay.get("name"), [])))}
                 for i, lay in enumerate(doc.get("layers") or [])]
     if command == "plan":  # one row per candidate tried, with its figures

@@ -141,7 +141,8 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         # inf/NaN there (a prediction the measurement contradicts is not a finding)
         if (mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0 and lay.grad_nonfinite
                 and lay.in_format(fmt)):
-            fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if lay.grad_amax else None
+            # an infinite float32 gradient (the reference fails too) fits no scale: no log2 of 0
+            fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if math.isfinite(lay.grad_amax) else None
             out.append(Finding(lay.name, "overflow",
                                f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
                                f"beyond fp16's max {fmt.max_finite:g}: {scaler} skips such steps and halves the "
@@ -234,7 +235,7 @@ def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat, scale: float) -> 
     ``scale`` already lifts the smallest amax, the largest scale that fits, if above ``scale``. None
     when no scale above ``scale`` fits: a smaller one loses more, so none is suggested.
     """
-    amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0]
+    amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0 and math.isfinite(lay.grad_amax)]
     hi = fitting_scale(layers, fmt)
     if not amaxes or hi is None:
         return None

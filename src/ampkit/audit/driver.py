@@ -27,7 +27,7 @@ from .fp8 import fp8_findings
 from .gradients import backoff_params, scale_that_fits
 from .ops import FLAG, UNSUPPORTED, AuditSession, LiveModel, WhatIfSession, session_kind
 from .progress import PassLines, quiet
-from .report import AuditReport
+from .report import ROOT, AuditReport
 
 __all__ = ["STOP_GRACE_S", "audit_here", "run", "run_session"]
 
@@ -148,6 +148,8 @@ def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditR
     findings += session.contract_findings()  # the precision contract (issue #22); none by default
     if mode == "fp8":  # each converted layer's own advice (ampkit.audit.fp8)
         findings = fp8_findings(layers) + findings
+    if first_nonfinite is not None and not first_nonfinite["name"]:  # the root module: named, never ""
+        first_nonfinite["name"] = ROOT
     report = AuditReport(mode, scale, layers, first_nonfinite, findings, session.device, config.steps,
                          session.environment(), session.workload, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)

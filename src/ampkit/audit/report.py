@@ -22,6 +22,13 @@ LAYER_SCHEMA = {"name": str, "type": str, "fwd_amax": OPT_NUM, "fwd_headroom_log
                 "grad_nonfinite": OPT_NUM}
 FINDING_SCHEMA = {"layer": str, "kind": str, "advice": str}
 FIRST_SCHEMA = {"name": str, "phase": str}
+#: how the documents name the root module (the whole model), whose own name is ""
+ROOT = "(model)"
+
+
+def same_module(a: str | None, b: str | None) -> bool:
+    """Two module names of one document name the same module (the root: ``""`` or :data:`ROOT`)."""
+    return a is not None and b is not None and (a or ROOT) == (b or ROOT)
 
 
 @dataclass

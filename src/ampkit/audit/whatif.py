@@ -349,11 +349,17 @@ def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: flo
         out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else
                   bf16_prediction(mods) if f == "bf16" else fp8_prediction(mods))
     bad = float32_nonfinite(mods)
+    bad = "(model)" if bad == "" else bad  # the root module is named, as the audit's documents name it
+    op = next((m.inner_op for m in mods if (m.name or "(model)") == bad and m.inner is not None
+               and not math.isfinite(m.inner.amax)), None)
     for p in out.values():  # float32 itself fails: no format, and no module kept in float32, can help
         p["float32_nonfinite"] = bad
+        if op is not None:
+            p["float32_nonfinite_op"] = op
         if bad is not None:  # no verdict about a format from a float32 run that fails by itself (issue #40)
             p.update(verdict="not_measured", keep_in_fp32=[], reason=(
-                f"the float32 run itself is non-finite (first in {bad or '(model)'}): this is not a precision "
+                f"the float32 run itself is non-finite (first in {bad}{f', made by {op} in its own code' if op else ''}): "
+                "this is not a precision "
                 "problem, so no format is judged; look for an exp/log/sqrt/division out of range or an exploding "
                 "input there"))
     return out
@@ -364,5 +370,5 @@ def float32_nonfinite(mods: list[ModuleSummary]) -> str | None:
     def bad(t: TensorSummary | None) -> bool:
         return t is not None and not math.isfinite(t.amax)
 
-    return next((m.name for m in mods if bad(m.fwd) or bad(m.inner)), None) or \
-        next((m.name for m in reversed(mods) if bad(m.grad)), None)
+    first = next((m.name for m in mods if bad(m.fwd) or bad(m.inner)), None)  # "" (the root) is a name too
+    return first if first is not None else next((m.name for m in reversed(mods) if bad(m.grad)), None)

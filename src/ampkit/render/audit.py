@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..audit.core import SEVERITY, format_of, precision_threshold, rounding_unit
-from ..audit.report import SEVERITY_LABEL
+from ..audit.report import SEVERITY_LABEL, same_module
 from . import charts
 from .output import finite, fmt, print_keras_line
 
@@ -93,7 +93,7 @@ def render(report, con) -> None:
         kinds.setdefault(f.layer, []).append(f.kind)
     for lay in layers:
         mark = ""
-        if origin and origin["name"] == lay.name:
+        if origin and same_module(origin["name"], lay.name):
             mark = f" ← first inf/NaN ({origin['phase']})"
         found = ", ".join(f"[{_KIND_STYLE.get(k, 'white')}]{k}[/]" for k in dict.fromkeys(kinds.get(lay.name, [])))
         table.add_row((lay.name or "(model)") + mark, lay.type, fmt(lay.fwd_amax, ".3g"), _hr(lay.fwd_headroom_log2),
@@ -187,11 +187,11 @@ def page_view(report, doc=None) -> AuditView:
                        "grad_amax": finite(lay.grad_amax), "grad_headroom": finite(lay.grad_headroom_log2),
                        "grad_underflow": finite(lay.grad_underflow_frac) or 0.0,
                        "grad_nonfinite": lay.grad_nonfinite or 0, "rel_error": finite(lay.rel_error),
-                       "first": bool(first and first["name"] == lay.name),
+                       "first": bool(first and same_module(first["name"], lay.name)),
                        "kinds": list(dict.fromkeys(kinds.get(lay.name, [])))})
     findings = [{"layer": f.layer or "(model)", "kind": f.kind, "advice": f.advice,
                  "severity": SEVERITY_LABEL.get(f.severity, "finding"),
-                 "first": bool(first and first["name"] == f.layer and f.kind == "nonfinite")}
+                 "first": bool(first and same_module(first["name"], f.layer) and f.kind == "nonfinite")}
                 for f in report.findings]
     steps = report.steps if isinstance(report.steps, int) and not isinstance(report.steps, bool) else None
     view = AuditView(doc, str(report.workload or "model"), report.mode, str(report.device or "—"),
