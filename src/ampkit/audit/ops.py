@@ -67,6 +67,9 @@ class StepOutcome:
     #: whether a parameter's gradient held inf/NaN: exactly what makes the framework's scaler skip the
     #: step (GradScaler.unscale_, LossScaleOptimizer); None: not measured, ``backward_nonfinite`` stands for it
     params_nonfinite: bool | None = None
+    #: the largest unscaled float32 reference gradient the scaled backward holds (w.r.t. a module's output
+    #: or of a parameter), from which the audit predicts how far a scaler backs off; None: not measured
+    grad_amax: float | None = None
 
     @property
     def skips(self) -> bool:

@@ -60,8 +60,9 @@ FP8_LOST = UNDERFLOW_THRESHOLD
 FP8_MIN_SNR_DB = {"e4m3": 20.0, "e5m2": 15.0}
 #: the aggregate share of nonzero gradients a loss scale may lose (flushed or < LOST_BITS bits)
 RANGE_LOST = 0.01
-#: loss scales tried: 2**0 .. 2**24
-SCALE_EXPONENTS = range(0, 25)
+#: loss scales tried: 2**-24 .. 2**40 (a dynamic scaler backs off below 1 when the gradients are large, as
+#: GradScaler does: it has no floor; tiny gradients want scales far above its default)
+SCALE_EXPONENTS = range(-24, 41)
 #: a module's rounding noise is large when it is at least this share of the spread of its float32
 #: output (fewer than LOST_BITS bits of the spread survive)
 NOISE_TO_SPREAD = 2.0**-LOST_BITS
@@ -250,12 +251,16 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
                        None)
         first, first_phase = (first_g.name, "backward") if first_g else (None, None)
     rng = [lo, hi] if lo is not None and hi is not None else None
-    by_scale = {str(2**k): _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}
+    by_scale = {f"{2.0**k:g}" if k < 0 else str(2**k): _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}
+    # "safe" only where the default scale itself keeps the gradients (judged there, as the rows are): a
+    # range that leaves the default out, or a real share lost at it, needs a scale (issue #46)
+    default_ok = (lost_share_at(leaves, fmt, default_scale) <= RANGE_LOST and all(
+        m.grad.share_below(lost_below(fmt), default_scale) <= UNDERFLOW_THRESHOLD for m in held))
     if rng is None or len(flagged) > max(3, len(leaves) // 2):
         verdict = "unsafe"
     elif flagged:
         verdict = "keep_in_fp32"
-    elif lo <= default_scale <= hi:
+    elif lo <= default_scale <= hi and default_ok:
         verdict = "safe"
     else:
         verdict = "safe_with_scale"
@@ -348,6 +353,8 @@ def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: flo
     for f in formats:
         out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else
                   bf16_prediction(mods) if f == "bf16" else fp8_prediction(mods))
+    if "fp16" in out:  # fp16's advice offers bf16 only where bf16 is predicted safe (issue #46: one story)
+        out["fp16"]["bf16_verdict"] = (out["bf16"] if "bf16" in out else bf16_prediction(mods))["verdict"]
     bad = float32_nonfinite(mods)
     bad = "(model)" if bad == "" else bad  # the root module is named, as the audit's documents name it
     op = next((m.inner_op for m in mods if (m.name or "(model)") == bad and m.inner is not None
