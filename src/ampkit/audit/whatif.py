@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ..compare import relative_error
 from ..formats import BF16, FORMATS, FP16, FloatFormat
-from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
+from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below, module_limit
 
 #: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
 NOISE_ONLY = 0.5
@@ -165,6 +165,16 @@ class ModuleSummary:
     #: the share of its nonzero float32 output gradients that are rounding noise (a float64 pass says so:
     #: the true values are zero, e.g. attention over one token); None: not checked
     grad_noise: float | None = None
+    #: a softmax its own code computes, rerun on inputs rounded to each format: {format: the largest relative
+    #: error of its output} and the op (an absolute error of a softmax's input is a relative one of its output)
+    amplified: dict = field(default_factory=dict)
+    amplified_op: str | None = None
+
+    def amplify(self, op: str, errors: dict) -> None:
+        for fmt, err in errors.items():
+            if err > self.amplified.get(fmt, -1.0):
+                self.amplified[fmt] = err
+                self.amplified_op = op
 
     @property
     def noise_only(self) -> bool:
@@ -281,6 +291,10 @@ def bf16_prediction(mods: list[ModuleSummary]) -> dict:
                "grad_lost_frac": _r(g.share_below(lost_below(fmt))), "reasons": []}
         if m.leaf and m.fwd_low and noise[1] is not None and noise[1] > NOISE_TO_SPREAD:
             row["reasons"].append("precision")
+        amp = m.amplified.get("bf16")
+        row["softmax_error"], row["softmax_op"] = _r(amp, 4), m.amplified_op if amp is not None else None
+        if amp is not None and amp > module_limit(fmt) and "precision" not in row["reasons"]:
+            row["reasons"].append("precision")  # its softmax turns bf16's rounding of its scores into this error
         if m.leaf and m.fwd_low and (row["lost_frac"] > UNDERFLOW_THRESHOLD or
                                      (row["grad_lost_frac"] > UNDERFLOW_THRESHOLD and not m.noise_only)):
             row["reasons"].append("underflow")

@@ -96,7 +96,9 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
                 with same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
                     self.workload_obj.loss(self.batch)
             self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
-        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1])
+        amplified: list = []
+        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1],
+                         lambda name, op, errors: amplified.append((name, op, errors)))
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
             with same_randomness(self.dev, self.seed + step):
@@ -119,6 +121,10 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
             holder = _holder(self._mods, param)
             if holder is not None:
                 holder.param_grad_amax = max(holder.param_grad_amax, amax)
+        for name, op, errors in amplified:  # a softmax's output error per format (.whatif_softmax)
+            mod = self._mods.get(name)
+            if mod is not None:
+                mod.amplify(op, errors)
         for name, part, summary in probe.host():
             mod = self._mods.get(name)
             if mod is None:
