@@ -10,10 +10,10 @@ import json
 import re
 
 import pytest
-import story_models as sm
 import torch
 
 import ampkit
+import story_models as sm
 from ampkit.audit.report import AuditReport
 from ampkit.cli.main import main
 from ampkit.plan.propose import propose_plan

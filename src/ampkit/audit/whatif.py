@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ..compare import relative_error
 from ..formats import BF16, FORMATS, FP16, FloatFormat
-from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below, module_limit
+from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
 
 #: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
 NOISE_ONLY = 0.5
@@ -169,6 +169,9 @@ class ModuleSummary:
     #: error of its output} and the op (an absolute error of a softmax's input is a relative one of its output)
     amplified: dict = field(default_factory=dict)
     amplified_op: str | None = None
+    #: {format: (output error, input error)} a run of that format carries into this leaf, measured by one
+    #: forward of the format against float32 (a backend that does not measure it leaves it empty)
+    carried: dict = field(default_factory=dict)
 
     def amplify(self, op: str, errors: dict) -> None:
         for fmt, err in errors.items():
@@ -280,37 +283,6 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
             "grad_lost_frac": _r(lost_share_at(leaves, fmt, scale)), "modules": rows}
 
 
-def bf16_prediction(mods: list[ModuleSummary]) -> dict:
-    """bf16: rounding error per module output (relative, and against the output's own spread), underflow."""
-    fmt, rows, flagged = BF16, [], []
-    for m in mods:
-        f, g = m.fwd, m.grad
-        noise = f.noise("bf16") or (None, None)
-        row = {"name": m.name, "type": m.type, "leaf": m.leaf, "rel_error": _r(noise[0], 8),
-               "noise_to_spread": _r(noise[1], 6), "lost_frac": _r(f.share_below(lost_below(fmt))),
-               "grad_lost_frac": _r(g.share_below(lost_below(fmt))), "reasons": []}
-        if m.leaf and m.fwd_low and noise[1] is not None and noise[1] > NOISE_TO_SPREAD:
-            row["reasons"].append("precision")
-        amp = m.amplified.get("bf16")
-        row["softmax_error"], row["softmax_op"] = _r(amp, 4), m.amplified_op if amp is not None else None
-        if amp is not None and amp > module_limit(fmt) and "precision" not in row["reasons"]:
-            row["reasons"].append("precision")  # its softmax turns bf16's rounding of its scores into this error
-        if m.leaf and m.fwd_low and (row["lost_frac"] > UNDERFLOW_THRESHOLD or
-                                     (row["grad_lost_frac"] > UNDERFLOW_THRESHOLD and not m.noise_only)):
-            row["reasons"].append("underflow")
-        inner = m.inner.amax if m.inner is not None else 0.0
-        if (m.fwd_low and (not math.isfinite(f.amax) or f.amax >= overflow_at(fmt))
-                or not math.isfinite(inner) or inner >= overflow_at(fmt)):
-            row["reasons"].append("overflow")
-        if row["reasons"]:
-            flagged.append(m.name)
-        rows.append(row)
-    leaves = sum(1 for m in mods if m.leaf)
-    verdict = "safe" if not flagged else ("unsafe" if len(flagged) > max(3, leaves // 2) else "keep_in_fp32")
-    return {"verdict": verdict, "first_overflow": next((r["name"] for r in rows if "overflow" in r["reasons"]), None),
-            "loss_scale_range": None, "keep_in_fp32": flagged, "modules": rows}
-
-
 def fp8_prediction(mods: list[ModuleSummary]) -> dict:
     """fp8: per matmul layer, its input in e4m3 and its output gradient in e5m2 under each scaling;
     the layers tensorwise scaling fails, and the finer scalings that fix each (predicted)."""
@@ -360,6 +332,7 @@ def not_measured(reason: str) -> dict:
 def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: float,
             scale_limit: float | None = None) -> dict:
     """``{format: prediction}`` for the formats asked (fp16 at loss scale ``scale``)."""
+    from .whatif_bf16 import bf16_prediction
     if not mods:  # stopped before a step finished: nothing observed, no verdict
         return {f: not_measured("no float32 step finished (the run was stopped first): nothing was observed")
                 for f in formats}

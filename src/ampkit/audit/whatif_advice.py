@@ -57,9 +57,14 @@ def bf16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
     if p["verdict"] == "safe":
         return ("bf16 is predicted safe: float32's range (nothing overflows or underflows) and every module's "
                 "rounding noise is small against the spread of its output; no loss scaling needed"), advice.bf16_code
-    return (f"bf16 rounds away what matters in {_names(flagged)}: its rounding noise is over 1/16 of the "
-            "output's own spread in float32 (or the values underflow); keep " + ("it" if len(flagged) == 1 else "them")
-            + " in float32"), _code(advice, flagged)
+    grown = [r for r in p["modules"] if r.get("carried_error") is not None and r["name"] in flagged]
+    rest = [n for n in flagged if n not in {r["name"] for r in grown}]
+    parts = [f"a bf16 run's error grows to {r['carried_error']:.1%} inside {r['name'] or '(model)'} (measured in one bf16 "
+             "forward: what the layers before carry in, amplified there)" for r in grown[:_LIST]]
+    if rest:
+        parts.append(f"bf16 rounds away what matters in {_names(rest)}: its rounding noise is over 1/16 of the "
+                     "output's own spread in float32 (or the values underflow)")
+    return "; ".join(parts) + "; keep " + ("it" if len(flagged) == 1 else "them") + " in float32", _code(advice, flagged)
 
 
 def fp8_advice(p: dict, advice: Advice) -> tuple[str, str | None]:

@@ -27,6 +27,7 @@ from .numerics.hooks import Recorder, float_tensors
 from .numerics.params import holder as _holder
 from .numerics.replay import same_randomness, snapshot
 from .numerics.summary import summarize
+from .whatif_carried import carried_errors
 from .whatif_inner import InnerOps, autocast_dtypes
 
 #: module types an fp8 recipe converts (torchao's convert_to_float8_training: nn.Linear)
@@ -70,6 +71,7 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         self.fp32 = MixedPrecision("fp32", self.dev)
         self._fp8 = {name for name, m in self.model.named_modules() if isinstance(m, FP8_TYPES)}
         self._dtypes = None   # (module -> outputs low, (module, op) -> low) under fp16 autocast (whatif_inner)
+        self._carried = None  # {leaf: (output error, input error)} of one bf16 forward (whatif_carried)
 
     def observe(self, step: int) -> None:
         """One float32 training step, its forward outputs and output gradients summarized."""
@@ -97,6 +99,9 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
                     self.workload_obj.loss(self.batch)
             self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
         amplified: list = []
+        if step == 0 and self._carried is None:  # what a bf16 run carries from layer to layer (.whatif_carried)
+            self._carried = carried_errors(self.model, lambda: self.workload_obj.loss(self.batch), self.dev,
+                                           self.seed + step, self.fp32, MixedPrecision("bf16", self.dev))
         inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1],
                          lambda name, op, errors: amplified.append((name, op, errors)))
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
@@ -166,6 +171,9 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
             self._mods[name].grad_noise = noise
 
     def summaries(self) -> list[ModuleSummary]:
+        for name, errs in (self._carried or {}).items():
+            if name in self._mods:
+                self._mods[name].carried["bf16"] = errs
         return [self._mods[n] for n in self._order]
 
 

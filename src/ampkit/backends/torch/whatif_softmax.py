@@ -3,7 +3,7 @@
 A softmax turns an *absolute* error of its input into a *relative* error of its output: attention
 scores of magnitude ~1e4 rounded to bfloat16 (8 significant bits, errors ~40) give probabilities
 that have little to do with float32's, though every tensor's own rounding noise is small against
-its spread (what :func:`ampkit.audit.whatif.bf16_prediction` judges tensor by tensor). So for each
+its spread (what :func:`ampkit.audit.whatif_bf16.bf16_prediction` judges tensor by tensor). So for each
 ``softmax`` and ``scaled_dot_product_attention`` a module's own code calls in the float32 what-if
 forward, the op runs again on its inputs rounded to each format (for attention: ``q``, ``k`` and ``v``,
 the scores from them in float32, as the fused kernel computes them) and the relative error of its output against
