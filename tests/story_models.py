@@ -190,3 +190,11 @@ def batch_gpt2():
 
 def loss_gpt2(logits, ids):
     return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+
+def poisson_workload():
+    """A ``--model`` factory: :func:`poisson` with its batch and loss."""
+    from ampkit import Workload
+
+    data = batch_poisson()
+    return Workload(poisson(), lambda *a: data, loss_fn=loss_poisson, name="poisson")

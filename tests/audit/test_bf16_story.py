@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import story_models as sm  # noqa: E402
 from test_one_story import OFFERS_BF16  # noqa: E402
 
 import ampkit  # noqa: E402
+import story_models as sm  # noqa: E402
 
 ATTN = "gpt.transformer.h.1.attn"
 

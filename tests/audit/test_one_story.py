@@ -246,3 +246,21 @@ def test_the_engines_alarm_never_calls_a_finite_forward_an_overflow():
             mp.step(opt, zero_grad=True)
     msg = str(caught[0].message)
     assert "the loss is finite" in msg and "forward pass" not in msg, msg
+
+
+def test_cli_a_model_float32_fails_on_is_a_finding_with_exit_1(tmp_path, capsys):
+    """``ampkit audit`` on a model whose own exp overflows float32: exit 1 with the document (no 'math domain
+    error'), the origin the root module, named; the what-if names the same origin and judges nothing."""
+    out = tmp_path / "a.json"
+    assert main(["audit", "--model", "story_models:poisson_workload", "--mode", "fp16", "--device", "cpu",
+                 "--json", str(out)]) == 1
+    doc = json.loads(out.read_text())
+    first = doc["first_nonfinite"]
+    assert (first["name"], first["op"], first["in_reference"], first["phase"]) == ("(model)", "exp", True, "forward")
+    assert "not a precision problem" in doc["findings"][0]["advice"] and doc["suggested_loss_scale"] is None
+    assert main(["audit", "--what-if", "--model", "story_models:poisson_workload", "--device", "cpu", "--steps", "1",
+                 "--json", str(out)]) == 0
+    w = json.loads(out.read_text())["what_if"]
+    assert {(p["verdict"], p["float32_nonfinite"], p.get("float32_nonfinite_op")) for p in w.values()} == {
+        ("not_measured", "(model)", "exp")}
+    assert "math domain" not in capsys.readouterr().err

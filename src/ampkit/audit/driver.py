@@ -98,7 +98,7 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
         finally:
             session.close()
         refind = report.__dict__.pop("_refind", None)
-        if refind is not None and offers_bf16(report):  # is bf16 a cure here? its own audit says (issue #46)
+        if refind is not None and offers_bf16(report) and not report.interrupted:  # is bf16 a cure here? its own audit says (issue #46)
             unhealthy = bf16_verdict(backend, config, target, live, say)
             report.findings = refind(unhealthy)
             report.note = "; ".join(n for n in (report.note, (f"bf16 audited too: not advised, {unhealthy}" if unhealthy
@@ -233,7 +233,8 @@ def run_whatif(session: WhatIfSession, config: AuditConfig, say=quiet) -> AuditR
     return report
 
 
-#: the back-off gives up below this scale (a gradient that overflows there is no scale problem)
+#: the back-off gives up below this scale (a gradient that overflows there is no scale problem); a session's
+#: ``scale_floor`` (its framework scaler's own lowest scale) raises it
 MIN_SCALE = 2.0**-64
 
 
@@ -249,11 +250,13 @@ def back_off(session: AuditSession, step: int, scale: float, outcome, max_finite
     there, halves on while that skips, and checks that the scale above the one it settles at skips (else
     the scaler would have stopped there): two measured steps when the prediction holds. Each measurement
     is a real audited step; the last one is at the returned scale. Without ``grad_amax`` it halves one
-    step at a time."""
+    step at a time. A session whose framework's scaler stops at a floor (tf_keras's LossScaleOptimizer
+    at 1) says so in ``scale_floor``; there the back-off stops too."""
+    lowest = max(MIN_SCALE, getattr(session, "scale_floor", None) or 0.0)
     skip_at = scale  # the lowest scale measured to skip
     amax = outcome.grad_amax
     k = max(1, math.ceil(math.log2(amax * scale / max_finite))) if amax and math.isfinite(amax) and amax > 0 else 1
-    cand = scale / 2.0**k
+    cand = max(scale / 2.0**k, lowest)
 
     def measure(s):
         session.rewind()
@@ -272,7 +275,7 @@ def back_off(session: AuditSession, step: int, scale: float, outcome, max_finite
                 continue
             skip_at = up
         outcome = measure(cand)
-        if not _backs_off(outcome) or cand / 2 < MIN_SCALE:
+        if not _backs_off(outcome) or cand / 2 < lowest:
             return cand, outcome
         skip_at, cand = cand, cand / 2
 

@@ -94,6 +94,9 @@ class AuditSession(Protocol):
     notes: tuple[str, ...]
     #: what the audited batch was (see above); None: the session does not say
     input: dict | None = None
+    #: the lowest scale the framework's scaler backs off to (tf_keras's LossScaleOptimizer: 1); None: no
+    #: floor (GradScaler, Keras 3), the audit's back-off follows it below 1 (ampkit.audit.driver.back_off)
+    scale_floor: float | None = None
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         """Step ``step``'s fp32 reference and audited pass at loss scale ``scale``, from the same
