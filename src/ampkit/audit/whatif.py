@@ -165,6 +165,9 @@ class ModuleSummary:
     #: the share of its nonzero float32 output gradients that are rounding noise (a float64 pass says so:
     #: the true values are zero, e.g. attention over one token); None: not checked
     grad_noise: float | None = None
+    #: of its nonzero float32 output gradients, the share that is not noise yet lost at the default scale (the
+    #: same float64 pass says so, as the audit's ``grad_signal_lost_frac``); None: not checked
+    grad_signal_lost: float | None = None
     #: a softmax its own code computes, rerun on inputs rounded to each format: {format: the largest relative
     #: error of its output} and the op (an absolute error of a softmax's input is a relative one of its output)
     amplified: dict = field(default_factory=dict)
@@ -181,8 +184,11 @@ class ModuleSummary:
 
     @property
     def noise_only(self) -> bool:
-        """Its output gradients are float32 rounding noise (mostly): losing them loses nothing."""
-        return self.grad_noise is not None and self.grad_noise >= NOISE_ONLY
+        """Its output gradients are float32 rounding noise (mostly) and what is not noise is kept at the default
+        scale: losing them loses nothing. A module whose signal the default scale loses in part is judged by all
+        its gradients (issue #46: the real audit finds that share lost; the what-if must not call it safe)."""
+        return (self.grad_noise is not None and self.grad_noise >= NOISE_ONLY
+                and (self.grad_signal_lost is None or self.grad_signal_lost <= UNDERFLOW_THRESHOLD))
 
     @property
     def fp8_eligible(self) -> bool:

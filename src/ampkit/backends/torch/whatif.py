@@ -166,9 +166,9 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         if not names:
             return
         buffers = snapshot(self.model)
-        for name, (noise, _lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
+        for name, (noise, lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
                                                   self.seed + step, buffers, at / self.initial_scale).items():
-            self._mods[name].grad_noise = noise
+            self._mods[name].grad_noise, self._mods[name].grad_signal_lost = noise, lost
 
     def summaries(self) -> list[ModuleSummary]:
         for name, errs in (self._carried or {}).items():
