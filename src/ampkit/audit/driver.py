@@ -99,10 +99,10 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
             session.close()
         refind = report.__dict__.pop("_refind", None)
         if refind is not None and offers_bf16(report) and not report.interrupted:  # is bf16 a cure here? its own audit says (issue #46)
-            unhealthy = bf16_verdict(backend, config, target, live, say)
-            report.findings = refind(unhealthy)
-            report.note = "; ".join(n for n in (report.note, (f"bf16 audited too: not advised, {unhealthy}" if unhealthy
-                                                               else "bf16 audited too: healthy on this model")) if n)
+            unhealthy, said = bf16_verdict(backend, config, target, live, say)
+            if unhealthy:
+                report.findings = refind(unhealthy)
+            report.note = "; ".join(n for n in (report.note, said) if n)
     except UsageError:
         raise
     except Exception as exc:  # a user's model that fails under the audit: one line, as bench's probe says it
@@ -126,20 +126,25 @@ def offers_bf16(report: AuditReport) -> bool:
     return report.mode == "fp16" and any("bf16" in f.advice or "bf16" in (f.code or "") for f in report.findings)
 
 
-def bf16_verdict(backend, config: AuditConfig, target, live, say=quiet) -> str | None:
-    """A bf16 audit of the same model, batch and steps: None when it is healthy (no numeric finding, no
-    inf/NaN), else why bf16 is no cure, naming its first finding."""
-    session = backend.audit_session(replace(config, mode="bf16", loss_scale=None, compile=False), target, live)
+def bf16_verdict(backend, config: AuditConfig, target, live, say=quiet) -> tuple[str | None, str]:
+    """A bf16 audit of the same model, batch and steps: (why bf16 is no cure, naming its first finding, or
+    None when it is healthy -- no numeric finding, no inf/NaN -- or cannot run here; the report's note)."""
+    cfg = replace(config, mode="bf16", loss_scale=None, compile=False)
     try:
-        rep = run_session(session, replace(config, mode="bf16", loss_scale=None, compile=False), say)
+        session = backend.audit_session(cfg, target, live)
+    except UsageError as exc:  # a backend or device without bf16: the findings stay as they are, said so
+        return None, f"bf16 not audited here ({exc})"
+    try:
+        rep = run_session(session, cfg, say)
     finally:
         session.close()
     bad = [f for f in rep.findings if f.kind in NUMERIC_KINDS]
     if not bad and rep.first_nonfinite is None:
-        return None
+        return None, "bf16 audited too: healthy on this model"
     f = bad[0] if bad else None
     where = f"{f.kind} at {f.layer or ROOT}" if f else f"inf/NaN first in {rep.first_nonfinite['name']}"
-    return f"its own audit of this model finds {where}"
+    why = f"its own audit of this model finds {where}"
+    return why, f"bf16 audited too: not advised, {why}"
 
 
 def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditReport:
@@ -252,7 +257,7 @@ def back_off(session: AuditSession, step: int, scale: float, outcome, max_finite
     is a real audited step; the last one is at the returned scale. Without ``grad_amax`` it halves one
     step at a time. A session whose framework's scaler stops at a floor (tf_keras's LossScaleOptimizer
     at 1) says so in ``scale_floor``; there the back-off stops too."""
-    lowest = max(MIN_SCALE, getattr(session, "scale_floor", None) or 0.0)
+    lowest = max(MIN_SCALE, session.scale_floor or 0.0)  # declared by the protocol (AuditSession)
     skip_at = scale  # the lowest scale measured to skip
     amax = outcome.grad_amax
     k = max(1, math.ceil(math.log2(amax * scale / max_finite))) if amax and math.isfinite(amax) and amax > 0 else 1

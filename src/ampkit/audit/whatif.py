@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 from ..compare import relative_error
 from ..formats import BF16, FORMATS, FP16, FloatFormat
-from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
+from .core import UNDERFLOW_THRESHOLD, lost_below
+from .whatif_units import NOISE_TO_SPREAD, _r, overflow_at  # noqa: F401 (NOISE_TO_SPREAD: this module's name too)
 
 #: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
 NOISE_ONLY = 0.5
@@ -63,18 +64,9 @@ RANGE_LOST = 0.01
 #: loss scales tried: 2**-24 .. 2**40 (a dynamic scaler backs off below 1 when the gradients are large, as
 #: GradScaler does: it has no floor; tiny gradients want scales far above its default)
 SCALE_EXPONENTS = range(-24, 41)
-#: a module's rounding noise is large when it is at least this share of the spread of its float32
-#: output (fewer than LOST_BITS bits of the spread survive)
-NOISE_TO_SPREAD = 2.0**-LOST_BITS
 FORMAT_NAMES = ("fp16", "bf16", "fp8")
 VERDICTS = ("safe", "safe_with_scale", "keep_in_fp32", "unsafe")
 FORMAT_OF = {"fp16": FP16, "bf16": BF16}
-
-
-def overflow_at(fmt: FloatFormat) -> float:
-    """The smallest magnitude that rounds to infinity in ``fmt`` (round to nearest: max_finite plus
-    half a unit in the last place; 65520 for fp16)."""
-    return fmt.max_finite + 2.0 ** (math.floor(math.log2(fmt.max_finite)) - fmt.mantissa_bits - 1)
 
 
 @dataclass
@@ -200,11 +192,6 @@ def fp8_ok(stats: dict | None, kind: str) -> bool:
 
 
 # ------------------------------------------------------------------ the predictions
-def _r(x, digits=6):
-    """A JSON number of ``digits`` significant digits (None for inf/NaN: JSON has neither)."""
-    return None if x is None or not math.isfinite(x) else float(f"{float(x):.{digits}g}")
-
-
 def lost_share_at(mods: list[ModuleSummary], fmt: FloatFormat, scale: float) -> float:
     mods = [m for m in mods if not m.noise_only]  # rounding noise is no gradient to lose
     nz = sum(m.grad.nonzero for m in mods)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 
-from ..formats import BF16
+from ..formats import BF16, FORMATS
 from .core import AMPLIFICATION, UNDERFLOW_THRESHOLD, lost_below, module_limit
 from .model_error import grown_inside_finding
 from .report import Finding, LayerStats
-from .whatif import FORMAT_OF, NOISE_TO_SPREAD, ModuleSummary, _r, overflow_at
+from .whatif_units import NOISE_TO_SPREAD, _r, overflow_at
 
 
-def bf16_prediction(mods: list[ModuleSummary]) -> dict:
+def bf16_prediction(mods: list) -> dict:
     """bf16: rounding error per module output (relative, and against the output's own spread), underflow."""
     fmt, rows, flagged = BF16, [], []
     for m in mods:
@@ -52,13 +52,13 @@ def bf16_prediction(mods: list[ModuleSummary]) -> dict:
             "loss_scale_range": None, "keep_in_fp32": flagged, "modules": rows}
 
 
-def carried_finding(mods: list[ModuleSummary], fmt: str):
+def carried_finding(mods: list, fmt: str):
     """The module a run of ``fmt`` makes a large error in, from the errors it carries (``carried``), by the
     audit's own rules: a leaf that makes it itself, else the container between two leaves where it grows
     (:func:`~ampkit.audit.model_error.grown_inside_finding`); None when not measured or none."""
     layers = [LayerStats(m.name, m.type, leaf=True, rel_error=m.carried[fmt][0], input_rel_error=m.carried[fmt][1])
               for m in mods if m.leaf and fmt in m.carried]
-    f = FORMAT_OF[fmt]
+    f = FORMATS[fmt]
     limit = module_limit(f)
     for lay in layers:
         if lay.rel_error > limit and lay.input_rel_error * AMPLIFICATION <= lay.rel_error:
