@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..formats import FloatFormat
-from .core import LOST_BITS
+from ..formats import LOST_BITS, FloatFormat
 
 #: a module's rounding noise is large when it is at least this share of the spread of its float32
 #: output (fewer than LOST_BITS bits of the spread survive)

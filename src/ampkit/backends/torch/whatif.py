@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ...audit.ops import WhatIfSession
-from ...audit.whatif import ModuleSummary, TensorSummary
+from ...summaries import ModuleSummary, TensorSummary
 from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .audit_fp8 import Fp8AuditSession
 from .engine import MixedPrecision
@@ -57,6 +57,13 @@ class _Probe:
 
     def host(self) -> list[tuple[str, str, TensorSummary]]:
         return [(name, part, self.summaries[i]) for name, part, i in self.records]
+
+
+def _finite_part(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its inf/NaN values as 0 (``t`` itself when it has none)."""
+    with torch._C.DisableTorchFunction():   # not one of the model's ops
+        ok = torch.isfinite(t)
+        return t if bool(ok.all()) else torch.where(ok, t, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
 class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
@@ -102,8 +109,11 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         if step == 0 and self._carried is None:  # what a bf16 run carries from layer to layer (.whatif_carried)
             self._carried = carried_errors(self.model, lambda: self.workload_obj.loss(self.batch), self.dev,
                                            self.seed + step, self.fp32, MixedPrecision("bf16", self.dev))
-        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1],
-                         lambda name, op, errors: amplified.append((name, op, errors)))
+        # a value float32 computes non-finite inside a module's own code is no format's overflow: where it matters
+        # it reaches the module's output or gradient (judged there); where not, the model discards it on purpose
+        # (an attention mask of -inf added to the scores, T5's log(0) bucket) -- its finite part is summarized
+        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, _finite_part(t)),
+                         self._dtypes[1], lambda name, op, errors: amplified.append((name, op, errors)))
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
             with same_randomness(self.dev, self.seed + step):
@@ -156,8 +166,7 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         """Modules whose float32 output gradients fp16 would lose at the default scale: which of those are
         float32 rounding noise (a float64 pass, :mod:`.numerics.noise`, as the real audit checks): the
         what-if then judges them as the audit does (issue #34: mobilevit's one-token attention)."""
-        from ...audit.core import UNDERFLOW_THRESHOLD, lost_below
-        from ...formats import FP16
+        from ...formats import FP16, UNDERFLOW_THRESHOLD, lost_below
         from .numerics.noise import noise_shares
 
         at = lost_below(FP16)
