@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import math
 
-from ..formats import FP16, LOST_BITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below, precision_threshold, rounding_unit
+from ..formats import LOST_BITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below, module_limit, precision_threshold, rounding_unit
 from .gradients import fitting_scale, param_findings, set_param_headroom
-from .model_error import MODEL_UNITS, gradual_error_finding, grown_inside_finding
+from .model_error import gradual_error_finding, grown_inside_finding
 from .ops import Advice
 from .origin import nonfinite_finding, once_per_cause
 from .report import SEVERITY, Finding, LayerStats
 
 #: a module is the origin of its error when its output error is at least this many times its inputs'
 AMPLIFICATION = 2.0
-
-
-def module_limit(fmt: FloatFormat) -> float:
-    """The relative error above which a module that makes its error itself is a finding, the same rule
-    for fp16 and bf16 (issue #50): beyond what rounding costs a whole deep network in the format
-    (:data:`~ampkit.audit.model_error.MODEL_UNITS` units: 12.5% in bf16) and never below fp16's own
-    per-module threshold (:data:`PRECISION_UNITS` fp16 units, 3.1%): a bf16 module that grows its error
-    to 14% is judged as fp16 would judge it, while bf16's ordinary roundings (0.4-5%) stay below."""
-    return max(MODEL_UNITS * rounding_unit(fmt), precision_threshold(FP16))
 
 
 def backoff_note(scaler: str, initial: float, final: float, skipped: int, params: list[str] | None = None) -> str:

@@ -11,14 +11,12 @@ format's threshold, modules exceed theirs and none was named, this finding says 
 
 from __future__ import annotations
 
-from ..formats import FloatFormat
+# MODEL_UNITS (ampkit.formats, beside module_limit): the model's output is beyond what its format costs from
+# this many rounding units (12.5% in bf16, 1.6% in fp16): rounding every layer's output costs a deep network a
+# few to ~15 units (torchvision/timm ResNets, MobileNet, HF BERT/GPT-2: ampkit.audit.core's PRECISION_UNITS);
+# regnet_y_400mf's 17.45% in bf16 is 45 units: twice the most seen there
+from ..formats import MODEL_UNITS, FloatFormat
 from .report import SEVERITY, Finding, LayerStats
-
-#: the model's output is beyond what its format costs from this many rounding units (12.5% in bf16, 1.6% in
-#: fp16): rounding every layer's output costs a deep network a few to ~15 units (0.4-5% in bf16, measured on
-#: torchvision/timm ResNets, MobileNet, HF BERT/GPT-2; ampkit.audit.core.PRECISION_UNITS), so twice the most
-#: seen there; regnet_y_400mf's 17.45% in bf16 is 45 units
-MODEL_UNITS = 32
 
 
 def grown_inside_finding(layers: list[LayerStats], fmt: FloatFormat, mode: str, limit: float, amplification: float,
