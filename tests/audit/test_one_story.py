@@ -261,6 +261,6 @@ def test_cli_a_model_float32_fails_on_is_a_finding_with_exit_1(tmp_path, capsys)
     assert main(["audit", "--what-if", "--model", "story_models:poisson_workload", "--device", "cpu", "--steps", "1",
                  "--json", str(out)]) == 0
     w = json.loads(out.read_text())["what_if"]
-    assert {(p["verdict"], p["float32_nonfinite"], p.get("float32_nonfinite_op")) for p in w.values()} == {
-        ("not_measured", "(model)", "exp")}
+    assert {(p["verdict"], p["float32_nonfinite"]) for p in w.values()} == {("not_measured", "(model)")}
+    assert {p.get("float32_nonfinite_op") for p in w.values()} <= {"exp", None}  # the op, where its summary holds it
     assert "math domain" not in capsys.readouterr().err
