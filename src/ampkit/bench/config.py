@@ -72,6 +72,7 @@ class BenchConfig:
     replicas: int | None = None          # --replicas N: N logical CPU devices (testing a strategy on a CPU)
     compile: str = "off"                 # --compile off|on|both: torch.compile / Keras jit_compile (bench/compiled.py)
     plan: dict | None = None             # --plan PATH: a precision plan, run as one more mode "plan:<default>"
+    data: str | None = None              # --data MODULE:FACTORY: time a real batch of the user's data (PyTorch)
 
     def __post_init__(self) -> None:
         for flag, value in (("--workload", self.workload), ("--model", self.model)):
@@ -79,6 +80,13 @@ class BenchConfig:
                 raise UsageError(f"{flag} must be a name (a string); received {value!r}")
         if self.workload and self.model:
             raise UsageError("give either --workload or --model, not both")
+        from ..factory import split_spec
+
+        for flag, spec in (("--model", self.model), ("--data", self.data)):
+            if spec is not None:
+                split_spec(spec, flag)
+        if self.data and not self.model:
+            raise UsageError("--data goes with --model (your model fed your data); a built-in workload makes its own batches")
         int_in(self.steps, "--steps", 1, MAX_STEPS)
         int_in(self.warmup, "--warmup", 0, MAX_STEPS)
         int_in(self.repeats, "--repeats", 1, MAX_STEPS)

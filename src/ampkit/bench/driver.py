@@ -88,7 +88,8 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
                        environment=environment,
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
-                       sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1))
+                       sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1),
+                       input=probe.input)
 
 
 def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:

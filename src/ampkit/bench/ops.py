@@ -48,6 +48,7 @@ class ModelProbe:
     batch_size: int = 32                     # the workload's default batch: where --batch-size auto starts
     environment: dict = field(default_factory=dict)  # what only the model tells (Keras: which Keras built it),
     #                                                  laid over the backend's environment section
+    input: dict | None = None                # --data: the user's batch that was timed ({"kind": "data", "shape", ...})
 
 
 class ProbeStepFailed(Exception):

@@ -102,6 +102,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
     interrupted: bool = False
     sample_inputs: object = None  # per-sample input shape(s) the workload ran with, e.g. [3, 32, 32]
     replicas: int = 1             # devices each step ran on in sync (--strategy mirrored)
+    input: dict | None = None     # --data: the user's batch that was timed ({"kind": "data", "from", "shape", "dtype"})
 
     @property
     def failed(self) -> bool:
@@ -114,7 +115,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                         device=self.device, world_size=self.world_size, results=[r.to_dict() for r in self.results],
                         flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
                         interrupted=self.interrupted, sample_inputs=self.sample_inputs, replicas=self.replicas,
-                        speedup_definition=SPEEDUP_DEFINITION)
+                        speedup_definition=SPEEDUP_DEFINITION, **({"input": self.input} if self.input else {}))
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchReport:
@@ -126,7 +127,8 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                    environment=env if isinstance(env, dict) else {}, world_size=d.get("world_size", 1),
                    flops_per_sample=d.get("flops_per_sample"), config=config if isinstance(config, dict) else {},
                    note=d.get("note"), interrupted=bool(d.get("interrupted", False)),
-                   sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1))
+                   sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1),
+                   input=d.get("input") if isinstance(d.get("input"), dict) else None)
 
 
 def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None = None) -> None:

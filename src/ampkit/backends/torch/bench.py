@@ -28,8 +28,14 @@ from .workloads.flops import count_training_flops
 
 
 def _build(cfg: BenchConfig, device: torch.device):
+    fed = None
+    if cfg.data:  # --data: a real batch of the user's data, not random inputs
+        from .data_batch import DataBatches, data_workload
+
+        def fed(obj):
+            return data_workload(obj, cfg.model, DataBatches(cfg.data))
     return build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed,
-                          seq_len=cfg.seq_len, image_size=cfg.image_size)
+                          seq_len=cfg.seq_len, image_size=cfg.image_size, fed=fed)
 
 
 def sample_shapes(inputs):
@@ -178,7 +184,7 @@ def probe(cfg: BenchConfig) -> ModelProbe:
         shapes = sample_shapes(batch[0])
     except Exception:  # a user's batch of another shape: the shapes are information, not a check
         shapes = None
-    return ModelProbe(workload.name, flops, shapes, workload.batch_size)
+    return ModelProbe(workload.name, flops, shapes, workload.batch_size, input=workload.input if cfg.data else None)
 
 
 def _outputs_per_sample(workload, cfg: BenchConfig, gen) -> int | None:
