@@ -112,7 +112,8 @@ def _not_found(where: str, spec: str, flag: str, exc: ModuleNotFoundError) -> st
     hint = (f"; there is {found[0]}: {flag} {found[0]}:{attr}" if found else
             f"; a file elsewhere: {flag} path/to/{top}.py:{attr}, or put its folder on the path: "
             f"PYTHONPATH=path/to/folder ampkit ...")
-    return f"no module named {top!r} for {flag} {spec} (looked in the current folder {os.getcwd()} and on sys.path){hint}"
+    return (f"cannot import module {where!r} for {flag} {spec}: no module named {top!r} (looked in the current folder "
+            f"{os.getcwd()} and on sys.path){hint}")
 
 
 def _files_named(filename: str, depth: int = 2, limit: int = 2000) -> list[str]:

@@ -33,7 +33,8 @@ def _build(cfg: BenchConfig, device: torch.device):
         from .data_batch import DataBatches, data_workload
 
         def fed(obj):
-            return data_workload(obj, cfg.model, DataBatches(cfg.data))
+            bs = cfg.batch_size if isinstance(cfg.batch_size, int) else 32  # the timed batch, described
+            return data_workload(obj, cfg.model, DataBatches(cfg.data, bs))
     return build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed,
                           seq_len=cfg.seq_len, image_size=cfg.image_size, fed=fed)
 
