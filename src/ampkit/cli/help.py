@@ -70,6 +70,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "ampkit parity --model mymodel:build --data mymodel:data --modes fp32,bf16 --seeds 3 --steps 50",
         "ampkit parity ... --shard 2/3 --json part-2.json; ampkit parity --merge part-*.json --json parity.json",
         "ampkit parity ... --seeds 8 --resume parity.json   # grow a document instead of starting over",
+        "ampkit parity --runs runs/*.json --json parity.json   # your own runs (mp.record), compared by mode",
     ),
     "audit": (
         "ampkit audit --workload bert-base --seq-len 64 --mode fp16",
