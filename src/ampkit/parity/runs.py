@@ -29,7 +29,12 @@ def load_run(path: str) -> dict:
         raise UsageError(f"--runs {path}: cannot read it: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UsageError(f"--runs {path}: not JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("command") != "run":
+    if isinstance(doc, dict) and doc.get("command") != "run" and isinstance(doc.get("run"), dict):
+        doc = doc["run"]  # a trainer callback's document carries its run record under "run"
+    elif isinstance(doc, dict) and doc.get("command") != "run" and doc.get("command") in ("audit", "callback"):
+        raise UsageError(f"--runs {path}: this trainer callback's document holds no run record (written by an "
+                         "older ampkit, or a run that ended before training did)")
+    if not isinstance(doc, dict) or doc.get("command", "run") != "run":
         what = doc.get("command") if isinstance(doc, dict) else type(doc).__name__
         raise UsageError(f"--runs {path}: not a run record (its command is {what!r}); write one with "
                          "mp.record(path, seed=...) in your loop")
@@ -62,7 +67,8 @@ def _metric(docs: list[dict]) -> tuple[str, bool]:
     common = None
     for doc in docs:
         last = doc["eval"][-1] if doc["eval"] and isinstance(doc["eval"][-1], dict) else {}
-        names = {k for k, v in last.items() if k != "step" and (v is None or isinstance(v, (int, float)))}
+        names = {k for k, v in last.items() if k != "step" and (v is None or isinstance(v, (int, float)))
+                 and not any(w in k for w in ("runtime", "per_second", "epoch"))}
         common = names if common is None else common & names
     common = common or set()
     for name in _HIGHER:
@@ -72,8 +78,8 @@ def _metric(docs: list[dict]) -> tuple[str, bool]:
         if "acc" in name:
             return name, True
     if common:
-        name = "loss" if "loss" in common else sorted(common)[0]
-        return name, False
+        losses = sorted(n for n in common if "loss" in n)
+        return ("loss" if "loss" in common else (losses or sorted(common))[0]), False
     return "train_loss", False
 
 
