@@ -90,3 +90,59 @@ class RunLog:
     def __exit__(self, *exc) -> None:
         if self.path:
             self.save()
+
+
+class RunTrace:
+    """What a trainer callback gathers for the run record it adds to its document (``"run"``): a
+    loss where the trainer already has it on the host (its logging steps), every step's end time,
+    the evaluation metrics as the trainer logs them. No device read of its own beyond those."""
+
+    def __init__(self, clock=time.perf_counter):
+        self._clock = clock
+        self.times = [clock()]
+        self.loss: list[float] = []
+        self.loss_steps: list[int] = []
+        self.evals: list[dict] = []
+
+    def step_end(self) -> None:
+        self.times.append(self._clock())
+
+    def loss_at(self, step: int, loss) -> None:
+        self.loss.append(_num(loss))
+        self.loss_steps.append(int(step))
+
+    def evaluate(self, step: int, metrics: dict) -> None:
+        row = {k: _num(v) for k, v in metrics.items() if _is_number(v)}
+        if row:
+            self.evals.append({"step": int(step), **row})
+
+    def run(self, *, mode: str, seed: int, model: str | None, steps: int, skipped: int, framework: str) -> dict:
+        def clean(xs):
+            return [None if isinstance(x, float) and math.isnan(x) else x for x in xs]
+
+        return {"mode": mode, "seed": int(seed), "model": model, "data": None, "framework": framework,
+                "steps": int(steps), "loss": clean(self.loss), "loss_steps": list(self.loss_steps),
+                "step_s": [b - a for a, b in zip(self.times, self.times[1:])],
+                "eval": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in e.items()}
+                         for e in self.evals],
+                "skipped_steps": int(skipped), "seconds": self.times[-1] - self.times[0]}
+
+
+def _is_number(v) -> bool:
+    if hasattr(v, "numel"):
+        return v.numel() == 1
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def model_name(model) -> str | None:
+    """A model's class and parameter count: runs of another model (or size) are not compared."""
+    if model is None:
+        return None
+    try:
+        size = sum(int(p.numel()) for p in model.parameters())
+    except Exception:  # noqa: BLE001 - a name is information, not a check
+        try:
+            size = int(model.count_params())  # Keras
+        except Exception:  # noqa: BLE001
+            return type(model).__name__
+    return f"{type(model).__name__} ({size:,} parameters)"

@@ -204,9 +204,10 @@ def run_record(record, args, state, step_times: list[float], model=None) -> dict
     evals = [{"step": e.get("step"), **{k: v for k, v in e.items() if k.startswith("eval_") and isinstance(v, (int, float))
                                         and not any(w in k for w in _NOT_METRICS)}}
              for e in history if any(k.startswith("eval_") for k in e)]
-    size = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else None
-    name = f"{record.workload} ({size:,} parameters)" if size is not None else record.workload
-    return {"mode": record.mode, "seed": int(args.seed), "model": name, "data": None, "framework": "torch",
+    from ....runlog import model_name
+
+    return {"mode": record.mode, "seed": int(args.seed), "model": model_name(model) or record.workload, "data": None,
+            "framework": "torch",
             "steps": int(state.global_step), "loss": [float(e["loss"]) for e in losses],
             "loss_steps": [int(e["step"]) for e in losses],
             "step_s": [b - a for a, b in zip(step_times, step_times[1:])], "eval": evals,
