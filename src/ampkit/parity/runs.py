@@ -40,7 +40,9 @@ def load_run(path: str) -> dict:
                          "mp.record(path, seed=...) in your loop")
     for key, kind in (("mode", str), ("seed", int), ("loss", list), ("eval", list)):
         if not isinstance(doc.get(key), kind) or (key == "seed" and isinstance(doc.get(key), bool)):
-            raise UsageError(f"--runs {path}: its {key!r} is missing or not a {kind.__name__}")
+            hint = (" (a Keras fit: mp.callback(model, json_path=..., seed=N) records it)"
+                    if key == "seed" and doc.get("framework") != "torch" else "")
+            raise UsageError(f"--runs {path}: its {key!r} is missing or not a {kind.__name__}{hint}")
     doc["mode"] = parse_mode(doc["mode"])
     return doc
 
