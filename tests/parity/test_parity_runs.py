@@ -57,9 +57,17 @@ def test_runs_compared_by_mode_with_parity_keys(tmp_path, capsys):
     assert bf16["delta_vs_fp32"] is not None and len(bf16["runs"][0]["train_loss"]) == 12
     assert bf16["step_time"]["steps"] == 33 and bf16["step_time"]["speedup_vs_fp32"] > 0
     assert code == (0 if bf16["verdict"] == "pass" else 1)
-    from ampkit.report import build, load_all
+    # ampkit report draws every run's loss curve on one chart
+    from ampkit.parity.report import ParityReport
+    from ampkit.render.parity import figure, page_view
 
-    assert build(load_all([str(out)]))  # ampkit report reads it (parity's curves)
+    fig = figure(page_view(ParityReport.from_dict(doc)))
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 6 and all(len(line.get_ydata()) == 12 for line in lines)
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {"fp32", "bf16"}
+    html = tmp_path / "report.html"
+    assert main(["report", str(out), "--html", str(html)]) == 0
+    assert html.read_text().count("<svg") >= 1 and "toy" in html.read_text()
 
 
 def test_one_run_per_mode_gives_no_verdict(tmp_path):
