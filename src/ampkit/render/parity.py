@@ -215,7 +215,7 @@ def _runs_figure(view: ParityView):
     and each mode's final metric, mean ± std over its runs."""
     fig, axes = charts.figure(8.0, 2.8, 2)
     labelled = set()
-    for mode, seed, losses in view.run_curves:
+    for mode, _seed, losses in view.run_curves:
         xs = [i + 1 for i, v in enumerate(losses) if v is not None]
         ys = [v for v in losses if v is not None]
         axes[0].plot(xs, ys, lw=1.2, alpha=0.85, color=charts.color(mode), label=None if mode in labelled else mode)
