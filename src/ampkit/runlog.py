@@ -116,11 +116,12 @@ class RunTrace:
         if row:
             self.evals.append({"step": int(step), **row})
 
-    def run(self, *, mode: str, seed: int, model: str | None, steps: int, skipped: int, framework: str) -> dict:
+    def run(self, *, mode: str, seed: int | None, model: str | None, steps: int, skipped: int, framework: str) -> dict:
+        """The run record (``seed`` None: not known -- ``parity --runs`` then asks for it)."""
         def clean(xs):
             return [None if isinstance(x, float) and math.isnan(x) else x for x in xs]
 
-        return {"mode": mode, "seed": int(seed), "model": model, "data": None, "framework": framework,
+        return {"mode": mode, "seed": None if seed is None else int(seed), "model": model, "data": None, "framework": framework,
                 "steps": int(steps), "loss": clean(self.loss), "loss_steps": list(self.loss_steps),
                 "step_s": [b - a for a, b in zip(self.times, self.times[1:])],
                 "eval": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in e.items()}

@@ -87,7 +87,11 @@ def test_a_run_of_another_model_is_refused_in_one_line(tmp_path, capsys):
     assert len(err) == 1 and "its model 'other' differs from" in err[0]
 
 
-@pytest.mark.parametrize("content, words", [("[1]", "not a run record"), ('{"command": "run", "mode": "bf16"}', "'seed'")])
+@pytest.mark.parametrize("content, words", [
+    ("[1]", "not a run record"), ('{"command": "run", "mode": "bf16"}', "'seed'"),
+    ('{"command": "audit", "environment": {}}', "holds no run record"),
+    ('{"command": "audit", "run": {"mode": "bf16", "seed": null, "loss": [], "eval": [], "framework": "tensorflow"}}',
+     "mp.callback(model, json_path=..., seed=N)")])
 def test_a_foreign_document_is_one_line(tmp_path, capsys, content, words):
     (tmp_path / "x.json").write_text(content)
     assert main(["parity", "--runs", str(tmp_path / "x.json")]) == 2

@@ -182,9 +182,12 @@ class KerasWatch:
         if self._trace is not None:
             from ....runlog import model_name
 
-            self.record.extra["run"] = self._trace.run(
-                mode=self.mode, seed=self.seed, model=model_name(history.model), steps=self.steps,
-                skipped=len(self.record.skipped), framework=self.record.framework or "tensorflow")
+            try:  # the run record is an addition: it never ends (or follows) the user's fit
+                self.record.extra["run"] = self._trace.run(
+                    mode=self.mode, seed=self.seed, model=model_name(history.model), steps=self.steps,
+                    skipped=len(self.record.skipped), framework=self.record.framework or "tensorflow")
+            except Exception as exc:  # noqa: BLE001
+                log.warning("ampkit.keras callback: no run record (%s: %s)", type(exc).__name__, exc)
         line = self.record.summary_line()
         log.warning(line) if self.record.warnings else log.info(line)
         if self.json_path:

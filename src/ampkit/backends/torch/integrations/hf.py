@@ -112,8 +112,11 @@ class AmpkitCallback(CoreViews, TrainerCallback):
     def on_train_end(self, args, state, control, lr_scheduler=None, **kwargs):
         if self.core.watch is None:
             return
-        self.core.record.extra["run"] = run_record(self.core.record, args, state, getattr(self, "_step_times", []),
-                                                   getattr(self.core.watch, "model", None))
+        try:  # the run record is an addition: it never ends (or follows) the user's training
+            self.core.record.extra["run"] = run_record(self.core.record, args, state, getattr(self, "_step_times", []),
+                                                       getattr(self.core.watch, "model", None))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: no run record (%s: %s)", self.core.record.source, type(exc).__name__, exc)
         self._say_end(self.core.finish([lr_scheduler] if lr_scheduler is not None else ()))
         self.summary = self.core.summary()
         # kept in the history, before the Trainer's own last entry: log_history[-1] stays the Trainer's

@@ -145,10 +145,13 @@ class AmpkitCallback(CoreViews, Callback):
 
             from ....runlog import model_name
 
-            seed = int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed() % 2**31))
-            self.core.record.extra["run"] = self._trace.run(
-                mode=self.core.record.mode, seed=seed, model=model_name(pl_module), steps=trainer.global_step,
-                skipped=len(self.core.record.skipped), framework="torch")
+            try:  # the run record is an addition: it never ends (or follows) the user's training
+                seed = int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed() % 2**31))
+                self.core.record.extra["run"] = self._trace.run(
+                    mode=self.core.record.mode, seed=seed, model=model_name(pl_module), steps=trainer.global_step,
+                    skipped=len(self.core.record.skipped), framework="torch")
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s: no run record (%s: %s)", self.core.record.source, type(exc).__name__, exc)
         self._end(_step_schedulers(trainer) if trainer is not None else [])
         if trainer is not None and trainer.logger is not None and self.summary:
             s = self.summary
