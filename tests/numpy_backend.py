@@ -14,18 +14,19 @@ import time
 
 import numpy as np
 
-from ampkit.audit.core import Advice, LayerStats, format_of, lost_below, merge_dtypes
-from ampkit.audit.ops import AuditSession, StepOutcome
+from ampkit.audit.ops import Advice, AuditSession, StepOutcome
+from ampkit.audit.report import LayerStats, merge_dtypes
 from ampkit.auto_cache import fingerprint
 from ampkit.backends.base import Backend
 from ampkit.bench.ops import ModelProbe
 from ampkit.bench.report import BenchRow
 from ampkit.bench.rows import check_final_loss, fill_timing
 from ampkit.compare import relative_error
-from ampkit.doctor.measure import Work
+from ampkit.doctor.ops import Work
 from ampkit.environment import base_environment
 from ampkit.errors import UsageError
-from ampkit.parity.core import loader_order
+from ampkit.formats import format_of, lost_below
+from ampkit.parity.ops import loader_order
 from ampkit.parity.report import RunRecord
 from ampkit.target import Target
 

@@ -1,15 +1,11 @@
 """ampkit: mixed-precision training you can check, measure and trust.
 
-``import ampkit`` stays cheap and needs no framework: torch and the command modules load on first
-use (``ampkit.MixedPrecision`` imports torch; ``ampkit.keras`` imports Keras).
+``import ampkit`` stays cheap and needs no framework: every name below loads on first use
+(``ampkit.MixedPrecision`` imports torch; ``ampkit.keras`` imports Keras), so importing one module
+of the package (a backend's protocol, ``ampkit.backends.base``) loads no other.
 """
 
 from __future__ import annotations
-
-from ._version import __version__
-from .errors import AutocastDisabledError, ModeUnavailableError, UsageError
-from .health import LossScaleWarning
-from .precision import MODES, TRAINING_MODES, Precision, get_precision, parse_mode
 
 __all__ = [
     "__version__",
@@ -25,6 +21,7 @@ __all__ = [
     "MixedPrecision",
     "StepResult",
     "Workload",
+    "verify",
     "audit",
     "bench",
     "doctor",
@@ -32,9 +29,15 @@ __all__ = [
 ]
 
 _LAZY = {
+    "__version__": ("ampkit._version", "__version__"),
+    **{name: ("ampkit.precision", name) for name in ("MODES", "TRAINING_MODES", "Precision", "get_precision", "parse_mode")},
+    **{name: ("ampkit.errors", name) for name in ("UsageError", "ModeUnavailableError", "AutocastDisabledError")},
+    "LossScaleWarning": ("ampkit.health", "LossScaleWarning"),
     "MixedPrecision": ("ampkit.backends.torch.engine", "MixedPrecision"),
     "StepResult": ("ampkit.backends.torch.engine", "StepResult"),
     "Workload": ("ampkit.backends.torch.workloads", "Workload"),
+    #: the precision contract on any PyTorch loop: verify(model, optimizer, compute_dtype=torch.bfloat16)
+    "verify": ("ampkit.backends.torch.engine.contract", "verify_torch"),
 }
 #: command packages that are callable: ampkit.audit(...) runs the PyTorch entry point, ampkit.bench(...),
 #: ampkit.parity(...) and ampkit.doctor(...) those of either framework; each shows its real signature
@@ -52,3 +55,7 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ampkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

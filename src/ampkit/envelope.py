@@ -12,11 +12,15 @@ older ampkit did not write take their defaults.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import fields
 
 from ._version import __version__
+from .errors import UsageError
 
 COMMANDS = ("doctor", "bench", "parity", "audit", "plan")
+#: refuse anything larger: ampkit's own documents are kilobytes (an audit of a big model: a few MB)
+MAX_BYTES = 256 * 1024 * 1024
 
 NUM = (int, float)
 OPT_NUM = (int, float, type(None))
@@ -105,3 +109,75 @@ def _check_type(value, expected, where: str) -> None:
 def _json_kind(value) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
             type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# ---------------------------------------------------------------- reading a document's file
+def _read_text(path: str) -> str:
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file; pass JSON files written by 'ampkit doctor|bench|parity|audit --json PATH'")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, not a JSON document; pass the .json files in it instead")
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_BYTES:
+            raise UsageError(f"{path}: {size} bytes is too large for an ampkit document (limit {MAX_BYTES})")
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}); check the path and its permissions")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a JSON document (not UTF-8 text); pass a file written with --json PATH")
+
+
+def _unclosed(text: str) -> bool:
+    """Whether ``text`` ends inside a string or with brackets still open: a document cut off."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_string or depth > 0
+
+
+def _parse(path: str, text: str):
+    if not text.strip():
+        raise UsageError(f"{path}: the file is empty; re-run the command that writes it with --json PATH")
+
+    try:  # NaN/Infinity (not JSON, but Python writes them) are accepted and shown as "—"
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        body = text.strip()
+        if body[:1] in "{[" and _unclosed(body):
+            raise UsageError(f"{path}: truncated JSON (the text ends at line {exc.lineno} before the document "
+                             f"is complete); the writer was cut off: re-run it with --json PATH") from None
+        raise UsageError(f"{path}: not a JSON document ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                         f"pass a file written with --json PATH") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not an ampkit document (nested too deeply)") from None
+
+
+def read_json(path: str):
+    """The parsed JSON of one document's file; every problem is one :class:`~ampkit.errors.UsageError`
+    that names the file (a plan file too: it is run, not reported)."""
+    doc = _parse(path, _read_text(path))
+    if isinstance(doc, dict) and doc.get("kind") == "ampkit-plan":  # a plan file, not a result document
+        raise UsageError(f"{path}: a precision plan (what to keep in float32), not a result document; run it with "
+                         "'ampkit bench|parity --plan PATH', or pass the document 'ampkit plan --json PATH' wrote")
+    return doc
+
+
+def not_a_document(path: str, exc: DocumentError) -> UsageError:
+    return UsageError(f"{path}: not an ampkit document: {exc}; pass files written by "
+                      f"'ampkit doctor|bench|parity|audit --json PATH'")

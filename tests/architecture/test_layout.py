@@ -27,8 +27,9 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """Every import statement in a file, at any depth (function-level imports count too):
-    (absolute module, names imported from it)."""
+    """Every import in a file, at any depth (function-level imports count too), and every import by
+    name (``importlib.import_module("ampkit...")``, ``__import__("ampkit...")``): (absolute module,
+    names imported from it)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
@@ -43,6 +44,10 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
             else:
                 target = node.module
             out.append((target, [a.name for a in node.names]))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str) and node.args[0].value.startswith("ampkit")
+              and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in ("import_module", "__import__")):
+            out.append((node.args[0].value, []))  # an import by name is an import: a cycle through it is a cycle
     return out
 
 
@@ -85,15 +90,19 @@ def test_no_import_cycles_among_ampkit_modules():
 
 
 def test_cycle_detector_sees_a_planted_cycle(tmp_path, monkeypatch):
-    """The test above can fail: a two-module cycle written to a scratch package is found."""
+    """The test above can fail: two-module cycles written to a scratch package are found, one through
+    a function-level import and one through an import by name (``importlib.import_module``)."""
     pkg = tmp_path / "ampkit"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("def f():\n    from .b import g\n")
     (pkg / "b.py").write_text("from ampkit.a import f\n")
+    (pkg / "c.py").write_text("import importlib\n\ndef late():\n    return importlib.import_module('ampkit.d')\n")
+    (pkg / "d.py").write_text("from .c import late\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
-    assert _graph() == {"ampkit": set(), "ampkit.a": {"ampkit.b"}, "ampkit.b": {"ampkit.a"}}
+    assert _graph() == {"ampkit": set(), "ampkit.a": {"ampkit.b"}, "ampkit.b": {"ampkit.a"},
+                        "ampkit.c": {"ampkit.d"}, "ampkit.d": {"ampkit.c"}}
 
 
 @pytest.mark.parametrize("framework,home,modules", [
@@ -101,9 +110,9 @@ def test_cycle_detector_sees_a_planted_cycle(tmp_path, monkeypatch):
     ("tensorflow", "ampkit.backends.tensorflow", ("tensorflow", "keras", "tf_keras")),
 ])
 def test_each_framework_is_imported_only_inside_its_backend_folder(framework, home, modules):
-    # ampkit.backends chooses the framework (--framework auto tries `import torch`); ampkit.keras is
+    # ampkit.registry chooses the framework (--framework auto tries `import torch`); ampkit.keras is
     # the public name of the Keras engine and re-exports it
-    allowed_public = {"torch": {"ampkit.backends"}, "tensorflow": {"ampkit.keras"}}[framework]
+    allowed_public = {"torch": {"ampkit.registry"}, "tensorflow": {"ampkit.keras"}}[framework]
     offenders = []
     for path in PKG.rglob("*.py"):
         mod = _module_name(path)
@@ -210,7 +219,8 @@ def test_each_backend_implements_every_operation_of_the_protocol(framework):
     """Every method of the typed protocol (EnvironmentOps and each command's Ops) is the backend's
     own implementation, not the protocol's empty stub (the optional ones, base.OPTIONAL, have real
     defaults); no whole-command method is left."""
-    from ampkit.backends import base, get_backend
+    from ampkit.backends import base
+    from ampkit.registry import get_backend
 
     if framework == "tensorflow" and importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")

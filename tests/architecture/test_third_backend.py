@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from ampkit.backends import base, get_backend, register_backend
+from ampkit.backends import base
 from ampkit.cli.main import main
+from ampkit.registry import get_backend, register_backend
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

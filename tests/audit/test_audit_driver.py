@@ -14,8 +14,8 @@ from ampkit import isolation
 from ampkit.audit.config import AuditConfig
 from ampkit.audit.driver import audit_here
 from ampkit.audit.ops import AuditOps, AuditSession, LiveModel
-from ampkit.backends import _REGISTERED
 from ampkit.errors import UsageError
+from ampkit.registry import _REGISTERED
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def test_cli_runs_a_registered_backend_in_its_child(cli, tmp_path, capsys):
 def test_torch_session_builds_the_resized_workload():
     """--image-size reaches the built-in workload through the config (no side channel)."""
     pytest.importorskip("torch")
-    from ampkit.backends import get_backend
+    from ampkit.registry import get_backend
 
     backend = get_backend("torch")
     cfg = AuditConfig(workload="cnn", image_size=8, batch_size=1, mode="bf16", device="cpu")

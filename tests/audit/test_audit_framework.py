@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import ampkit
-from ampkit.backends import model_framework
 from ampkit.errors import UsageError
+from ampkit.registry import model_framework
 
 
 def _made_in(*modules):

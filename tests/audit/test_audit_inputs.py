@@ -13,7 +13,7 @@ import torch
 
 from ampkit.audit.config import AuditConfig
 from ampkit.audit.driver import audit_here
-from ampkit.backends import get_backend
+from ampkit.registry import get_backend
 from helpers import assert_usage_error
 
 MODELS = textwrap.dedent('''

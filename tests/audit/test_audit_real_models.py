@@ -13,9 +13,8 @@ import torch
 import torch.nn as nn
 
 import ampkit
-from ampkit.audit.core import precision_threshold
 from ampkit.backends.torch.workloads.base import call_model, cross_entropy
-from ampkit.formats import BF16, FP16
+from ampkit.formats import BF16, FP16, precision_threshold
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ampkit.audit.whatif import NBINS
-from ampkit.audit.whatif_summary import summarize
+from ampkit.summaries import summarize
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")

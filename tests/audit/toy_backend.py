@@ -3,7 +3,7 @@ layers, ``[(name, factor), ...]``, run on the input 1.0. In fp16 a value beyond 
 gradient (the product of the later factors, times the loss scale) likewise. Every call the driver
 makes is logged, so the tests can check the flow itself: back-off, retries, training steps, close.
 
-Registered with ``ampkit.backends.register_backend("toy", "toy_backend:ToyBackend")`` it runs from
+Registered with ``ampkit.registry.register_backend("toy", "toy_backend:ToyBackend")`` it runs from
 the CLI too (the audit's child process loads it by that spec).
 """
 

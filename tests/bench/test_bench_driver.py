@@ -11,10 +11,10 @@ import dataclasses
 import pytest
 
 import ampkit
-from ampkit.backends import _REGISTERED
 from ampkit.bench import driver
 from ampkit.bench.config import BenchConfig
 from ampkit.errors import UsageError
+from ampkit.registry import _REGISTERED
 
 
 @pytest.fixture()

@@ -179,9 +179,9 @@ def test_no_fp32_row_no_comparison():
 
 def test_a_backend_that_cannot_profile_says_so(monkeypatch):
     """The plain backend of tests/bench ignores --explain: its rows say so rather than dropping the flag."""
-    from ampkit.backends import _REGISTERED
     from ampkit.bench import driver
     from ampkit.bench.config import BenchConfig
+    from ampkit.registry import _REGISTERED
 
     monkeypatch.setitem(_REGISTERED, "plain", "plain_backend:PlainBackend")
     report = driver.run(BenchConfig(modes="fp32,bf16", steps=2, warmup=0, explain=True), "plain")

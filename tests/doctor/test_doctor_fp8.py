@@ -14,7 +14,7 @@ pytest.importorskip("torchao")
 
 
 def test_fp8_on_this_cpu_is_unsupported_but_works_emulated():
-    from ampkit.backends import get_backend
+    from ampkit.registry import get_backend
 
     backend = get_backend("torch")
     target = backend.target("cpu")

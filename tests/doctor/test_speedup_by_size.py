@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampkit.doctor.measure import Work
+from ampkit.doctor.ops import Work
 from ampkit.doctor.report import ModeReport
 from ampkit.doctor.sizes import measure_sizes, size_words
 from ampkit.doctor.verdicts import evaluate

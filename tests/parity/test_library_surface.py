@@ -18,9 +18,9 @@ import torch
 import torch.nn as nn
 
 import ampkit
-from ampkit.backends import framework_of, made_by
 from ampkit.errors import UsageError
 from ampkit.parity.ops import Arrays, DataSets, ParityData
+from ampkit.registry import framework_of, made_by
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 X, Y = torch.randn(16, 4, generator=torch.Generator().manual_seed(0)), torch.arange(16) % 3

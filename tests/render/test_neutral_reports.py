@@ -77,7 +77,8 @@ def test_bench_relative_figures_are_ratios_of_the_rows(framework):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_audit_findings_come_from_the_statistics_alone(framework):
-    from ampkit.audit.core import Advice, findings_for, format_of
+    from ampkit.audit.core import Advice, findings_for
+    from ampkit.formats import format_of
 
     report = planted.audit(framework)
     words = {"torch": Advice(lambda name: f"keep {name} in float32", "GradScaler", "init_scale"),

@@ -11,8 +11,8 @@ from ampkit.bench.report import BenchReport
 from ampkit.doctor.report import DoctorReport, DoctorSet
 from ampkit.integrations.record import TrainRecord
 from ampkit.parity.report import ParityReport, RunRecord
-from ampkit.plan.document import Plan
 from ampkit.plan.report import PlanReport
+from ampkit.plan_format import Plan
 
 NM = {"verdict": "not_measured", "reason": "no step finished", "first_overflow": None, "loss_scale_range": None,
       "modules": []}

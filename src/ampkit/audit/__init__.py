@@ -12,10 +12,12 @@ PyTorch's or Keras's, as ``framework`` says (``auto``: the model's own);
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .config import AuditConfig
-from .report import AuditReport, Finding, LayerStats
+
+if TYPE_CHECKING:
+    from .report import AuditReport
 
 __all__ = ["AuditConfig", "AuditReport", "Finding", "LayerStats", "audit"]
 
@@ -62,9 +64,9 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
         AuditReport: ``layers``, ``first_nonfinite``, ``findings`` (each with a severity);
         ``.to_dict()`` is the JSON document ``ampkit audit --json`` writes.
     """
-    from ..backends import get_backend, model_framework
     from ..errors import UsageError
-    from .config import WHAT_IF_FORMATS
+    from ..registry import get_backend, model_framework
+    from .config import WHAT_IF_FORMATS, AuditConfig
     from .driver import audit_here
     from .ops import LiveModel
 
@@ -82,11 +84,11 @@ def audit(model_or_workload, batch=None, loss_fn=None, *, mode="fp16", loss_scal
 def _plan_dict(plan):
     if plan is None:
         return None
-    from ..plan import load_plan
+    from ..plan_format import load_plan
 
     return load_plan(plan, "torch").to_dict()
 
 
-make_callable(__name__, audit)
+make_callable(__name__, audit, ("config", "report"))
 #: ``inspect.signature(ampkit.audit)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(audit)

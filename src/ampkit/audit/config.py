@@ -80,7 +80,7 @@ class AuditConfig:
         if self.compile and mode == "fp8":
             raise UsageError("--compile audits fp16 or bf16; fp8's layers are torchao's, not compared under compile")
         if self.plan is not None:
-            from ..plan import load_plan
+            from ..plan_format import load_plan
 
             plan = load_plan(self.plan)
             if self.what_if or plan.default != mode:

@@ -8,48 +8,16 @@ loss scale — is decided here, once for every framework (the step loop and the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from ..formats import BF16, FP16, FloatFormat
+from ..formats import LOST_BITS, PRECISION_UNITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below, precision_threshold, rounding_unit
 from .gradients import fitting_scale, param_findings, set_param_headroom
 from .model_error import gradual_error_finding
+from .ops import Advice
 from .origin import nonfinite_finding, once_per_cause
 from .report import SEVERITY, Finding, LayerStats
 
-#: an underflow finding is raised when more than this share of nonzero values is *lost*: flushed
-#: to zero or kept as a subnormal with fewer than LOST_BITS significant bits
-UNDERFLOW_THRESHOLD = 0.05
-LOST_BITS = 4
-
-
-def lost_below(fmt: FloatFormat) -> float:
-    """Magnitudes under this keep fewer than ``LOST_BITS`` significant bits in ``fmt`` (subnormals
-    ``k * smallest_subnormal`` with ``k < 2**(LOST_BITS-1)``, and what rounds to zero): a rounding
-    error of 1/16 or more. Subnormals above it keep a usable value, so a model whose gradients are
-    merely subnormal (attention queries at initialisation, measured on HF BERT: 96% subnormal at
-    GradScaler's 2**16, 0.1% flushed) is not told it underflows."""
-    return fmt.smallest_subnormal * 2.0 ** (LOST_BITS - 1)
-
-
-#: a leaf module counts as precision-sensitive when its output differs from the fp32 reference by
-#: more than this many of the format's rounding units (2**-(mantissa_bits+1)): 64 units is 25% in
-#: bf16 and 3.1% in fp16. Errors of a few to ~15 units are what rounding every layer's output costs
-#: in a deep network (measured on torchvision/timm ResNets, MobileNet, HF BERT/GPT-2: 0.4-5% in
-#: bf16, 0.05-0.7% in fp16); far above that a module cancels or amplifies what the format lost.
-PRECISION_UNITS = 64
 #: a module is the origin of its error when its output error is at least this many times its inputs'
 AMPLIFICATION = 2.0
-
-
-def rounding_unit(fmt: FloatFormat) -> float:
-    """The format's unit roundoff, 2**-(mantissa_bits+1): the relative error of one rounding."""
-    return 2.0 ** -(fmt.mantissa_bits + 1)
-
-
-def precision_threshold(fmt: FloatFormat) -> float:
-    """The relative error above which a module's output is imprecise *for this format*."""
-    return PRECISION_UNITS * rounding_unit(fmt)
 
 
 def backoff_note(scaler: str, initial: float, final: float, skipped: int, params: list[str] | None = None) -> str:
@@ -72,30 +40,6 @@ def audit_mode_for_auto(resolve) -> tuple[str, str]:
         return mode, f"auto resolves to {mode} here ({reason}); audited {mode}"
     return "bf16", (f"auto resolves to {mode} here ({reason}), which has no low-precision numerics to audit; "
                     "audited bf16 instead (float32's range, no loss scaling)")
-
-
-def format_of(mode: str) -> FloatFormat:
-    return FP16 if mode == "fp16" else BF16
-
-
-def merge_dtypes(layer: LayerStats, kinds) -> None:
-    """Add the dtype names its outputs had in one audited pass to ``layer.fwd_dtype`` ("float16",
-    "float32,float16": sorted, each once)."""
-    seen = set(layer.fwd_dtype.split(",")) if layer.fwd_dtype else set()
-    layer.fwd_dtype = ",".join(sorted(seen | set(kinds)))
-
-
-@dataclass(frozen=True)
-class Advice:
-    """How a framework says the fixes: keeping one layer in float32, and its loss scaler's names."""
-
-    fp32_hint: Callable[[str], str]   # name -> code (valid Python, no backticks) keeping that module/layer in float32
-    scaler: str                       # "GradScaler" / "LossScaleOptimizer"
-    init_arg: str                     # "init_scale" / "initial_scale"
-    scale_code: Callable[[float], str] | None = None   # scale -> code making the scaler start there
-    bf16_code: str | None = None                       # code that trains in bf16 instead
-    #: (names kept out of fp8, recipe or None) -> code training the rest in fp8 (what-if advice)
-    fp8_code: Callable[[list, str | None], str] | None = None
 
 
 def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..backends import backend_spec, load_backend
 from ..bench.sizes import size_kwargs
 from ..errors import UsageError
 from ..factory import class_count_hint
+from ..formats import format_of
 from ..isolation import PartialResult, TimedOut, run_isolated, stop_requested, tell_parent
+from ..registry import backend_spec, load_backend
 from .config import AuditConfig
-from .core import audit_mode_for_auto, backoff_note, findings_for, format_of
+from .core import audit_mode_for_auto, backoff_note, findings_for
 from .fp8 import fp8_findings
 from .gradients import backoff_params, scale_that_fits
 from .ops import FLAG, UNSUPPORTED, AuditSession, LiveModel, WhatIfSession, session_kind
@@ -207,7 +208,7 @@ def _pass_line(step: int, config: AuditConfig, scale: float, outcome) -> str:
 
 def _layer(m, scale: float):
     """A what-if module as a report layer: float32 magnitudes, shares judged for fp16 at ``scale``."""
-    from .core import lost_below
+    from ..formats import lost_below
     from .report import LayerStats
     from .whatif import FORMAT_OF
 

@@ -16,15 +16,29 @@ deriving from :class:`AuditSession` inherits them): no ``input`` record, no cont
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..target import Target
-from .config import AuditConfig
-from .core import Advice
-from .report import LayerStats
+if TYPE_CHECKING:
+    from ..target import Target
+    from .config import AuditConfig
+    from .report import LayerStats
+
+
+
+@dataclass(frozen=True)
+class Advice:
+    """How a framework says the fixes: keeping one layer in float32, and its loss scaler's names."""
+
+    fp32_hint: Callable[[str], str]   # name -> code (valid Python, no backticks) keeping that module/layer in float32
+    scaler: str                       # "GradScaler" / "LossScaleOptimizer"
+    init_arg: str                     # "init_scale" / "initial_scale"
+    scale_code: Callable[[float], str] | None = None   # scale -> code making the scaler start there
+    bf16_code: str | None = None                       # code that trains in bf16 instead
+    #: (names kept out of fp8, recipe or None) -> code training the rest in fp8 (what-if advice)
+    fp8_code: Callable[[list, str | None], str] | None = None
 
 
 @dataclass(frozen=True)

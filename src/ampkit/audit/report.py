@@ -8,12 +8,10 @@ from dataclasses import asdict, dataclass, field
 from ..display import ResultDisplay
 from ..envelope import NUM, OPT_NUM, DocumentError, Enveloped, check, check_rows, envelope, known
 from ..formats import FloatFormat
+from ..words import SEVERITY, SEVERITY_LABEL
 
 #: how each low-precision format's tensors name their dtype (torch and TensorFlow alike)
 DTYPE_NAME = {"fp16": "float16", "bf16": "bfloat16"}
-SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "precision": 4, "compile": 4}
-#: the words of each rank: a precision note never reads like an overflow
-SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
 FINDING_KINDS = ("overflow", "underflow", "nonfinite", "precision", "contract", "compile")
 #: the contract's keys (and types) of an audit document, its layers and findings; the rest is optional
 SCHEMA = {"mode": str, "loss_scale": NUM, "layers": list, "first_nonfinite": (dict, type(None)), "findings": list}
@@ -217,3 +215,10 @@ class AuditReport(Enveloped, ResultDisplay, command="audit"):
                    d.get("initial_loss_scale"), d.get("skipped_steps") if isinstance(d.get("skipped_steps"), int) else 0,
                    what_if, d.get("input") if isinstance(d.get("input"), dict) else None,
                    d.get("error") if isinstance(d.get("error"), str) else None)
+
+
+def merge_dtypes(layer: LayerStats, kinds) -> None:
+    """Add the dtype names its outputs had in one audited pass to ``layer.fwd_dtype`` ("float16",
+    "float32,float16": sorted, each once)."""
+    seen = set(layer.fwd_dtype.split(",")) if layer.fwd_dtype else set()
+    layer.fwd_dtype = ",".join(sorted(seen | set(kinds)))

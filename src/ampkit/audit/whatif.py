@@ -31,25 +31,10 @@ Nothing of a tensor outlives its summary: the memory cost is a few hundred numbe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
-from ..compare import relative_error
-from ..formats import BF16, FORMATS, FP16, FloatFormat
-from .core import LOST_BITS, UNDERFLOW_THRESHOLD, lost_below
+from ..formats import BF16, FP16, LOST_BITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below
+from ..summaries import EMIN, FP8_ROWS, HIST_SAMPLE, NBINS, NOISE_ONLY, SAMPLE, ModuleSummary, TensorSummary  # noqa: F401
 
-#: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
-NOISE_ONLY = 0.5
-
-#: the float32 exponent range of the histogram: bin ``i`` counts nonzero finite |x| in [2**e, 2**(e+1)), e = i + EMIN
-EMIN, EMAX = -149, 127
-NBINS = EMAX - EMIN + 1
-#: elements of a tensor whose rounding error is measured (a strided sample)
-SAMPLE = 16384
-#: tensors up to this many elements get an exact histogram; larger ones a systematic sample of about
-#: this many elements (its counts scaled to the whole tensor; amax is always the whole tensor's)
-HIST_SAMPLE = 2**18
-#: rows of a matmul operand whose fp8 quantization is measured (a strided sample)
-FP8_ROWS = 128
 #: fp8 scalings predicted: tensorwise and rowwise are torchao's float8 recipes; per-channel and
 #: 32-element blocks (the MX formats' block size) are finer scalings
 SCALINGS = ("tensorwise", "rowwise", "channelwise", "block32")
@@ -74,105 +59,6 @@ def overflow_at(fmt: FloatFormat) -> float:
     """The smallest magnitude that rounds to infinity in ``fmt`` (round to nearest: max_finite plus
     half a unit in the last place; 65520 for fp16)."""
     return fmt.max_finite + 2.0 ** (math.floor(math.log2(fmt.max_finite)) - fmt.mantissa_bits - 1)
-
-
-@dataclass
-class TensorSummary:
-    """What is kept of one tensor (merged over calls and steps): see the module's docstring."""
-
-    count: int = 0
-    nonzero: int = 0
-    amax: float = 0.0
-    hist: list = field(default_factory=lambda: [0] * NBINS)
-    rounding: dict = field(default_factory=dict)   # fp16/bf16 -> [sample n, sum x, sum x^2, sum err^2]
-    fp8: dict = field(default_factory=dict)        # scaling -> [n, nonzero, lost, flushed, saturated, err^2, x^2]
-
-    def merge(self, other: TensorSummary) -> None:
-        self.count += other.count
-        self.nonzero += other.nonzero
-        self.amax = max(self.amax, other.amax) if math.isfinite(other.amax) else other.amax
-        self.hist = [a + b for a, b in zip(self.hist, other.hist)]
-        for mine, theirs in ((self.rounding, other.rounding), (self.fp8, other.fp8)):
-            for k, v in theirs.items():
-                mine[k] = [a + b for a, b in zip(mine[k], v)] if k in mine else list(v)
-
-    def below(self, limit: float, scale: float = 1.0) -> float:
-        """Nonzero values with ``|x| * scale < limit`` (``limit`` a power of two: exact for a power-of-two
-        scale; otherwise the bin across the limit counts in proportion to its log2 width)."""
-        t = math.log2(limit / scale)
-        whole = math.floor(t)
-        n = sum(self.hist[: max(0, min(NBINS, whole - EMIN))])
-        i = whole - EMIN
-        if 0 <= i < NBINS:
-            n += self.hist[i] * (t - whole)
-        return n
-
-    def at_least(self, limit: float, scale: float = 1.0) -> float:
-        """Nonzero values with ``|x| * scale >= limit``, from the histogram (see :meth:`below`)."""
-        return self.nonzero - self.below(limit, scale)
-
-    def share_below(self, limit: float, scale: float = 1.0) -> float:
-        return self.below(limit, scale) / self.nonzero if self.nonzero else 0.0
-
-    def noise(self, fmt: str) -> tuple[float, float] | None:
-        """(rounding error relative to the tensor's norm, relative to its spread around the mean) in
-        ``fmt``, from the sample; None when not measured."""
-        r = self.rounding.get(fmt)
-        if not r or not r[0]:
-            return None
-        n, s1, s2, e2 = r
-        spread2 = max(s2 - s1 * s1 / n, 0.0)
-        rel = relative_error(math.sqrt(e2), math.sqrt(s2), int(n), FORMATS[fmt])  # the audit's one rule
-        # a constant (to float32's resolution) has no spread to lose
-        to_spread = math.sqrt(e2 / spread2) if spread2 > s2 * 2.0**-46 and e2 > 0 else 0.0
-        return rel, to_spread
-
-    def fp8_stats(self, scaling: str) -> dict | None:
-        r = self.fp8.get(scaling)
-        if not r:
-            return None
-        n, nz, lost, flushed, saturated, e2, x2 = r
-        snr = math.inf if e2 == 0 else (10 * math.log10(x2 / e2) if x2 > 0 else -math.inf)
-        return {"lost_frac": lost / nz if nz else 0.0, "flushed_frac": flushed / nz if nz else 0.0,
-                "saturated_frac": saturated / nz if nz else 0.0, "snr_db": snr}
-
-    def to_dict(self) -> dict:
-        return {"count": self.count, "nonzero": self.nonzero, "amax": self.amax}
-
-
-@dataclass
-class ModuleSummary:
-    """One module (layer) of the float32 run, in execution order. ``fp8_input``: for a matmul layer an
-    fp8 recipe converts (torch.nn.Linear, keras Dense/EinsumDense), its input; None otherwise."""
-
-    name: str
-    type: str
-    leaf: bool = True
-    calls: int = 0
-    fwd: TensorSummary = field(default_factory=TensorSummary)
-    grad: TensorSummary = field(default_factory=TensorSummary)
-    fp8_input: TensorSummary | None = None
-    #: tensors computed in the module's own code (matmul/bmm/einsum/sdpa outputs, sums, functional
-    #: activations) that autocast holds in the low format, and the op whose output reached the largest
-    inner: TensorSummary | None = None
-    inner_op: str | None = None
-    #: whether autocast holds its outputs in the low format (False: float32 there, as timm's drop_path
-    #: after a float32 layer scale; unknown: True)
-    fwd_low: bool = True
-    #: the largest gradient of its own parameters (what a loss scaler checks); 0: none, or not observed
-    param_grad_amax: float = 0.0
-    #: the share of its nonzero float32 output gradients that are rounding noise (a float64 pass says so:
-    #: the true values are zero, e.g. attention over one token); None: not checked
-    grad_noise: float | None = None
-
-    @property
-    def noise_only(self) -> bool:
-        """Its output gradients are float32 rounding noise (mostly): losing them loses nothing."""
-        return self.grad_noise is not None and self.grad_noise >= NOISE_ONLY
-
-    @property
-    def fp8_eligible(self) -> bool:
-        return self.fp8_input is not None
 
 
 def fp8_ok(stats: dict | None, kind: str) -> bool:

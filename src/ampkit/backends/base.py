@@ -11,7 +11,7 @@ backend only for small operations with typed inputs and outputs:
 
 A new framework is one folder beside ``torch/`` and ``tensorflow/`` whose package defines a class
 deriving from :class:`Backend` with these methods (``tests/numpy_backend.py`` is one in plain numpy),
-registered by name (:func:`ampkit.backends.register_backend`). Nothing outside a backend folder
+registered by name (:func:`ampkit.registry.register_backend`). Nothing outside a backend folder
 imports a framework.
 
 Capabilities are declared, never probed: an optional operation (:data:`OPTIONAL`) is part of the
@@ -23,20 +23,22 @@ a driver calls it like any other, without ``getattr``/``hasattr`` on the backend
 
 Dependencies point one way: a backend imports from the command packages only their protocol and
 types (``ops``, ``config``, ``report``) and neutral helpers; never a driver, a runner, a command's
-library entry or this registry (``tests/architecture/test_direction.py``).
+library entry or the registry (:mod:`ampkit.registry`) (``tests/architecture/test_direction.py``).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..audit.ops import AuditOps
 from ..bench.ops import BenchOps
 from ..doctor.ops import DoctorOps
 from ..parity.ops import ParityOps
-from ..target import Target
 
-__all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps", "Target"]
+if TYPE_CHECKING:
+    from ..target import Target
+
+__all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "EnvironmentOps", "ParityOps"]
 
 #: the protocol's optional operations: declared with a default ("unsupported, because ...", or none),
 #: which a backend deriving from :class:`Backend` inherits

@@ -8,9 +8,12 @@ the same bench as the command and returns its :class:`~ampkit.bench.report.Bench
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .report import BenchReport, BenchRow
+
+if TYPE_CHECKING:
+    from .report import BenchReport
 
 __all__ = ["BenchReport", "BenchRow", "bench"]
 
@@ -86,7 +89,7 @@ def _framework(framework, cfg):
     line), only when both frameworks are installed."""
     if not (isinstance(framework, str) or framework is None) and hasattr(framework, "target"):
         return framework  # a Backend
-    from ..backends import auto_has_choice, factory_framework, parse_framework
+    from ..registry import auto_has_choice, factory_framework, parse_framework
 
     framework = parse_framework(framework)
     if framework == "auto" and cfg.model and auto_has_choice():
@@ -97,6 +100,6 @@ def _framework(framework, cfg):
     return framework
 
 
-make_callable(__name__, bench)
+make_callable(__name__, bench, ("report",))
 #: ``inspect.signature(ampkit.bench)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(bench)

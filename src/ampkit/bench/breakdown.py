@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-CATEGORIES = ("matmul_conv", "elementwise_norm", "casts", "optimizer", "loss_scaling", "other")
-HOST_IDLE = "host_idle"
+from ..words import CATEGORIES, HOST_IDLE
+
 #: the categories in words, for sentences and legends
 WORDS = {"matmul_conv": "matmuls/convolutions", "elementwise_norm": "elementwise ops and norms",
          "casts": "dtype casts and copies", "optimizer": "the optimizer step", "loss_scaling": "loss scaling",

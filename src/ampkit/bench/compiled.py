@@ -29,11 +29,6 @@ def check_compile(value) -> str:
     return value.strip().lower()
 
 
-def row_label(row) -> str:
-    """A row's name in tables and sentences: its mode, marked when compiled (``--compile on|both``)."""
-    return row.mode + (" (compiled)" if getattr(row, "compiled", False) else "")
-
-
 def compiled_warmup(warmup: int, compiled: bool) -> int:
     """A compiled run warms up for at least one step: the compiling step is never timed."""
     return max(warmup, 1) if compiled else warmup

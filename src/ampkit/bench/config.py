@@ -101,7 +101,7 @@ class BenchConfig:
         self._set("compile", check_compile(self.compile))
         self._set("modes", _modes(self.modes))
         if self.plan is not None:  # --plan: one more mode, next to the others (ampkit.plan)
-            from ..plan import load_plan
+            from ..plan_format import load_plan
 
             plan = load_plan(self.plan)
             self._set("plan", plan.to_dict())

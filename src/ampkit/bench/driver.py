@@ -44,7 +44,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     ``auto``, ``torch``, ``tensorflow``, a registered one). ``progress(message)`` gets
     ``{"mode", "kind", ...}`` as modes run; ``on_row(row)`` each row as it finishes (rank 0 only
     under a launcher). Ctrl-C returns the rows that finished, ``interrupted`` set."""
-    from ..backends import backend_spec, get_backend
+    from ..registry import backend_spec, get_backend
 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
@@ -97,15 +97,15 @@ def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
     (:func:`ampkit.isolation.run_isolated`: its crash, ``sys.exit`` or hang is one usage-error line)."""
     if not cfg.model:
         return _probe(backend, cfg, target)
-    from ..backends import backend_spec
     from ..isolation import run_isolated
+    from ..registry import backend_spec
 
     return run_isolated(_probe_isolated, backend_spec(backend), cfg, target, what=f"probing --model {cfg.model}",
                         timeout=cfg.timeout)
 
 
 def _probe_isolated(spec: str, cfg: BenchConfig, target: Target) -> ModelProbe:
-    from ..backends import load_backend
+    from ..registry import load_backend
 
     return _probe(load_backend(spec), cfg, target)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
+from ..words import row_label
 from .breakdown import CATEGORIES, HOST_IDLE, WORDS
-from .compiled import row_label
 
 #: a size-table speedup at least this large counts as "gains" (the doctor's threshold)
 GAIN = 1.10

@@ -38,10 +38,9 @@ from __future__ import annotations
 
 import math
 
-from ..stats import CONFIDENCE, FASTER, RESAMPLES, SAME, SEED, SLOWER, SMALL, Estimate, classify
+from ..stats import CONFIDENCE, RESAMPLES, SEED, Estimate, classify
+from ..words import THRESHOLD
 
-#: the doctor's threshold (ampkit.doctor.verdicts.ACCEL_THRESHOLD): faster/slower only beyond it
-THRESHOLD = 1.10
 #: a mode's final loss may differ from fp32's by this share of fp32's before it counts as diverged
 DIVERGENCE_REL = 0.25
 #: ... of the larger of fp32's final loss and this share of fp32's first loss
@@ -114,13 +113,6 @@ def repeats_speedup(base_sps: list[float], mode_sps: list[float], *, resamples: 
 def words(est: Estimate) -> str:
     """faster / slower / no measurable difference / small difference (see the module docstring)."""
     return classify(est, THRESHOLD)
-
-
-def describe(verdict: str | None) -> str:
-    return {FASTER: f"faster (interval clears {THRESHOLD:.2f}x)",
-            SLOWER: f"slower (interval below 1/{THRESHOLD:.2f})",
-            SAME: "no measurable difference",
-            SMALL: f"small difference (within {THRESHOLD:.2f}x)"}.get(verdict or "", "—")
 
 
 def divergence(mode_loss: float | None, base_loss: float | None, base_first: float | None) -> str | None:

@@ -26,12 +26,14 @@ import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..doctor.measure import Work
-from ..target import Target
-from .config import BenchConfig
-from .report import BenchRow
+if TYPE_CHECKING:
+    from ..doctor.ops import Work
+    from ..target import Target
+    from .config import BenchConfig
+    from .report import BenchRow
+
 
 #: progress(kind, done, total) from a measuring backend: kind "step" (done of total steps) or
 #: "search" (done = the batch size being tried, total None)

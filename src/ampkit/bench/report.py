@@ -13,12 +13,6 @@ SCHEMA = {"workload": str, "device": str, "results": list}
 ROW_SCHEMA = {"mode": str, "status": str, "samples_per_s": OPT_NUM, "peak_memory_bytes": OPT_NUM,
               "max_batch_size": OPT_NUM, "speedup_vs_fp32": OPT_NUM}
 ROW_CHOICES = {"status": STATUSES}
-CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
-               "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
-               "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
-               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning", "emulated",
-               "compiled", "compile_s", "graph_breaks", "recompiles", "speedup_vs_eager"]
-
 SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, samples_per_s = batch_size / median "
                       "step time (with --repeats: medians over the repeats); speedup_ci: 95% bootstrap interval of "
                       "that ratio (one run: over the timed steps; --repeats: over the repeats, paired); null with "

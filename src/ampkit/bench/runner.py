@@ -93,7 +93,7 @@ def mode_progress(progress, mode: str):
 
 def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
     """Measure ``request`` in a fresh spawned process: the backend at ``spec`` (``"module:Class"``,
-    :func:`ampkit.backends.load_backend`) runs its ``bench_measure`` there (:func:`serve_mode`) and
+    :func:`ampkit.registry.load_backend`) runs its ``bench_measure`` there (:func:`serve_mode`) and
     sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
     row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
     mode, timeout = request.mode, request.config.timeout
@@ -147,9 +147,9 @@ def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
 
 def serve_mode(conn, spec: str, request: MeasureRequest) -> None:
     """Entry of the per-mode child: the parent's backend, loaded by its spec (so a backend added
-    with :func:`ampkit.backends.register_backend` works here too), measures the mode."""
+    with :func:`ampkit.registry.register_backend` works here too), measures the mode."""
     def measure(progress) -> BenchRow:
-        from ..backends import load_backend
+        from ..registry import load_backend
 
         return measure_mode(load_backend(spec), request, progress)
 

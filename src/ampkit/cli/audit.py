@@ -43,11 +43,11 @@ def run(args) -> int:
     """parse -> :class:`~ampkit.audit.config.AuditConfig` -> :func:`ampkit.audit.driver.run` -> finish."""
     from ..audit import driver
     from ..audit.config import WHAT_IF_FORMATS, AuditConfig
-    from ..backends import get_backend, parse_framework
     from ..errors import UsageError
     from ..factory import parse_shape
     from ..isolation import PartialResult
     from ..precision import parse_mode
+    from ..registry import get_backend, parse_framework
     from ..render import audit as render_audit
     from ..render.output import console
     from . import validate as v

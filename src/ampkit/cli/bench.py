@@ -68,7 +68,7 @@ def _plan(path, framework):
     if path is None:
         return None
     from ..errors import UsageError
-    from ..plan import load_plan
+    from ..plan_format import load_plan
 
     plan = load_plan(path, framework if framework in ("torch", "tensorflow") else None)
     if framework == "tensorflow" or plan.framework == "tensorflow":  # not yet: the Keras bench/parity run modes only
@@ -80,10 +80,10 @@ def _plan(path, framework):
 def run(args) -> int:
     import os
 
-    from ..backends import get_backend, parse_framework
     from ..bench import driver
     from ..bench.config import BenchConfig
     from ..factory import parse_shape
+    from ..registry import get_backend, parse_framework
     from ..render import bench as render_bench
     from ..render.output import console
     from . import validate as v

@@ -51,11 +51,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import os
 
-    from ..backends import parse_framework
     from ..errors import UsageError
     from ..parity import grid
     from ..parity.config import ParityConfig
     from ..parity.driver import run as run_parity
+    from ..registry import parse_framework
     from ..render import parity as render_parity
     from ..render.output import console
     from . import validate as v
@@ -165,7 +165,7 @@ def _held_plan(args, doc):
         return None
     held = next((r.plan for r in doc.results if r.mode.startswith("plan:") and isinstance(r.plan, dict)), None)
     if args.plan is not None:  # the same plan, or its runs would mix with another's under one label
-        from ..plan import load_plan
+        from ..plan_format import load_plan
 
         given = load_plan(args.plan).to_dict()
         if held is not None and [given.get(k) for k in ("default", "modules")] != [held.get(k) for k in

@@ -27,10 +27,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..backends import parse_framework
     from ..factory import parse_shape
     from ..plan.loop import PlanConfig, parse_budget, run_plan
     from ..plan.report import PlanReport
+    from ..registry import parse_framework
     from ..render import plan as render_plan
     from ..render.output import console
     from . import validate as v

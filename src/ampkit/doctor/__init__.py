@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .config import DoctorConfig
-from .report import DoctorReport, ModeReport
+
+if TYPE_CHECKING:
+    from .report import DoctorReport
 
 __all__ = ["DoctorConfig", "DoctorReport", "ModeReport", "run_doctor"]
 
@@ -29,8 +31,9 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
         DoctorReport: per mode supported, self-test, measured speedup and verdict, and the
         recommendation; ``.to_dict()`` is the JSON document ``ampkit doctor --json`` writes.
     """
-    from ..backends import parse_framework
     from ..progress import shown
+    from ..registry import parse_framework
+    from .config import DoctorConfig
     from .driver import run
 
     config = DoctorConfig(device=device, quick=quick, thorough=thorough)
@@ -38,6 +41,6 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
     return shown(progress, "doctor", "doctor", lambda cb, _live: run(config, framework, progress=cb))
 
 
-make_callable(__name__, run_doctor)
+make_callable(__name__, run_doctor, ("config", "report"))
 #: ``inspect.signature(ampkit.doctor)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(run_doctor)

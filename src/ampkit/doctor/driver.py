@@ -44,7 +44,7 @@ def run(config: DoctorConfig | str = "auto", backend="auto", *, progress: Callab
         config = DoctorConfig(device=config, **asked)
     elif asked:
         raise TypeError(f"run(config, ...) takes {', '.join(asked)} from the DoctorConfig, not as keywords")
-    from ..backends import get_backend
+    from ..registry import get_backend
 
     if isinstance(backend, str):
         backend = get_backend(backend)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from ..errors import one_line
 from ..stats import SLOWER, Estimate, ratio_estimate
 from ..timing import HOST, Clock
+from .ops import Work
 from .sequential import (
     ACCELERATED,
     NO_DIFFERENCE,
@@ -48,21 +49,6 @@ from .sequential import (
 KINDS = ("kernels", "training")
 #: ``Series.screened`` of a mode :meth:`_Rounds.kernel_look` decided: all its kernels, no training step
 KERNELS_ALONE = "matmul/conv"
-
-
-@dataclass
-class Work:
-    """One mode's ops: ``{name: (callable, flops per call or None)}`` per kind. A callable with a true
-    ``builds_on_first_call`` attribute builds itself on its first call (a traced training step: only
-    a mode that gets that far pays for it) and is warmed up by a second call."""
-
-    kernels: dict[str, tuple[Callable[[], object], float | None]]
-    training: dict[str, tuple[Callable[[], object], float | None]]
-    clock: Clock = HOST
-    notes: dict[str, str] = field(default_factory=dict)  # op -> why it was not timed
-    #: ``at_size(n)``: a Work whose one kernel is an ``n``-square matmul in the mode's math, for
-    #: ``speedup_by_size`` (:mod:`ampkit.doctor.sizes`); None: the backend measures no size table
-    at_size: Callable[[int], Work] | None = None
 
 
 @dataclass
@@ -206,7 +192,7 @@ class _Rounds:
             for kind, names in ops.items():
                 for op in names:
                     if op not in timed[mode][kind]:
-                        timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock, self.plan)
+                        timed[mode][kind][op] = _Timed(getattr(work, kind)[op][0], work.clock or HOST, self.plan)
         except Exception as exc:
             self._fail(mode, exc)
             return False

@@ -8,12 +8,30 @@ driver's, written once. A backend answers four questions about one mode on one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..target import Target
-from .measure import Work
+if TYPE_CHECKING:
+    from ..target import Target
+    from ..timing import Clock
+
+
+@dataclass
+class Work:
+    """One mode's ops: ``{name: (callable, flops per call or None)}`` per kind. A callable with a true
+    ``builds_on_first_call`` attribute builds itself on its first call (a traced training step: only
+    a mode that gets that far pays for it) and is warmed up by a second call."""
+
+    kernels: dict[str, tuple[Callable[[], object], float | None]]
+    training: dict[str, tuple[Callable[[], object], float | None]]
+    clock: Clock | None = None  # None: the host's clock (ampkit.timing.HOST)
+    notes: dict[str, str] = field(default_factory=dict)  # op -> why it was not timed
+    #: ``at_size(n)``: a Work whose one kernel is an ``n``-square matmul in the mode's math, for
+    #: ``speedup_by_size`` (:mod:`ampkit.doctor.sizes`); None: the backend measures no size table
+    at_size: Callable[[int], Work] | None = None
 
 
 @runtime_checkable
@@ -45,3 +63,18 @@ class DoctorOps(Protocol):
         ``{}`` where there are none. ``supported``: the modes the main table found supported. A
         variant that cannot change the recommendation may be deferred unless ``thorough``: then
         ``{"label", "version", "modes": {}, "deferred": why}``."""
+
+
+#: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
+FP8_LOSS_GAP = 0.05
+
+
+def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:
+    """The fp8 self-test's rule, the same in every framework: one step's fp8 loss against bf16's on a
+    clean batch. (relative gap, why it fails — None when it passes)."""
+    if not math.isfinite(l8):
+        return math.nan, f"fp8 loss is {l8} on a clean batch"
+    gap = abs(l8 - l16) / max(abs(l16), 1e-6)
+    if gap > FP8_LOSS_GAP:
+        return gap, f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < {FP8_LOSS_GAP:.0%})"
+    return gap, None

@@ -121,3 +121,8 @@ class DoctorSet(ResultDisplay, command="doctor"):
             if not isinstance(part.get("environment"), dict):
                 report.environment = env
         return cls(reports, env, bool(d.get("interrupted", False)))
+
+
+def from_document(d: dict) -> DoctorReport | DoctorSet:
+    """A doctor document: one framework's report, or a ``--framework all`` set of them."""
+    return DoctorSet.from_dict(d) if "frameworks" in d else DoctorReport.from_dict(d)

@@ -16,36 +16,23 @@ threshold and flip between runs, which is the failure this module exists to prev
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
+from ..words import THRESHOLD
 from .measure import KERNELS_ALONE, Plan, Series, estimate, op_table, round_ratios, run_rounds
 from .report import ModeReport
 from .sizes import measure_sizes, size_words
 
 #: the low end of the interval must clear this for "accelerated"; the high end below 1/this is "slower"
-ACCEL_THRESHOLD = 1.10
+ACCEL_THRESHOLD = THRESHOLD
 #: the training step's median ratio must show at least this gain for a recommendation
 TRAINING_GAIN = 1.05
 #: between two accelerated modes the measurement cannot tell apart, the first of these wins
 PREFERENCE = ("bf16",)
-#: an fp8 self-test step's loss may differ from the same step's in bf16 by at most this (relative)
-FP8_LOSS_GAP = 0.05
 #: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
 EMULATED_DEFERRED = ("its emulated self-test is deferred (it cannot change the recommendation, and loading "
                      "the emulation takes seconds): `ampkit doctor --thorough` runs it")
-
-
-def fp8_loss_gap(l8: float, l16: float) -> tuple[float, str | None]:
-    """The fp8 self-test's rule, the same in every framework: one step's fp8 loss against bf16's on a
-    clean batch. (relative gap, why it fails — None when it passes)."""
-    if not math.isfinite(l8):
-        return math.nan, f"fp8 loss is {l8} on a clean batch"
-    gap = abs(l8 - l16) / max(abs(l16), 1e-6)
-    if gap > FP8_LOSS_GAP:
-        return gap, f"fp8 loss {l8:.4g} differs from bf16's {l16:.4g} by {gap:.1%} (expected < {FP8_LOSS_GAP:.0%})"
-    return gap, None
 
 
 def ratio_words(s: float) -> str:

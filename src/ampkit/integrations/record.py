@@ -214,6 +214,12 @@ class TrainRecord(FailureStory, ResultDisplay, command="callback"):
         """The document (:meth:`document`): what ``repr``, the notebook display and ``to_pandas`` read."""
         return self.document()
 
+    def audit_report(self):
+        """The audit document this record writes, as the audit's report (how a notebook shows it)."""
+        from ..audit.report import AuditReport
+
+        return AuditReport.from_dict(self.to_dict())
+
     def ledger(self) -> dict:
         return {"steps": self.steps, "skipped_steps": list(self.skipped), "scales": list(self.scales),
                 "initial_scale": self.initial_scale}

@@ -12,11 +12,12 @@ its parameters.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from .._callable import make_callable
-from .config import ParityConfig
-from .ops import Arrays, DataSets, ParityData
-from .report import ParityReport, ParityResult, RunRecord
+
+if TYPE_CHECKING:
+    from .report import ParityReport
 
 __all__ = ["Arrays", "DataSets", "ParityConfig", "ParityData", "ParityReport", "ParityResult", "RunRecord", "parity"]
 
@@ -81,8 +82,10 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
-    from ..backends import auto_has_choice, framework_of, made_by, parse_framework
+    from ..registry import auto_has_choice, framework_of, made_by, parse_framework
+    from .config import ParityConfig
     from .driver import USER_EPOCHS, run
+    from .ops import Arrays, DataSets, ParityData
 
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
     asked = {"modes": modes, "seeds": seeds, "epochs": epochs, "tolerance": tolerance, "device": device,
@@ -150,6 +153,6 @@ def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
         raise UsageError(f"dataset must be a name (a string); received {dataset!r}")
 
 
-make_callable(__name__, parity)
+make_callable(__name__, parity, ("config", "ops", "report"))
 #: ``inspect.signature(ampkit.parity)`` (the module is callable) is the function's, not ``(*args, **kwargs)``
 __signature__ = inspect.signature(parity)

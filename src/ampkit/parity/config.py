@@ -40,7 +40,7 @@ class ParityConfig:
 
     def __post_init__(self):
         if self.plan is not None:
-            from ..plan import load_plan
+            from ..plan_format import load_plan
 
             object.__setattr__(self, "plan", load_plan(self.plan).to_dict())
         if self.modes is not None:

@@ -20,19 +20,12 @@ from __future__ import annotations
 import math
 import statistics
 
-import numpy as np
-
 from ..stats import Decision, Equivalence, paired_decision, tost
+from ..words import signed
 from .report import ALPHA, ParityResult, RunRecord
 
 
 # ---------------------------------------------------------------- statistics
-def signed(x: float) -> str:
-    """``+0.0123`` -- or, for a value too small for 4 decimals, ``-1.7e-05``: a loss metric's tiny
-    differences stay readable."""
-    return f"{x:+.3g}" if x != 0 and abs(x) < 5e-4 else f"{x:+.4f}"
-
-
 def verdict_words(dec: Decision, tolerance: float, n: int, metric: str = "accuracy", alpha: float = ALPHA,
                   raw: float | None = None) -> str:
     """Why the verdict is what it is, in one sentence (the table's and the report's reason).
@@ -106,12 +99,6 @@ def _measure_despite_loss(res: ParityResult, paired: list, metric: str, margin: 
 
 
 # ---------------------------------------------------------------- the data order
-def loader_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The order of the training samples in one epoch of one seed: the same in every mode and
-    in both frameworks, so the runs of a seed are paired."""
-    return np.random.default_rng(seed * 1000 + epoch).permutation(n)
-
-
 def _final(xs: list[float]) -> float:
     return float(xs[-1]) if xs else math.nan
 

@@ -269,7 +269,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
     and runs only what it lacks. Under torchrun (WORLD_SIZE > 1) the runs are spread over the
     ranks; rank 0 returns the report, the other ranks None. ``say(line)``: the grid's own news.
     """
-    from ..backends import get_backend
+    from ..registry import get_backend
     from . import grid as G
 
     if data is None and not config.model:

@@ -90,12 +90,16 @@ def same_grid(a: dict, b: dict, name_a: str, name_b: str) -> None:
 
 def read(path: str) -> ParityReport:
     """A parity document holding a grid, or one usage line naming the file."""
-    from ..report.load import load
+    from ..envelope import DocumentError, not_a_document, open_envelope, read_json
 
-    docs = load(path)
-    if docs[0].command != "parity":
-        raise UsageError(f"{path}: a {docs[0].command} document, not a parity document")
-    report = docs[0].report
+    doc = read_json(path)
+    try:
+        command = open_envelope(doc)
+        report = ParityReport.from_dict(doc) if command == "parity" else None
+    except DocumentError as exc:
+        raise not_a_document(path, exc) from None
+    if report is None:
+        raise UsageError(f"{path}: a {command} document, not a parity document")
     if not report.grid or not isinstance(report.grid.get("identity"), dict):
         raise UsageError(f"{path}: a parity document without a grid (written by an older ampkit); "
                          "re-run it with this one to grow or merge it")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..errors import UsageError
-from ..factory import call_user
-from ..target import Target
-from .report import RunRecord
+if TYPE_CHECKING:
+    from ..target import Target
+    from .report import RunRecord
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +37,8 @@ class Arrays:
 
     def check(self) -> None:
         """One :class:`~ampkit.errors.UsageError` naming the part (``train``/``test``) that is not arrays."""
+        from ..errors import UsageError
+
         for part, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
             try:
                 nx, ny = len(x), len(y)
@@ -72,6 +74,9 @@ class DataSets:
     def from_factory(cls, factory: Callable, spec: str) -> DataSets:
         """Call the data factory (a failure is one line naming ``spec``): it must return
         ``(train, validation)``, two data sets."""
+        from ..errors import UsageError
+        from ..factory import call_user
+
         parts = call_user(factory, spec)
         if not (isinstance(parts, (tuple, list)) and len(parts) == 2):
             what = f"a {type(parts).__name__}" + (f" of {len(parts)}" if isinstance(parts, (tuple, list)) else "")
@@ -113,6 +118,8 @@ class ParityData:
     def __post_init__(self) -> None:
         """The library's own arguments (a built-in dataset passes these by construction)."""
         import math
+
+        from ..errors import UsageError
 
         if not (isinstance(self.model, str) or callable(self.model)):
             raise UsageError(f"make_model must be a zero-argument callable returning a fresh model; "
@@ -173,3 +180,11 @@ class ParityOps(Protocol):
         raise UsageError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')}: spreading parity over processes is PyTorch's "
                          f"(torchrun); for {self.name}, run shares of the grid with "
                          "--shard I/N and --merge them")
+
+
+def loader_order(n: int, seed: int, epoch: int):
+    """The order of the training samples in one epoch of one seed: the same in every mode and
+    in both frameworks, so the runs of a seed are paired."""
+    import numpy as np
+
+    return np.random.default_rng(seed * 1000 + epoch).permutation(n)

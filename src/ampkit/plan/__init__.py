@@ -6,7 +6,7 @@ in a mode -- a JSON document the engines apply and ``ampkit audit --plan`` / ``a
 * :mod:`.propose` -- a plan from an audit document (its findings, its first inf/NaN, its what-if).
 """
 
-from .document import KIND, MODULE_MODES, VERSION, Plan, load_plan, pattern_matches
+from ..plan_format import KIND, MODULE_MODES, VERSION, Plan, load_plan, pattern_matches
 from .propose import propose_plan
 
 __all__ = ["KIND", "VERSION", "MODULE_MODES", "Plan", "load_plan", "pattern_matches", "propose_plan"]

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from ..plan_format import Plan
 from ..precision import parse_mode_list
-from .document import Plan
 
 __all__ = ["PlanConfig", "parse_budget", "run_plan", "DEFAULT_MODES"]
 
@@ -120,9 +120,9 @@ def _rows(report) -> dict:
 def run_plan(cfg: PlanConfig, framework: str = "auto", say=lambda text: None) -> PlanRun:
     from ..audit import driver as audit_driver
     from ..audit.config import AuditConfig
-    from ..backends import get_backend
     from ..bench import driver as bench_driver
     from ..bench.config import BenchConfig
+    from ..registry import get_backend
     from .propose import propose_plan
 
     backend = get_backend(framework)

@@ -18,7 +18,7 @@ The root module (the whole model) is never an island: the evidence says so, and 
 
 from __future__ import annotations
 
-from .document import Plan
+from ..plan_format import Plan
 
 __all__ = ["propose_plan"]
 

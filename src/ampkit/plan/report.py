@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..display import ResultDisplay
 from ..envelope import Enveloped, check, envelope
-from .document import Plan, load_plan
+from ..plan_format import Plan, load_plan
 
 __all__ = ["PlanReport", "STATUSES"]
 

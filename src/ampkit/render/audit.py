@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..audit.core import SEVERITY, format_of, precision_threshold, rounding_unit
-from ..audit.report import SEVERITY_LABEL
+from ..formats import format_of, precision_threshold, rounding_unit
+from ..words import SEVERITY, SEVERITY_LABEL
 from . import charts
-from .output import finite, fmt, print_keras_line
+from .output import check_per, csv_of, finite, fmt, head, one_section, print_keras_line
 
 _KIND_STYLE = {"nonfinite": "bold red", "overflow": "red", "underflow": "yellow", "contract": "yellow",
                "precision": "magenta"}
@@ -305,3 +305,30 @@ def layers_figure(view: AuditView):
 
 def _short(name: str, limit: int = 22) -> str:
     return name if len(name) <= limit else "…" + name[-(limit - 1):]
+
+# ---------------------------------------------------------------- the notebook and to_pandas()
+sections, headline = one_section("audit")
+
+
+def line(view: AuditView) -> str:
+    verdict = verdicts(view)[0]["text"]
+    if view.what_if:  # float32 steps only: the verdicts are per format, not of the mode
+        return f"audit --what-if {view.workload} on {view.device}: {verdict}"
+    return f"audit {view.workload} in {view.mode} on {view.device}: {verdict}"
+
+
+def rows(result, per: str | None = None) -> list[dict]:
+    """``to_pandas()``: one row per layer, in execution order (a trainer callback's record writes an audit document)."""
+    check_per(per, row="layer")
+    doc = result.to_dict()
+    first = doc.get("first_nonfinite") or {}
+    kinds: dict[str, list[str]] = {}
+    for f in doc.get("findings") or []:
+        kinds.setdefault(f.get("layer"), []).append(f.get("kind"))
+    return [{"workload": doc.get("workload"), **head(doc), "mode": doc.get("mode"), "loss_scale": doc.get("loss_scale"),
+             "index": i, **lay, "first_nonfinite": first.get("name") == lay.get("name") if first else False,
+             "findings": list(dict.fromkeys(kinds.get(lay.get("name"), [])))}
+            for i, lay in enumerate(doc.get("layers") or [])]
+
+
+to_csv = csv_of(rows)

@@ -7,10 +7,31 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..bench.report import CSV_COLUMNS
+from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify
+from ..words import CATEGORIES, HOST_IDLE, THRESHOLD, describe
 from . import bench_compile, charts
-from .output import PageView, finite, fmt, fmt_bytes, fmt_memory_ratio, print_keras_line, tone, write_csv
+from .output import (
+    NONE_FINISHED,
+    PageView,
+    check_per,
+    finite,
+    flat,
+    fmt,
+    fmt_bytes,
+    fmt_memory_ratio,
+    head,
+    one_section,
+    pair,
+    print_keras_line,
+    tone,
+    write_csv,
+)
 
+CSV_COLUMNS = ["mode", "status", "error", "batch_size", "samples_per_s", "step_ms_p50", "step_ms_p90",
+               "peak_memory_bytes", "max_batch_size", "speedup_vs_fp32", "memory_saving_vs_fp32",
+               "skipped_steps", "final_loss", "tflops", "mfu", "repeats", "speedup_ci_low", "speedup_ci_high",
+               "resolved_from", "warmup_skipped_steps", "speedup_verdict", "flags", "warning", "emulated",
+               "compiled", "compile_s", "graph_breaks", "recompiles", "speedup_vs_eager"]
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "oom": "yellow", "error": "bold red"}
 #: bench flags (see ampkit.bench.judge) in words
 FLAG_WORDS = {"diverged": "loss diverged", "all_timed_steps_skipped": "all steps skipped"}
@@ -30,8 +51,6 @@ def _speedup(r) -> str:
 
 
 def _verdict(r) -> str:
-    from ..bench.judge import describe
-
     if r.mode == "fp32" or r.speedup_verdict == "baseline":
         return "[dim]baseline[/]"
     if r.flags:
@@ -49,8 +68,6 @@ def _skipped(count, total) -> str:
 
 def caption(report) -> list[str]:
     """How the speedup and its interval were computed, in the table's words (printed under it)."""
-    from ..bench.judge import THRESHOLD
-
     repeats = (report.config.get("repeats") or 1) > 1
     how = ("95% interval: bootstrap over the repeats, each resampled together with fp32's run of the same repeat."
            if repeats else
@@ -146,8 +163,6 @@ def render(report, con) -> None:
 
 def breakdown_categories(rows) -> list[str]:
     """The categories any row's breakdown has, in the breakdown's order ([] without --explain)."""
-    from ..bench.breakdown import CATEGORIES, HOST_IDLE
-
     seen = {c for r in rows if getattr(r, "breakdown", None) for c in r.breakdown}
     return [c for c in (*CATEGORIES, HOST_IDLE) if c in seen]
 
@@ -211,8 +226,6 @@ def _speedup_verdict(word, row: dict) -> str | None:
     """The row's own words when it has them (bench writes ``speedup_verdict``), else read from its
     interval by bench's rule; a speedup without an interval (an older one-run document) has no
     verdict: one run cannot tell a difference from noise."""
-    from ..bench.judge import words
-    from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate
 
     if row["mode"] == "fp32":
         return "baseline"
@@ -220,7 +233,7 @@ def _speedup_verdict(word, row: dict) -> str | None:
         return word
     if row["speedup"] is None or not row["speedup_ci"]:
         return None
-    return words(Estimate(row["speedup"], *row["speedup_ci"], 2))
+    return classify(Estimate(row["speedup"], *row["speedup_ci"], 2), THRESHOLD)
 
 
 def verdicts(view: BenchView) -> list[dict]:
@@ -314,3 +327,36 @@ def plot(report, path: str) -> None:
     """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
     title = f"ampkit bench — {report.workload} ({report.framework}) on {report.device}"
     charts.plot(figure, page_view(report), title, path)
+
+# ---------------------------------------------------------------- the notebook and to_pandas()
+sections, headline = one_section("bench")  # a notebook cell's (command, report, part); no line of its own
+
+
+def _cell(r: dict) -> str:
+    if r["status"] != "ok":
+        return f"{r['mode']} {r['status']}"
+    if r["mode"] == "fp32" or r["speedup_verdict"] == "baseline":
+        return f"{r['mode']} baseline"
+    if r["flags"]:
+        return f"{r['mode']} no speedup claimed"
+    if r["speedup"] is None:
+        return f"{r['mode']} ok"
+    return f"{r['mode']} {r['speedup']:.2f}× {r['speedup_verdict'] or 'one run, no interval'}"
+
+
+def line(view: BenchView) -> str:
+    """The ``repr``'s words: command, subject, each mode's verdict."""
+    return f"bench {view.workload} on {view.device}: " + (", ".join(_cell(r) for r in view.rows) or NONE_FINISHED)
+
+
+def rows(result, per: str | None = None) -> list[dict]:
+    """``to_pandas()``: one row per mode, the contract's keys first (``step_ms_p50``, ``speedup_ci_low`` beside them)."""
+    check_per(per)
+    doc = result.to_dict()
+    out = []
+    for r in doc["results"]:
+        row = {"workload": doc.get("workload"), **head(doc), **r}
+        flat("step_ms", r.get("step_ms"), row)
+        pair("speedup_ci", r.get("speedup_ci"), row)
+        out.append(row)
+    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..bench.compiled import row_label as label  # a row's column header, the same name explain's sentences use
+from ..words import row_label as label  # a row's column header, the same name explain's sentences use
 from .output import fmt
 
 

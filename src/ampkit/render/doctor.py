@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..cpu import cpu_features
-from .output import PageView, finite, fmt_bytes, verdict_row
+from .output import PageView, check_per, csv_of, finite, fmt_bytes, one_section, verdict_row
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
                   "unsupported": "dim", "broken": "bold red"}
@@ -133,3 +133,33 @@ def _measured(r: dict) -> str:
 def verdicts(view: DoctorView) -> list[dict]:
     return [{"key": "doctor: recommended", "text": view.recommended, "tone": "info"}] + [
         verdict_row(f"doctor: {r['mode']}", r["verdict"], _measured(r)) for r in view.rows if r["mode"] != "fp32"]
+
+
+def figure(view: DoctorView) -> None:
+    """The doctor's page section is its table: no chart."""
+    return None
+
+
+# ---------------------------------------------------------------- the notebook and to_pandas()
+def sections(result) -> list[tuple[str, object, str | None]]:
+    """A ``--framework all`` doctor has a section per framework."""
+    if isinstance(getattr(result, "reports", None), dict):
+        return [("doctor", r, name) for name, r in result.reports.items()]
+    return [("doctor", result, None)]
+
+
+def line(view: DoctorView) -> str:
+    others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
+    return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}" + (f"; {others}" if others else "")
+
+
+def rows(result, per: str | None = None) -> list[dict]:
+    """``to_pandas()``: one row per (framework, mode)."""
+    check_per(per)
+    doc = result.to_dict()
+    parts = doc.get("frameworks") or {doc.get("framework"): doc}
+    return [{"framework": fw, "device": part.get("device"), "mode": mode, **m, "recommended": part.get("recommended") == mode}
+            for fw, part in parts.items() for mode, m in (part.get("modes") or {}).items()]
+
+
+to_csv, headline = csv_of(rows), one_section("doctor")[1]  # a doctor says itself in its sections' lines

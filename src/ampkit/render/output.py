@@ -1,4 +1,6 @@
-"""Where output goes: one JSON document on stdout for ``--json -``, everything human on stderr then."""
+"""Where output goes (one JSON document on stdout for ``--json -``, everything human on stderr then),
+and what every presenter shares: the number words, the page's verdict tones, a document as the page
+holds it, the rows of ``to_pandas()``."""
 
 from __future__ import annotations
 
@@ -149,3 +151,75 @@ class PageView:
     rows: list[dict]
     chart: str = field(default="", kw_only=True)      # its chart as inline SVG, filled by the page's renderer
     chart_id: str = field(default="", kw_only=True)
+
+
+@dataclass
+class Document:
+    """One command's report, read from a file (a ``--framework all`` doctor document yields one per framework)."""
+
+    path: str
+    command: str
+    report: object   # DoctorReport | BenchReport | ParityReport | AuditReport
+    version: str = ""  # the ampkit that wrote it
+    interrupted: bool = False
+    part: str | None = None  # "torch" / "tensorflow" for a part of a --framework all doctor document
+
+    @property
+    def environment(self) -> dict:
+        return self.report.environment
+
+    @property
+    def label(self) -> str:
+        name = os.path.basename(self.path)
+        return f"{name} [{self.part}]" if self.part else name
+
+    @property
+    def framework(self) -> str:
+        # the environment first: it is written by the framework's own code (an early TF audit said "torch")
+        return str(self.environment.get("framework") or getattr(self.report, "framework", None) or "torch")
+
+
+# ---------------------------------------------------------------- rows of to_pandas() and the CSV
+NONE_FINISHED = "no mode finished"
+
+
+def check_per(per: str | None, allowed: tuple[str, ...] = (), row: str = "mode") -> None:
+    """``to_pandas(per=...)``: ``per="seed"`` only where the presenter has a row per seed (parity)."""
+    if per is not None and per not in allowed:
+        from ..errors import UsageError
+
+        raise UsageError(f"to_pandas(per={per!r}): per='seed' is for a parity report (a row per mode and seed); "
+                         f"leave it out for one row per {row}")
+
+
+def head(doc: dict) -> dict:
+    """The keys every row of a document's frame repeats: its framework and device."""
+    return {k: doc.get(k) for k in ("framework", "device") if k in doc}
+
+
+def flat(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(v, (dict, list)):
+                out[f"{prefix}_{k}"] = v
+
+
+def pair(prefix: str, value, out: dict) -> None:
+    ok = isinstance(value, list) and len(value) == 2
+    out[f"{prefix}_low"], out[f"{prefix}_high"] = (value if ok else (None, None))
+
+
+def rows_csv(rows: list[dict], path: str) -> None:
+    """The rows of ``to_pandas()`` as CSV (the columns: every key, in the order they first come)."""
+    write_csv(rows, path, list(dict.fromkeys(k for r in rows for k in r)))
+
+
+def one_section(command: str):
+    """``sections`` and ``headline`` of a presenter whose result is one section of its own and says
+    itself in its sections' lines (every command but the doctor of several frameworks and the record)."""
+    return (lambda result: [(command, result, None)]), (lambda result: None)
+
+
+def csv_of(rows):
+    """``to_csv`` writing what a presenter's ``rows`` give (every key a column)."""
+    return lambda report, path: rows_csv(rows(report), path)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..parity.core import signed
+from ..words import signed
 from . import charts
-from .output import PageView, finite, fmt, print_keras_line, verdict_row
+from .output import NONE_FINISHED, PageView, check_per, csv_of, finite, flat, fmt, head, one_section, print_keras_line, verdict_row
 
 _STYLE = {"baseline": "cyan", "pass": "green", "fail": "bold red", "inconclusive": "yellow",
           "equivalent": "green", "not_equivalent": "bold red", "not_measured": "dim"}
@@ -232,3 +232,37 @@ def _runs_figure(view: ParityView):
     axes[1].set_xlim(-0.6, len(rows) - 0.4)
     axes[1].set_title(f"{rows[0]['metric_name'] if rows else 'metric'} at the end (mean ± std over runs)")
     return fig
+
+# ---------------------------------------------------------------- the notebook and to_pandas()
+sections, headline = one_section("parity")
+
+
+def line(view: ParityView) -> str:
+    text = f"parity {view.dataset} on {view.device}: " + (", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows)
+                                                           or NONE_FINISHED)
+    unpaired = getattr(getattr(view.doc, "report", None), "unpaired_runs", None)
+    if unpaired:  # an unfinished seed's runs, kept for --resume
+        text += f"; {len(unpaired)} unpaired run(s) kept"
+    return text
+
+
+def rows(result, per: str | None = None) -> list[dict]:
+    """``to_pandas()``: one row per mode; ``per="seed"``: one per (mode, seed) run, an interrupted run's
+    unpaired runs too (outside the statistics: ``paired`` tells them apart)."""
+    check_per(per, ("seed",))
+    doc = result.to_dict()
+    if per == "seed":
+        return [{"dataset": doc.get("dataset"), **head(doc), **run, **({"paired": not alone} if doc.get("unpaired_runs") else {})}
+                for alone, runs in ((False, [x for p in doc["results"] for x in p.get("runs") or []]),
+                                    (True, doc.get("unpaired_runs") or [])) for run in runs]
+    out = []
+    for p in doc["results"]:
+        row = {"dataset": doc.get("dataset"), **head(doc), **{k: v for k, v in p.items() if k != "runs"}}
+        flat("final_loss", p.get("final_loss"), row)
+        flat("metric", p.get("metric"), row)
+        flat("equivalence", p.get("equivalence"), row)
+        out.append(row)
+    return out
+
+
+to_csv = csv_of(rows)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.markup import escape
 from rich.table import Table
 
-from .output import PageView, fmt, verdict_row
+from .output import PageView, check_per, csv_of, fmt, head, one_section, verdict_row
 
 __all__ = ["render", "rows", "PlanView", "page_view", "verdicts", "figure"]
 
@@ -20,7 +20,7 @@ def _ci(ci) -> str:
     return "—" if not ci or None in ci else f"{ci[0]:.2f}-{ci[1]:.2f}x"
 
 
-def rows(tried: list[dict]) -> list[dict]:
+def _tried(tried: list[dict]) -> list[dict]:
     """One printable row per candidate tried."""
     out = []
     for t in tried:
@@ -42,11 +42,11 @@ def render(report, con) -> None:
     for c in ("mode", "kept apart", "speedup vs fp32", "95% interval", "bench verdict", "island price", "finite",
               "parity vs fp32", "chosen"):
         table.add_column(c, justify="left" if c in ("mode", "kept apart", "bench verdict", "parity vs fp32") else "right")
-    for r in rows(report.tried):
+    for r in _tried(report.tried):
         table.add_row(escape(r["mode"]), escape(r["kept"]), r["speedup"], r["interval"], escape(r["verdict"]), r["price"],
                       r["finite"], escape(r["parity"]), "[bold green]yes[/]" if r["accepted"] else "")
     con.print(table)
-    for r in rows(report.tried):
+    for r in _tried(report.tried):
         if r["why"] and not r["accepted"]:
             con.print(f"  {r['mode']}: {r['why']}", markup=False, highlight=False)
     if report.order:
@@ -73,7 +73,7 @@ class PlanView(PageView):
 
 
 def page_view(report, doc=None) -> PlanView:
-    return PlanView(doc, rows(report.tried), report.workload or "?", report.device, report.status,
+    return PlanView(doc, _tried(report.tried), report.workload or "?", report.device, report.status,
                     report.plan.default, dict(report.plan.modules), report.use or "")
 
 
@@ -86,3 +86,21 @@ def verdicts(view: PlanView) -> list[dict]:
 
 def figure(view: PlanView):
     return None
+
+# ---------------------------------------------------------------- the notebook and to_pandas()
+sections, headline = one_section("plan")
+
+
+def line(view: PlanView) -> str:
+    kept = ", ".join(f"{p} {m}" for p, m in view.modules.items())
+    return f"plan {view.workload} on {view.device}: {view.default}" + (f" ({kept})" if kept else "") + f"; {view.status}"
+
+
+def rows(result, per: str | None = None) -> list[dict]:
+    """``to_pandas()``: one row per candidate tried, with its figures."""
+    check_per(per)
+    doc = result.to_dict()
+    return [{"workload": doc.get("workload"), **head(doc), **t} for t in doc.get("tried") or []]
+
+
+to_csv = csv_of(rows)

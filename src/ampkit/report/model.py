@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .._version import __version__
 from ..envelope import COMMANDS
-from ..render import audit, bench, doctor, parity, plan
+from ..render import PRESENTERS
 from ..render.audit import AuditView
 from ..render.bench import BenchView
 from ..render.doctor import DoctorView
@@ -23,8 +23,6 @@ from .load import Document
 
 #: the CPU features that decide whether bf16/fp16 run natively on a CPU
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
-#: each command's presentation: page_view(report, doc), verdicts(view), figure(view) (not doctor)
-PRESENTERS = {"doctor": doctor, "bench": bench, "parity": parity, "audit": audit, "plan": plan}
 
 
 def _cudnn(v) -> str | None:

@@ -8,60 +8,10 @@ from __future__ import annotations
 
 import os
 
-from ..render import charts
-from ..render.output import finite, fmt_bytes
-from .model import PRESENTERS, Report
-
-_FILTERS = {}
-
-
-def _filter(fn):
-    _FILTERS[fn.__name__] = fn
-    return fn
-
-
-@_filter
-def num(x, spec: str = ".3g", none: str = "—") -> str:
-    return none if finite(x) is None else format(x, spec)
-
-
-_FILTERS["size"] = fmt_bytes
-
-
-@_filter
-def pct(x, digits: int = 1) -> str:
-    return "—" if x is None else f"{x * 100:.{digits}f}%"
-
-
-@_filter
-def times(x) -> str:
-    return "—" if x is None else f"{x:.2f}×"
-
-
-@_filter
-def interval(ci) -> str:
-    return "—" if not ci or None in ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
-
-
-@_filter
-def yesno(x) -> str:
-    return "—" if x is None else ("yes" if x else "no")
-
-
-@_filter
-def md(text) -> str:
-    """A Markdown table cell: no pipes or newlines leak out of it."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
-
-
-def environment(autoescape: bool):
-    """The templates' Jinja2 environment (the page, the Markdown, the notebook display)."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
-    env = Environment(loader=PackageLoader("ampkit.report", "templates"), autoescape=autoescape,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(_FILTERS)
-    return env
+from ..envelope import COMMANDS
+from ..render import PRESENTERS, charts
+from ..render.jinja import environment
+from .model import Report
 
 
 def _chart_id(env_letter: str, kind: str, i: int) -> str:
@@ -72,7 +22,7 @@ def attach_charts(report: Report, *, svg: bool = True, png_dir: str | None = Non
     """Draw every chart once: inline SVG into the views, PNGs into ``png_dir``; returns id -> PNG path."""
     pngs = {}
     for env in report.environments:
-        for kind in ("bench", "parity", "audit"):
+        for kind in COMMANDS:
             for i, view in enumerate(getattr(env, kind)):
                 fig = charts.draw(PRESENTERS[kind].figure, view)
                 if fig is None:

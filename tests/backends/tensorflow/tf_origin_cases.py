@@ -316,8 +316,8 @@ def fitting_batches(flavor: str) -> None:
     plain one N(0,1); the audit's document says what was fed ("input")."""
     from ampkit.audit.config import AuditConfig
     from ampkit.audit.driver import audit_here
-    from ampkit.backends import get_backend
     from ampkit.backends.tensorflow.workloads import bare_model_workload
+    from ampkit.registry import get_backend
 
     k = _k(flavor)
 

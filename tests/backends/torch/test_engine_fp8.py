@@ -183,7 +183,7 @@ def test_without_torchao_fp8_says_install_the_extra(monkeypatch):
         MixedPrecision("fp8", "cpu")
     assert str(err.value) == "fp8 training needs torchao: pip install 'ampkit[fp8]'"
     assert parse_mode_list("all") == list(TRAINING_MODES) and parse_mode_list("fp32,fp8") == ["fp32", "fp8"]
-    from ampkit.backends import get_backend
+    from ampkit.registry import get_backend
 
     backend = get_backend("torch")
     assert backend.training_support("fp8", backend.target("cpu")) == (False, False, str(err.value))
@@ -197,7 +197,7 @@ def test_nothing_imports_torchao_unless_fp8_is_asked_for():
     here and trains in bf16 has no torchao in it. (Asked outside the doctor, training_support('fp8')
     imports it: a broken install is said before any work, issue #40.)"""
     code = ("import sys, torch, ampkit\n"
-            "from ampkit.backends import get_backend\n"
+            "from ampkit.registry import get_backend\n"
             "b = get_backend('torch'); t = b.target('cpu')\n"
             "from ampkit.precision import parse_mode_list\n"
             "assert 'fp8' in parse_mode_list('all')\n"

@@ -27,11 +27,11 @@ from functools import partial
 
 import numpy as np
 
-from ...audit.core import Advice, format_of, lost_below, merge_dtypes, precision_threshold
-from ...audit.ops import AuditSession, StepOutcome, session_kind
-from ...audit.report import LayerStats
+from ...audit.ops import Advice, AuditSession, StepOutcome, session_kind
+from ...audit.report import LayerStats, merge_dtypes
 from ...compare import array_relative_error as relative_error
 from ...errors import UsageError
+from ...formats import format_of, lost_below, precision_threshold
 from .environment import import_tensorflow, tf_device_name, tf_environment
 from .numerics.origin import composite, fp32_code, origin_of
 from .numerics.params import ParamGrads, ParamLedger

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ...doctor.measure import Work
+from ...doctor.ops import Work
 from ...errors import one_line
 from ...precision import get_precision
 from . import doctor_work

@@ -11,7 +11,7 @@ def selftest() -> tuple[str, str]:
     step in bf16: the middle Dense quantized, its weights updated, its scales moved, losses close."""
     import numpy as np
 
-    from ...doctor.verdicts import fp8_loss_gap
+    from ...doctor.ops import fp8_loss_gap
     from ...errors import one_line
     from .engine.mixed_precision import MixedPrecision
 

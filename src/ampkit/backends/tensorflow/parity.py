@@ -9,8 +9,7 @@ import time
 import numpy as np
 
 from ...factory import call_user
-from ...parity.core import loader_order
-from ...parity.ops import DataSets, ParityData
+from ...parity.ops import DataSets, ParityData, loader_order
 from ...parity.report import RunRecord
 from .parity_data import is_dataset, prepare
 

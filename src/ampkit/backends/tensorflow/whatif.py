@@ -24,10 +24,9 @@ from types import MappingProxyType
 import ml_dtypes
 import numpy as np
 
-from ...audit.core import Advice
-from ...audit.ops import WhatIfSession
-from ...audit.whatif import ModuleSummary, TensorSummary
-from ...audit.whatif_summary import summarize as summarize_array
+from ...audit.ops import Advice, WhatIfSession
+from ...summaries import ModuleSummary, TensorSummary
+from ...summaries import summarize as summarize_array
 from .audit import (
     DEFAULT_LOSS_SCALE,
     KerasAuditSession,

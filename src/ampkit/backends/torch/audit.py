@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ...audit.core import UNDERFLOW_THRESHOLD, Advice, format_of, lost_below, merge_dtypes, precision_threshold
-from ...audit.ops import AuditSession, StepOutcome, session_kind
-from ...audit.report import LayerStats
+from ...audit.ops import Advice, AuditSession, StepOutcome, session_kind
+from ...audit.report import LayerStats, merge_dtypes
 from ...errors import one_line
+from ...formats import UNDERFLOW_THRESHOLD, format_of, lost_below, precision_threshold
 from .audit_batch import live_workload, session_inputs
 from .engine import MixedPrecision
 from .engine.contract import audit_findings

@@ -32,8 +32,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ...audit.core import Advice
-from ...audit.ops import AuditSession, StepOutcome
+from ...audit.ops import Advice, AuditSession, StepOutcome
 from ...audit.report import LayerStats
 from ...formats import BF16
 from .engine import MixedPrecision

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.verdicts import fp8_loss_gap
+from ...doctor.ops import fp8_loss_gap
 from ...errors import one_line
 from .engine import MixedPrecision
 from .engine.fp8 import fp8_support, torchao_installed

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.measure import Work
+from ...doctor.ops import Work
 from ...precision import get_precision
 from .tf32 import tf32_scope
 from .timing import clock_for

@@ -20,8 +20,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from ...errors import UsageError, one_line
 from ...factory import call_user
-from ...parity.core import loader_order
-from ...parity.ops import ParityData
+from ...parity.ops import ParityData, loader_order
 from .workloads.base import Workload, call_model, logits_of
 
 EVAL_BATCH = 1024

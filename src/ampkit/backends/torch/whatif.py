@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ...audit.ops import WhatIfSession
-from ...audit.whatif import ModuleSummary, TensorSummary
+from ...summaries import ModuleSummary, TensorSummary
 from .audit import DEFAULT_LOSS_SCALE, TorchAudit, TorchAuditSession
 from .audit_fp8 import Fp8AuditSession
 from .engine import MixedPrecision
@@ -145,8 +145,7 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         """Modules whose float32 output gradients fp16 would lose at the default scale: which of those are
         float32 rounding noise (a float64 pass, :mod:`.numerics.noise`, as the real audit checks): the
         what-if then judges them as the audit does (issue #34: mobilevit's one-token attention)."""
-        from ...audit.core import UNDERFLOW_THRESHOLD, lost_below
-        from ...formats import FP16
+        from ...formats import FP16, UNDERFLOW_THRESHOLD, lost_below
         from .numerics.noise import noise_shares
 
         at = lost_below(FP16)

@@ -17,8 +17,7 @@ class name (an entry matching nothing is one :class:`~ampkit.errors.UsageError` 
 
 from __future__ import annotations
 
-from ....plan import Plan
-from ....plan.document import keep_fp32_plan
+from ....plan_format import Plan, keep_fp32_plan
 
 __all__ = ["KerasIslands", "keras_plan"]
 
@@ -26,7 +25,7 @@ LOW = ("float16", "bfloat16")
 
 
 def keras_plan(mode: str, keep_fp32) -> Plan | None:
-    """The plan of ``ampkit.keras.MixedPrecision(mode, keep_fp32=...)`` (:func:`ampkit.plan.document.keep_fp32_plan`)."""
+    """The plan of ``ampkit.keras.MixedPrecision(mode, keep_fp32=...)`` (:func:`ampkit.plan_format.keep_fp32_plan`)."""
     return keep_fp32_plan(mode, keep_fp32, "tensorflow", "layer")
 
 

@@ -104,7 +104,7 @@ class MixedPrecision(PrecisionFront):
     def from_plan(cls, plan, **kwargs):
         """The engine a precision plan asks for (a path, the dict or an ``ampkit.plan.Plan``); then
         ``model = mp.prepare(model)`` on the built model applies its layers' policies."""
-        from ....plan import load_plan
+        from ....plan_format import load_plan
 
         if "keep_fp32" in kwargs:
             raise UsageError("from_plan() takes the layers from the plan; keep_fp32= is for MixedPrecision(mode, ...)")
@@ -114,7 +114,7 @@ class MixedPrecision(PrecisionFront):
     @property
     def plan(self):
         """The :class:`ampkit.plan.Plan` in force (no modules when none were asked for)."""
-        from ....plan import Plan
+        from ....plan_format import Plan
 
         return self._islands.plan if self._islands is not None else Plan(self.mode, {}, "tensorflow")
 

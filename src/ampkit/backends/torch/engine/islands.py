@@ -23,14 +23,13 @@ from __future__ import annotations
 import torch
 
 from ....errors import UsageError
-from ....plan import Plan, load_plan
-from ....plan.document import keep_fp32_plan
+from ....plan_format import Plan, keep_fp32_plan, load_plan
 
 __all__ = ["Islands", "PlanFront", "check_plan", "engine_plan", "hook_plan", "islands_for", "raise_unapplied"]
 
 
 def engine_plan(mode: str, keep_fp32) -> Plan | None:
-    """The plan of ``MixedPrecision(mode, keep_fp32=...)`` (:func:`ampkit.plan.document.keep_fp32_plan`)."""
+    """The plan of ``MixedPrecision(mode, keep_fp32=...)`` (:func:`ampkit.plan_format.keep_fp32_plan`)."""
     return keep_fp32_plan(mode, keep_fp32, "torch")
 
 

@@ -9,9 +9,8 @@ import weakref
 import torch
 import torch.nn as nn
 
-from ....audit.core import lost_below
 from ....compare import relative_error
-from ....formats import FloatFormat
+from ....formats import FloatFormat, lost_below
 from ..engine import MixedPrecision
 from .hooks import float_tensors
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ....audit.whatif import TensorSummary
-from ....audit.whatif_summary import summarize as summarize_array
+from ....summaries import TensorSummary
+from ....summaries import summarize as summarize_array
 
 #: the what-if's dtypes as torch has them (the neutral summary's ``cast``)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}

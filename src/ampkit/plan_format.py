@@ -1,4 +1,4 @@
-"""The precision plan document and its patterns (framework-neutral; no framework imported).
+"""The precision plan format (framework-neutral; no framework imported): the engines read it, `ampkit plan` (``ampkit.plan``) writes it.
 
 A plan::
 
@@ -26,8 +26,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..precision import MODES, parse_mode
+from .errors import UsageError
+from .precision import MODES, parse_mode
 
 __all__ = ["KIND", "VERSION", "MODULE_MODES", "Plan", "load_plan", "pattern_matches"]
 
