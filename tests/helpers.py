@@ -32,3 +32,32 @@ def data():
     x = torch.randn(32, 8, generator=g)
     return (x[:24], y[:24]), (x[24:], y[24:])
 """
+
+
+def record_scaler_history(scaler, out: list) -> None:
+    """Wrap ``scaler.update`` to append ``(found_inf, scale after)`` for each update: a GradScaler's own
+    history, read apart from ampkit (found_inf from its per-optimizer state)."""
+    update = scaler.update
+
+    def recorded(*a, **k):
+        found = sum(float(v.sum()) for st in scaler._per_optimizer_states.values()
+                    for v in st["found_inf_per_device"].values())
+        update(*a, **k)
+        out.append((found > 0, scaler.get_scale()))
+    scaler.update = recorded
+
+
+def keras_child(script: str, out) -> dict:
+    """Run a Keras case script (TensorFlow stays out of the pytest process) with ``out`` as its argument;
+    its ``RESULT {json}`` line, parsed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, script, str(out)], cwd=os.path.dirname(script), capture_output=True,
+                       text=True, timeout=600,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"})
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-4000:]
+    return json.loads(line[0][len("RESULT "):])

@@ -71,3 +71,63 @@ def ln_net() -> nn.Module:
     with torch.no_grad():
         m[1].weight.mul_(1e37)
     return m
+
+
+class Gated(nn.Module):
+    """A block whose own code multiplies its projection by itself (a gated product, as GLU feed-forwards do):
+    ``up`` is the identity, so on inputs of amax A its own ``h * h`` reaches A**2 while ``up``'s output is A.
+    Its output is ``down``'s, so a module-output watch names ``down`` (the recipient)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, d), nn.Linear(d, d)
+        with torch.no_grad():
+            self.up.weight.copy_(torch.eye(d))
+            self.up.bias.zero_()
+
+    def forward(self, x):
+        h = self.up(x)
+        return self.down(h * h)
+
+
+class GatedNet(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        torch.manual_seed(0)
+        self.block, self.head = Gated(d), nn.Linear(d, 2)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def gated_data(steps: int, planted, amax: float, *, batch: int = 8, seed: int = 0):
+    """``steps`` batches of ``batch`` samples (amax 3), the 1-based steps in ``planted`` scaled to amax ``amax``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(steps * batch, 8, generator=g).clamp(-3, 3)
+    x[::batch, 0] = 3.0
+    for s in planted:
+        x[(s - 1) * batch:s * batch] *= amax / 3
+    return x, torch.randint(0, 2, (steps * batch,), generator=g)
+
+
+T5_WO = "encoder.block.1.layer.1.DenseReluDense.wo"
+
+
+def t5(wo_scale: float | None = None):
+    """A tiny HF T5 from a config (random weights): 2+2 layers, d_model 32; ``wo_scale`` multiplies the weights
+    of one feed-forward output (:data:`T5_WO`, whose outputs reach about 2.4 unscaled)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+                   relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.0,
+                   decoder_start_token_id=0, pad_token_id=0)
+    model = T5ForConditionalGeneration(cfg)
+    if wo_scale:
+        with torch.no_grad():   # in two halves: a factor beyond float32's range would make the weights inf
+            model.get_submodule(T5_WO).weight.mul_(wo_scale**0.5).mul_(wo_scale**0.5)
+    return model
+
+
+def t5_ids(n: int = 4, seq: int = 12, seed: int = 0):
+    return torch.randint(1, 64, (n, seq), generator=torch.Generator().manual_seed(seed))

@@ -12,7 +12,7 @@ import math
 from .errors import UsageError
 
 __all__ = ["MAX_BATCH", "MAX_CLASSES", "MAX_EPOCHS", "MAX_LOSS_SCALE", "MAX_MEMORY_BYTES", "MAX_SAMPLE_ELEMENTS",
-           "MAX_SEEDS", "MAX_STEPS", "MAX_TIMEOUT_S", "float_in", "int_in", "positive_finite"]
+           "MAX_SEEDS", "MAX_STEPS", "MAX_TIMEOUT_S", "float_in", "int_in", "positive_finite", "shape_from_data"]
 
 #: the largest values that still describe a run someone means to finish
 MAX_STEPS = 1_000_000
@@ -61,3 +61,18 @@ def positive_finite(value, name: str) -> float:
     elif type(value).__name__ == "Tensor":
         return value
     raise UsageError(f"{name} must be a finite number > 0; received {value!r}")
+
+
+def shape_from_data(given, data_shape, spec: str):
+    """The per-sample input shape of an audit fed ``--data``: the data's own (``data_shape``, None when
+    its inputs are not one array); ``given`` (``--input-shape``) only where it says the same -- one
+    that contradicts the data is a usage error, never a shape silently ignored."""
+    if data_shape is None:
+        return given
+    data_shape = tuple(int(d) for d in data_shape)
+    if given is not None and tuple(int(d) for d in given) != data_shape:
+        shown = ",".join(map(str, given))
+        raise UsageError(f"--input-shape {shown} contradicts the data {spec}, whose inputs are "
+                         f"{','.join(map(str, data_shape)) or 'scalars'} per sample: drop --input-shape (the audit "
+                         "reads the shape from --data) or make it match")
+    return data_shape

@@ -26,6 +26,7 @@ SHARED = [
     ("parity: a caller's data", "parity_data.py"),
     ("audit", "audit.py"),
     ("audit --what-if", "whatif.py"),
+    ("the model and batch an audit runs on (--data)", "audit_batch.py"),
     ("the engine (ampkit.MixedPrecision / ampkit.keras.MixedPrecision)", "engine/__init__.py"),
     ("the engine's front class", "engine/mixed_precision.py"),
     ("the precision contract (mp.verify)", "engine/contract.py"),

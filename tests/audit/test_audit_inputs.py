@@ -13,6 +13,7 @@ import torch
 
 from ampkit.audit.config import AuditConfig
 from ampkit.audit.driver import audit_here
+from ampkit.errors import UsageError
 from ampkit.registry import get_backend
 from helpers import assert_usage_error
 
@@ -51,6 +52,16 @@ MODELS = textwrap.dedent('''
 
     def ids_train_val():
         return ids(), ids()
+
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+    def wide():
+        g = torch.Generator().manual_seed(2)
+        return torch.randn(32, 64, generator=g) * 3, torch.randint(0, 3, (32,), generator=g)
 
 
     def nothing():
@@ -96,6 +107,23 @@ def test_data_audits_the_users_own_batch(models, factory):
     assert fed["shape"] == [16, 8] and fed["min"] >= 40 and fed["max"] <= 49  # the user's ids, not ours
 
 
+@pytest.mark.parametrize("model,data,shape", [("bert", "ids", [16, 8]), ("mlp", "wide", [16, 64])])
+def test_data_gives_a_bare_model_its_input_shape(models, model, data, shape):
+    """Issue #46 point 4: no input_shape beside data; the batch audited is the user's, at the batch size."""
+    rep = _audit(model=f"audmodels:{model}", data=f"audmodels:{data}", batch_size=16)
+    assert rep.input["kind"] == "data" and rep.input["shape"] == shape and rep.layers
+    if data == "wide":  # the user's values (3 x N(0,1)), not the workload's N(0,1)
+        assert rep.input["max"] > 5 and rep.input["min"] < -5
+
+
+def test_an_input_shape_the_data_contradicts_is_refused(models):
+    for given in ((3,), (64, 1)):
+        with pytest.raises(UsageError, match=r"--input-shape .* contradicts the data audmodels:wide, whose inputs "
+                                             r"are 64 per sample"):
+            _audit(model="audmodels:mlp", data="audmodels:wide", input_shape=given)
+    assert _audit(model="audmodels:mlp", data="audmodels:wide", input_shape=(64,)).input["shape"] == [32, 64]
+
+
 def _cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "ampkit", "audit", "--device", "cpu", *args],
                           capture_output=True, text=True, timeout=300, cwd=cwd)
@@ -109,6 +137,14 @@ def _cli(*args, cwd):
 def test_bad_data_is_one_line_exit_2(models, data, needle):
     assert_usage_error(_cli("--model", "audmodels:bag", "--input-shape", "5", "--num-classes", "4", "--data", data,
                             cwd=models), needle)
+
+
+def test_cli_data_without_input_shape_and_a_contradicting_one(models):
+    r = _cli("--model", "audmodels:mlp", "--data", "audmodels:wide", "--mode", "bf16", "--json", "-", cwd=models)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["input"]["shape"] == [32, 64]
+    assert_usage_error(_cli("--model", "audmodels:mlp", "--data", "audmodels:wide", "--input-shape", "3", cwd=models),
+                       "--input-shape 3 contradicts the data audmodels:wide, whose inputs are 64 per sample")
 
 
 def test_cli_document_says_what_was_fed(models):

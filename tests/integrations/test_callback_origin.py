@@ -72,9 +72,11 @@ def test_a_clean_run_never_enters_the_op_level_trace(tmp_path, monkeypatch):
     assert cb.summary["first_nonfinite"] is None and cb.summary["steps"] == 4
     assert entered == [] and armed == []
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in module.modules())   # nothing left
-    # the spy sees a failing run: the same model with scores beyond fp16 arms and enters the trace once
+    # the spy sees a failing run: the same model with scores beyond fp16 enters the trace once, replaying the
+    # failing step (a CPU reads the device for free), and never needs the next forward's
     cb, module = _lightning(tmp_path, 255.0)
-    assert armed == [1] and entered == [1] and cb.summary["first_nonfinite"]["op"] == "matmul"
+    assert armed == [] and entered == [1] and cb.summary["first_nonfinite"]["op"] == "matmul"
+    assert cb.summary["first_nonfinite"]["traced"] == "failing step"
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in module.modules())
 
 

@@ -129,9 +129,9 @@ def test_planted_overflow_names_the_module_and_phase(runs):
     r = runs["planted"]
     first = r["cb"].summary["first_nonfinite"]
     assert first == {"name": "bert.encoder.layer.1.intermediate.intermediate_act_fn.1", "phase": "forward",
-                     "step": PLANT_FROM, "op": None, "in_reference": False}
-    # no op: the non-finite step reached the weights (no loss scaler on a CPU), so the traced forward
-    # after it fails at the first layer instead and explains nothing here (tests/integrations/test_callback_origin.py)
+                     "step": PLANT_FROM, "op": "mul", "in_reference": True, "traced": "failing step"}
+    # x * inf: float32 fails too. Traced on a replay of the failing step itself, before the optimizer applied it
+    # (a trace of the next forward would see weights that step made non-finite: issue #46)
     doc = json.loads(r["path"].read_text())
     assert doc["command"] == "audit" and doc["mode"] == "bf16"
     assert doc["first_nonfinite"]["name"] == first["name"]

@@ -29,6 +29,7 @@ L = pytest.importorskip("lightning")
 from ampkit.health import LossScaleWarning  # noqa: E402
 from ampkit.integrations.lightning import AmpkitCallback  # noqa: E402
 from ampkit.integrations.record import SchedulerStepWarning  # noqa: E402
+from helpers import record_scaler_history  # noqa: E402
 
 PLANT_FROM = 5
 STEPS = 10
@@ -85,17 +86,6 @@ def _data():
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
 
 
-def _scaler_history(scaler, out):
-    update = scaler.update
-
-    def recorded(*a, **k):
-        found = sum(float(v.sum()) for st in scaler._per_optimizer_states.values()
-                    for v in st["found_inf_per_device"].values())
-        update(*a, **k)
-        out.append((found > 0, scaler.get_scale()))
-    scaler.update = recorded
-
-
 def _capture(fn):
     lines: list[str] = []
     handler = logging.Handler()
@@ -121,7 +111,7 @@ def _trainer_run(tmp, name, *, precision=None, plant=False, guard=False, **cb_kw
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp), **kw)
     history: list = []
     if trainer.precision_plugin.scaler is not None:
-        _scaler_history(trainer.precision_plugin.scaler, history)
+        record_scaler_history(trainer.precision_plugin.scaler, history)
     module = Module(plant, guard)
     lines, caught = _capture(lambda: trainer.fit(module, _data()))
     return {"cb": cb, "history": history, "lines": lines, "warnings": caught, "path": tmp / f"{name}.json",
@@ -139,7 +129,7 @@ def _fabric_run(tmp):
     sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.9)
     cb.watch_schedulers(sched)
     scaler, history = fabric.strategy.precision.scaler, []
-    _scaler_history(scaler, history)
+    record_scaler_history(scaler, history)
 
     def loop():
         for x, y in _data():
@@ -182,9 +172,9 @@ def test_skip_ledger_equals_the_trainers_own_scaler_history(runs, key):
 @pytest.mark.parametrize("key,name", [("fp16", "net.2"), ("guarded", "net.2"), ("fabric", "2")])
 def test_planted_overflow_names_module_and_phase_and_writes_the_document(runs, key, name):
     r = runs[key]
-    # x * 1e6 in the planted module's own code: traced in the forward after the failure (issue #34)
+    # x * 1e6 in the planted module's own code: traced on a replay of the failing step (issues #34, #46)
     assert r["cb"].summary["first_nonfinite"] == {"name": name, "phase": "forward", "step": PLANT_FROM, "op": "mul",
-                                                  "in_reference": False}
+                                                  "in_reference": False, "traced": "failing step"}
     doc = json.loads(r["path"].read_text())
     assert doc["command"] == "audit" and doc["mode"] == "fp16" and doc["loss_scale"] == 2.0**16
     assert doc["first_nonfinite"]["name"] == name and doc["findings"][0]["kind"] == "nonfinite"

@@ -10,9 +10,11 @@ def add_arguments(p) -> None:
                    help="built-in workload (default: mlp on a CPU, resnet50 on a GPU)")
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY", help="your own Workload or model factory")
     p.add_argument("--data", default=None, metavar="MODULE:FACTORY",
-                   help="audit on your own batch: the first batch of what FACTORY returns (a Dataset, DataLoader, "
-                        "(inputs, targets) tensors/arrays, or (train, validation) as for parity)")
-    p.add_argument("--input-shape", default=None, metavar="D1,D2,...", help="per-sample input shape for a bare model")
+                   help="audit on your own batch: the first batch of what FACTORY returns (PyTorch: a Dataset, "
+                        "DataLoader or (inputs, targets) tensors/arrays; Keras: (inputs, targets) arrays or a batched "
+                        "tf.data.Dataset; or (train, validation) as for parity); a bare model's input shape is the data's")
+    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
+                   help="per-sample input shape for a bare model (not needed with --data; given, it must match the data)")
     p.add_argument("--num-classes", type=int, default=None, metavar="N",
                    help="classes for a bare model (default: what a Keras model's output declares, else 10)")
     add_sizes(p)

@@ -92,9 +92,10 @@ class FailureStory:
                 f"the last {len(self.failure_rows)} step(s): {history}. {fix}")
 
     def locate_origin(self, origin: dict | None) -> None:
-        """An op-level trace of a training forward after the first failure (the backend's) names the
-        module whose own code made the inf/NaN, the op and whether float32 fails there too: the first
-        failure, its finding and its document say so (one more line is logged)."""
+        """An op-level trace (the backend's: a replay of the failing step, or a later training forward,
+        as ``origin["traced"]`` says) names the module whose own code made the inf/NaN that the first
+        failing module held, the op and whether float32 fails there too: the first failure, its finding
+        and its document say so (one more line is logged). Once: a first failure with an op is kept."""
         first = self.first
         if origin is None or first is None or first.get("phase") != "forward" or first.get("op"):
             return
@@ -103,6 +104,8 @@ class FailureStory:
             return   # that forward failed elsewhere (weights a non-finite step updated): it explains nothing here
         received = first["name"]
         first.update(name=origin["name"], op=origin.get("op"), in_reference=bool(origin.get("in_reference")))
+        if origin.get("traced"):
+            first["traced"] = origin["traced"]
         if received != origin["name"]:
             first["received_by"] = received
         finding = next((f for f in self.findings if f["kind"] == "nonfinite"), None)
@@ -112,8 +115,9 @@ class FailureStory:
             finding.update(layer=origin["name"], advice=self._advice(self.failure_rows[-1]))
             if origin.get("cause"):
                 finding["cause"] = dict(origin["cause"])
-            log.warning("%s: origin traced in a later forward: %s made the inf/NaN with %s in its own code%s%s",
-                        self.source, origin["name"], origin.get("op"),
+            log.warning("%s: origin traced in the %s: %s made the inf/NaN with %s in its own code%s%s", self.source,
+                        "failing step's replay" if origin.get("traced") == "failing step" else "next forward",
+                        origin["name"], origin.get("op"),
                         f" ({received} received it)" if received != origin["name"] else "",
                         "; float32 fails there too" if first["in_reference"] else "")
         if self.failure_path:

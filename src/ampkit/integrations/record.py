@@ -182,9 +182,13 @@ class TrainRecord(FailureStory, ResultDisplay, command="callback"):
                     warnings.warn(msg, SchedulerStepWarning, stacklevel=2)
 
     def _failed(self, row: StepRow) -> bool:
-        fwd_bad = any(_bad(v) for v in row.fwd) or _bad(row.loss)
+        """A non-finite loss; a non-finite module output that mattered (the loss or a gradient went
+        non-finite with it, or they are unknown: a value the model computes and discards -- an attention
+        mask of -inf -- is no failure); a non-finite gradient without a scaler (applied to the weights)."""
         grad_bad = any(_bad(v) for v in row.grad)
-        return fwd_bad or (grad_bad and not self.scaler)
+        known = row.loss is not None and any(v is not None for v in row.grad)
+        fwd_bad = any(_bad(v) for v in row.fwd) and (not known or grad_bad or row.skipped)
+        return fwd_bad or _bad(row.loss) or (grad_bad and not self.scaler)
 
     # ------------------------------------------------------------------ reading
     def summary(self) -> dict:

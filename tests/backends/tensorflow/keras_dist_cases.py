@@ -111,6 +111,15 @@ def mirrored():
     print("bf16 ok")
 
 
+def strategy_loop(tf, strategy, mp, model, opt, loss_fn, x, y, batch: int):
+    """``strategy.run(mp.train_step)`` in a ``tf.function``, and ``(x, y)`` distributed in batches of ``batch``."""
+    @tf.function
+    def step(xb, yb):
+        return strategy.run(mp.train_step, args=(model, opt, xb, yb, loss_fn))
+
+    return step, strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch))
+
+
 def _custom_loop(tf, strategy, x, y):
     """strategy.run(mp.train_step) in a tf.function, no opt.build."""
     import keras
@@ -127,11 +136,7 @@ def _custom_loop(tf, strategy, x, y):
     def loss_fn(y, p):
         return per_sample(y, p) / 8.0  # the global batch
 
-    @tf.function
-    def step(x, y):
-        return strategy.run(mp.train_step, args=(model, opt, x, y, loss_fn))
-
-    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+    step, data = strategy_loop(tf, strategy, mp, model, opt, loss_fn, x, y, 8)
     snapshots, scales = [_weights(model)], []
     for xb, yb in data:
         step(xb, yb)

@@ -57,13 +57,24 @@ def layer_fp32_hint(model, flavor, name: str) -> str:
     return fp32_code(name, flavor, lay is not None and composite(lay))
 
 
+def keras_scaler(flavor=None) -> str:
+    """The loss scaler the audit's words are about: on Keras 3 ampkit's (``mp.optimizer``), whose skip
+    reads an Embedding's sparse gradient row by row (Keras 3's own misses an inf row there,
+    :mod:`.engine.scaling`); tf_keras's own LossScaleOptimizer checks those gradients densified."""
+    from .flavor import keras3
+
+    return "LossScaleOptimizer" if (flavor or keras3()).legacy else "ampkit's LossScaleOptimizer"
+
+
 def keras_scale_code(scale: float, flavor=None) -> str:
-    """Python code wrapping the user's ``optimizer`` in a LossScaleOptimizer starting at ``scale``."""
+    """Python code wrapping the user's ``optimizer`` in a LossScaleOptimizer starting at ``scale``: on
+    Keras 3 ampkit's (:func:`keras_scaler`), on tf_keras its own."""
     from .flavor import keras3
 
     fl = flavor or keras3()
-    cls = "tf_keras.mixed_precision.LossScaleOptimizer" if fl.legacy else "keras.optimizers.LossScaleOptimizer"
-    return f"optimizer = {cls}(optimizer, initial_scale={scale:g})"
+    if fl.legacy:
+        return f"optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer, initial_scale={scale:g})"
+    return f'optimizer = ampkit.keras.MixedPrecision("fp16", initial_scale={scale:g}).optimizer(optimizer)'
 
 
 def _np(t) -> np.ndarray:
@@ -79,13 +90,30 @@ def _outputs_model(model):
     keras = (flavor_of(model) or keras3()).module
     layers = [lay for lay in model.layers if not isinstance(lay, keras.layers.InputLayer)]
     try:
-        per_layer = [_flatten(lay.output) for lay in layers]
+        nodes = [_node_in(model, lay) for lay in layers]
+        per_layer = [_flatten(_node_attribute(lay, i, "output")) for lay, i in zip(layers, nodes)]
         flat = [t for outs in per_layer for t in outs]
-        sources = _input_sources(layers, per_layer, model.inputs)
+        sources = _input_sources(layers, nodes, per_layer, model.inputs)
         return layers, [len(outs) for outs in per_layer], keras.Model(model.inputs, flat), sources
     except Exception as exc:
         raise UsageError(f"the Keras audit needs a functional or Sequential model with an Input; "
                          f"{type(model).__name__} exposes no per-layer outputs ({type(exc).__name__}: {exc})")
+
+
+def _node_in(model, layer):
+    """``layer``'s call (its node) in ``model``'s graph: for a model used as a layer (a
+    ``keras.applications`` backbone inside a transfer-learning model) its ``output`` property is its
+    own graph's output, not connected to the outer inputs; the node of the outer call holds the outer
+    tensors. Keras 3 keys the model's nodes ``f"{id(op)}_ib-{i}"``, tf_keras ``f"{name}_ib-{i}"``."""
+    nodes = list(getattr(layer, "_inbound_nodes", None) or ())
+    keys = getattr(model, "_nodes", None) or getattr(model, "_network_nodes", None) or ()
+    mine = [n for i, n in enumerate(nodes) if f"{id(layer)}_ib-{i}" in keys or f"{layer.name}_ib-{i}" in keys]
+    return mine[0] if len(mine) == 1 else None
+
+
+def _node_attribute(layer, node, which: str):
+    """``layer.output`` / ``layer.input`` as ``node`` (its call in the audited model) saw them."""
+    return getattr(layer, which) if node is None else getattr(node, f"{which}_tensors")
 
 
 def _call(inter, x):
@@ -103,7 +131,7 @@ def _split(flat, counts) -> list[list]:
     return out
 
 
-def _input_sources(layers, per_layer_outputs, model_inputs) -> list:
+def _input_sources(layers, nodes, per_layer_outputs, model_inputs) -> list:
     """For each layer, where its inputs come from: a list of flat output indices (``-1``: a model
     input, the same tensor in both passes), or None when some input is not a captured layer output
     (a Keras 3 operation that is not a layer, a shared layer)."""
@@ -115,9 +143,9 @@ def _input_sources(layers, per_layer_outputs, model_inputs) -> list:
             i += 1
     inputs = {id(t) for t in model_inputs}
     sources = []
-    for lay in layers:
+    for lay, node in zip(layers, nodes):
         try:
-            tensors = _flatten(lay.input)
+            tensors = _flatten(_node_attribute(lay, node, "input"))
         except Exception:  # several inbound nodes: no single input
             sources.append(None)
             continue
@@ -305,7 +333,7 @@ class KerasAuditSession(AuditSession):
         return [self.stats[n] for n in self.names]
 
     def advice(self) -> Advice:
-        return Advice(partial(layer_fp32_hint, self.aud, self.flavor), "LossScaleOptimizer", "initial_scale",
+        return Advice(partial(layer_fp32_hint, self.aud, self.flavor), keras_scaler(self.flavor), "initial_scale",
                       partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")')
 
     def contract_findings(self) -> list:
@@ -327,8 +355,6 @@ class TensorFlowAudit:
     ``(build_model, x, y, loss_fn, mode, **kw)``."""
 
     def audit_session(self, config, target, live=None) -> KerasAuditSession:
-        from .workloads import build_workload
-
         session = self.audit_sessions[session_kind(config)]
         if live is not None:
             from .flavor import flavor_of
@@ -344,15 +370,10 @@ class TensorFlowAudit:
             x, y = live.batch
             return session(live.model, x, y, live.loss_fn, config.mode, lr=1e-3 if live.lr is None else live.lr,
                            name=live.name, seed=config.seed)
-        sizes = {k: v for k, v in (("seq_len", config.seq_len), ("image_size", config.image_size)) if v}
-        args = (config.workload, config.model, config.input_shape, config.num_classes)
-        probe = build_workload(*args, sizes=sizes)
-        x, y = probe.make_batch(config.batch_size or probe.batch_size, config.seed)
-        loss = probe.keras_loss()
-        if isinstance(loss, str):
-            loss = probe.flavor.module.losses.get(loss)
-        opened = session(lambda: build_workload(*args, sizes=sizes).model, x, y, loss, config.mode,
-                         lr=probe.lr, name=probe.name, seed=config.seed,
-                         notes=(f"input: {probe.input['why']}",) if probe.input and probe.input["kind"] != "normal" else ())
-        opened.input = dict(probe.input or {"kind": "normal", "range": None, "why": "standard-normal values"})
+        from .audit_batch import session_inputs
+
+        probe, build_model, x, y, loss, notes, fed = session_inputs(config)
+        opened = session(build_model, x, y, loss, config.mode, lr=probe.lr, name=probe.name, seed=config.seed,
+                         notes=notes)
+        opened.input = fed
         return opened

@@ -36,6 +36,7 @@ from .audit import (
     _outputs_model,
     _split,
     keras_scale_code,
+    keras_scaler,
     layer_fp32_hint,
 )
 from .environment import import_tensorflow, tf_device_name, tf_environment
@@ -156,7 +157,7 @@ class KerasWhatIfSession(WhatIfSession):
         return list(self.mods)
 
     def advice(self) -> Advice:
-        return Advice(partial(layer_fp32_hint, self.model, self.flavor), "LossScaleOptimizer", "initial_scale",
+        return Advice(partial(layer_fp32_hint, self.model, self.flavor), keras_scaler(self.flavor), "initial_scale",
                       partial(keras_scale_code, flavor=self.flavor), 'mp = ampkit.keras.MixedPrecision("bf16")',
                       partial(keras_fp8_code, flavor=self.flavor))
 

@@ -12,8 +12,11 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
 
+from ...checks import shape_from_data
 from ...errors import UsageError
+from ...factory import call_user, load_factory
 from .workloads import Workload, build_workload, cross_entropy
 from .workloads.inputs import input_description
 
@@ -58,35 +61,53 @@ def _kind(workload: Workload) -> dict:
     return dict(workload.input) if workload.input else {"kind": "workload", "from": workload.name}
 
 
-def user_batch(spec: str, batch_size: int, device) -> tuple[Any, dict]:
-    """``--data MODULE:FACTORY``: the first batch (in order) of what the factory returns -- one data
-    set (a Dataset, a DataLoader, an ``(inputs, targets)`` pair of tensors or arrays) or parity's
-    ``(train, validation)`` pair (its train part) -- on ``device``; a usage line for anything else."""
-    from .data_batch import user_data
-    from .parity_data import _first, make_feed
+def _is_data_set(obj) -> bool:
+    return isinstance(obj, (Dataset, DataLoader)) or (
+        isinstance(obj, (tuple, list)) and len(obj) == 2 and all(isinstance(a, torch.Tensor) or hasattr(a, "__array__")
+                                                                 for a in obj))
 
-    feed = make_feed(user_data(spec), "audit", spec, batch_size)
+
+def user_data(spec: str):
+    """``--data MODULE:FACTORY``: what the factory returns -- one data set (a Dataset, a DataLoader, an
+    ``(inputs, targets)`` pair of tensors or arrays) or parity's ``(train, validation)`` pair (its train
+    part) -- as a feed; a usage line for anything else."""
+    from .parity_data import make_feed
+
+    obj = call_user(load_factory(spec, flag="--data"), spec)
+    if isinstance(obj, (tuple, list)) and len(obj) == 2 and all(_is_data_set(p) for p in obj):
+        obj = obj[0]  # parity's (train, validation): the train part
+    return make_feed(obj, "audit", spec, 1)
+
+
+def first_batch(feed, spec: str, batch_size: int | None, device) -> tuple[Any, dict]:
+    """The feed's first batch (in order) on ``device``, of ``batch_size`` samples (None: the feed's own
+    batching, a DataLoader's), and what was fed."""
+    from .parity_data import _first
+
+    loader = getattr(feed, "loader", None)
+    if batch_size and not (loader is not None and loader.batch_size):  # a DataLoader's own batches stay
+        feed.batch_size = batch_size
     batch = _first(feed, "audit", spec, device)
     return batch, input_description(batch[0], "data", **{"from": spec})
 
 
 def session_inputs(config, device) -> tuple[Workload, Any, tuple[str, ...], dict]:
-    """The config's workload or model, the batch to audit, notes and what was fed."""
-    fed = None
-    if config.data and config.model and not config.input_shape:  # a bare model's inputs come from the data
-        from .data_batch import DataBatches, data_workload
-
-        def fed(obj):
-            return data_workload(obj, config.model, DataBatches(config.data, config.batch_size or 32))
-    workload = build_workload(config.workload, config.model, config.input_shape, config.num_classes, device,
-                              seed=config.seed, seq_len=config.seq_len, image_size=config.image_size, fed=fed)
+    """The config's workload or model, the batch to audit, notes and what was fed. With ``--data`` the
+    data is read first (seeded): a bare model takes its input shape from it."""
+    feed, input_shape = None, config.input_shape
+    if config.data:
+        torch.manual_seed(config.seed)
+        feed = user_data(config.data)
+        peek, _ = first_batch(feed, config.data, None, torch.device("cpu"))
+        x = peek[0]
+        input_shape = shape_from_data(config.input_shape, x.shape[1:] if isinstance(x, torch.Tensor) else None,
+                                      config.data)
+    workload = build_workload(config.workload, config.model, input_shape, config.num_classes, device,
+                              seed=config.seed, seq_len=config.seq_len, image_size=config.image_size)
     bs, note = ((config.batch_size, None) if config.batch_size
                 else audit_batch_size(workload, config.workload, device))
-    if fed is not None:
-        batch = workload.make_batch(bs, device, None)
-        return workload, batch, (), input_description(batch[0], "data", **{"from": config.data})
-    if config.data:
-        batch, fed = user_batch(config.data, bs, device)
+    if feed is not None:
+        batch, fed = first_batch(feed, config.data, bs, device)
         return workload, batch, (), fed
     batch = workload.make_batch(bs, device, torch.Generator().manual_seed(config.seed))
     return workload, batch, (note,) if note else (), input_description(batch[0], **_kind(workload))

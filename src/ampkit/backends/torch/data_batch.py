@@ -14,27 +14,12 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset
 
 from ...errors import UsageError
-from ...factory import call_user, load_factory
-from .parity_data import _first, make_feed, to_device
+from .audit_batch import first_batch, user_data
+from .parity_data import to_device
 from .workloads import Workload, cross_entropy, logits_of
 from .workloads.inputs import input_description
-
-
-def _is_data_set(obj) -> bool:
-    return isinstance(obj, (Dataset, DataLoader)) or (
-        isinstance(obj, (tuple, list)) and len(obj) == 2 and all(isinstance(a, torch.Tensor) or hasattr(a, "__array__")
-                                                                 for a in obj))
-
-
-def user_data(spec: str):
-    """What ``spec``'s factory returns, its train part when it is parity's ``(train, validation)``."""
-    obj = call_user(load_factory(spec, flag="--data"), spec)
-    if isinstance(obj, (tuple, list)) and len(obj) == 2 and all(_is_data_set(p) for p in obj):
-        obj = obj[0]
-    return obj
 
 
 def _fit(obj: Any, n: int) -> Any:
@@ -56,8 +41,8 @@ class DataBatches:
 
     def __init__(self, spec: str, batch_size: int = 32):
         self.spec = spec
-        self.feed = make_feed(user_data(spec), "bench", spec, batch_size)
-        self.first = _first(self.feed, "bench", spec, torch.device("cpu"))
+        self.feed = user_data(spec)  # the audit's reading of --data: one data set, or parity's train part
+        self.first, _ = first_batch(self.feed, spec, batch_size, torch.device("cpu"))
         self.batch_size = len(self.first[1]) if isinstance(self.first[1], torch.Tensor) and self.first[1].dim() else batch_size
         self._cache: dict[int, tuple] = {}
 

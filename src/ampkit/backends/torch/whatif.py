@@ -58,6 +58,13 @@ class _Probe:
         return [(name, part, self.summaries[i]) for name, part, i in self.records]
 
 
+def _finite_part(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its inf/NaN values as 0 (``t`` itself when it has none)."""
+    with torch._C.DisableTorchFunction():   # not one of the model's ops
+        ok = torch.isfinite(t)
+        return t if bool(ok.all()) else torch.where(ok, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
 class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
     """A what-if session: the audit session's model, batch and state handling, float32 steps only."""
 
@@ -96,7 +103,11 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
                 with same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
                     self.workload_obj.loss(self.batch)
             self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
-        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, t), self._dtypes[1])
+        # a value float32 computes non-finite inside a module's own code is no format's overflow: where it matters
+        # it reaches the module's output or gradient (judged there); where not, the model discards it on purpose
+        # (an attention mask of -inf added to the scores, T5's log(0) bucket) -- its finite part is summarized
+        inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, _finite_part(t)),
+                         self._dtypes[1])
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
             with same_randomness(self.dev, self.seed + step):

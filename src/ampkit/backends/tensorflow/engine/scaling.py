@@ -35,6 +35,18 @@ def _finite_everywhere(finite):
     return tf.equal(bad, 0.0)
 
 
+def all_finite(grads):
+    """True (a boolean tensor) when every float value of every gradient is finite: a dense tensor's
+    elements, an ``IndexedSlices``' rows (each of them, repeated indices too), the float components of
+    any other composite tensor. ``None`` gradients are left out; no gradients at all is True."""
+    import tensorflow as tf
+
+    checks = [tf.reduce_all(tf.math.is_finite(part))
+              for g in grads if g is not None
+              for part in tf.nest.flatten(g, expand_composites=True) if part.dtype.is_floating]
+    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+
 def loss_scale_optimizer_class() -> type:
     """Keras 3's LossScaleOptimizer with the finite check combined across replicas (made once)."""
     if "keras" not in _CLASS:
@@ -44,7 +56,13 @@ def loss_scale_optimizer_class() -> type:
         @keras.saving.register_keras_serializable(package="ampkit")
         class AmpkitLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             """``keras.optimizers.LossScaleOptimizer`` whose skip decision is the same on every replica:
-            a step is skipped everywhere when any replica's gradients are non-finite."""
+            a step is skipped everywhere when any replica's gradients are non-finite, sparse ones
+            (an Embedding's ``IndexedSlices``) read row by row."""
+
+            def check_finite(self, grads):
+                if keras.backend.backend() != "tensorflow":
+                    return super().check_finite(grads)
+                return all_finite(grads)
 
             def _tf_apply(self, grads, trainable_variables=None):
                 import tensorflow as tf

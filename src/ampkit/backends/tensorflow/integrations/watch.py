@@ -14,7 +14,9 @@ layer's gradient norm (divided by the loss scale under a loss-scale optimizer); 
 is made anew so that the next trace sees them. Inside ``fit``'s ``tf.function`` these are a few ops
 per layer, no host read; ``on_train_batch_end`` reads them in one ``tf.stack`` (the batch end where
 :class:`~..engine.callback.LossScaleHistory` reads the scale anyway). The wrappers are removed at
-``on_train_end``. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the layer
+``on_train_end``. Where the first failure is made inside a custom layer's own code, the inputs
+of that layer's failing call are kept and it is called again after the batch (:mod:`.failing_calls`):
+the document names the layer and the op. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the layer
 statistics stay off: the record is fed what the loss-scale history reads anyway (each batch's loss,
 the loss scale, the skipped steps), so the document holds the run's steps, skips and a first
 non-finite loss; one visible line, and the document's ``not_watched``, say what it cannot see.
@@ -32,6 +34,7 @@ import math
 
 from ....integrations.record import DEFAULT_K, StepRow, TrainRecord
 from ....integrations.trackers import TrackerWindow
+from .failing_calls import FailingCalls
 
 __all__ = ["watch_fit", "KerasWatch"]
 
@@ -80,6 +83,7 @@ class KerasWatch:
         self.record: TrainRecord | None = None
         self.active = False
         self._undo: list = []
+        self._failing = None   # the custom layers' failing calls (set when fit's layers are wrapped)
         self._batch_window, self._epoch_window = TrackerWindow(), TrackerWindow()
         self.seed: int | None = None  # the run's seed, for the run record (ampkit parity --runs)
         self._trace = None
@@ -157,14 +161,17 @@ class KerasWatch:
 
     def _layers_row(self, loss, used, scale, skipped) -> None:
         tf = self._tf
-        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars]).numpy().tolist()
-        n = len(self._fvars)
+        flags = self._failing.flags() if self._failing is not None else []
+        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars + flags]).numpy().tolist()
+        n, ng = len(self._fvars), len(self._gvars)
         fwd = [None if (v == v and v < 0) else v for v in vals[:n]]
-        grad = [None if (v == v and v < 0) else v for v in vals[n:]]
+        grad = [None if (v == v and v < 0) else v for v in vals[n:n + ng]]
         if len(self._order) != self._tabled:  # the table changes only when a trace calls a layer first
             self._set_table()
-        self.record.add(StepRow(self.base + self.steps, loss, [fwd[i] for i in self._row_fwd],
-                                [grad[j] for j in self._row_grad], used, scale, skipped))
+        if self.record.add(StepRow(self.base + self.steps, loss, [fwd[i] for i in self._row_fwd],
+                                   [grad[j] for j in self._row_grad], used, scale, skipped)) \
+                and self.record.first["phase"] == "forward" and self._failing is not None:
+            self.record.locate_origin(self._failing.explain(vals[n + ng:], self._order, self.record.first["name"]))
 
     def _set_table(self) -> None:
         """The record's module table, in the order the layers first ran, and where each row's values are."""
@@ -199,7 +206,8 @@ class KerasWatch:
         self._tf = tf
         layers = [lay for lay in model._flatten_layers(include_self=False, recursive=True)
                   if callable(getattr(lay, "call", None))]
-        self._names = [lay.path if hasattr(lay, "path") and not self.legacy else lay.name for lay in layers]
+        # Keras 3's path ("sequential/attn/q"); a layer without weights may have none (GlobalAveragePooling1D): its name
+        self._names = [(getattr(lay, "path", None) if not self.legacy else None) or lay.name for lay in layers]
         self._types = [type(lay).__name__ for lay in layers]
         self._order: list[int] = []
         self._tabled = -1   # len(self._order) when the record's module table was last set
@@ -212,6 +220,7 @@ class KerasWatch:
         self._glayers = sorted(set(owner.values()))
         self._glayer = set(self._glayers)
         self._gvars = [tf.Variable(-1.0, trainable=False, dtype=tf.float32) for _ in self._glayers]
+        self._failing = FailingCalls(tf, layers, self._names, self.legacy)
         for i, lay in enumerate(layers):
             orig = lay.call
 
@@ -221,7 +230,9 @@ class KerasWatch:
                 if t is not None:
                     if _i not in self._order:
                         self._order.append(_i)
-                    self._fvars[_i].assign(self._amax(t, tf))
+                    amax = self._amax(t, tf)
+                    self._fvars[_i].assign(amax)
+                    self._failing.keep(_i, args, amax)
                 return out
             object.__setattr__(lay, "call", call) if self.legacy else setattr(lay, "call", call)
             self._undo.append((lay, orig))

@@ -50,10 +50,14 @@ class CallbackCore:
         self.merged: dict | None = None
 
     def start(self, model: torch.nn.Module, *, source: str, trainer: str, fallback_dir: str | None,
-              rank=None, world=None, global_step: int = 0, resume_state: dict | None = None) -> None:
+              rank=None, world=None, global_step: int = 0, resume_state: dict | None = None,
+              reads_each_step: bool = False, replay: bool = True) -> None:
         """A new run (a callback reused for a second fit starts clean); ``global_step``: the trainer's
         step count before this run's first step (a resumed run), ``resume_state``: the ledger its
-        checkpoint kept."""
+        checkpoint kept; ``reads_each_step``: the trainer reads the device every step anyway (then, as
+        on a CPU, a failing step is replayed at once: :class:`.watch.TorchWatch`); ``replay`` False: the
+        watch sees a step only after the optimizer applied it (Fabric without a loss scaler), so a
+        replay would run on other weights than the failing forward's."""
         from ..environment import torch_environment
         from .dist import rank_world
 
@@ -70,6 +74,8 @@ class CallbackCore:
         self.window.reset(self.record)
         self.watch = TorchWatch(self.record, k=self.k, read_every=self.read_every)
         self.watch.attach(model)
+        if replay and (reads_each_step or self.watch.device.type == "cpu"):
+            self.watch.hold_steps([model, *model.children()])
         # step numbers are the trainer's global steps (1-based), also after a resume
         self.watch.steps, self.watch._cur = int(global_step), int(global_step) + 1
         self.record.device = str(self.watch.device)

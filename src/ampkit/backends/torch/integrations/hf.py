@@ -62,7 +62,8 @@ class AmpkitCallback(CoreViews, TrainerCallback):
         resume, self._resume_from = self._resume_from, None
         self.core.start(model, source="AmpkitCallback (transformers Trainer)", trainer=trainer,
                         fallback_dir=args.output_dir, rank=args.process_index, world=args.world_size,
-                        global_step=state.global_step, resume_state=load_state(resume) if resume else None)
+                        global_step=state.global_step, resume_state=load_state(resume) if resume else None,
+                        reads_each_step=bool(getattr(args, "logging_nan_inf_filter", False)))
         if self.core.read_every is None and self.core.watch.device.type != "cpu":
             self.core.watch.read_every = max(1, min(32, int(args.logging_steps or 32)))
         self.summary, self._engine_checked = None, False

@@ -9,6 +9,12 @@ Fabric: ``fabric.setup(...)`` calls ``on_after_setup`` (the model is hooked), ea
 ``optimizer.step()`` calls ``on_after_optimizer_step``; schedulers are named with
 ``cb.watch_schedulers(...)`` and the end of training is ``fabric.call("on_train_end")``.
 
+ampkit's own engine in a LightningModule (manual optimization: ``self.mp = ampkit.MixedPrecision(...)``,
+``self.mp.backward(loss)``, ``self.mp.step(self.optimizers())``): the callback finds it among the module's
+attributes and reads its GradScaler. Its skipped steps never reach Lightning's optimizer hooks
+(GradScaler does not call ``optimizer.step()`` on them, and Lightning's ``global_step`` does not count
+them): each engine step ends at ``on_train_batch_end``, numbered by the engine's own step count.
+
 What the user declared: Lightning replaces ``precision="16-mixed"`` by ``"bf16-mixed"`` on a CPU and
 keeps no trace of the original, so importing this module wraps the connectors' precision
 choice to note the flag as given (``_ampkit_declared``); it changes nothing else.
@@ -23,6 +29,7 @@ import lightning
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from ..engine.scaler_state import enabled, scale_tensor
 from .common import CoreViews, grad_scale_pending
 from .spawn import carry_through_spawn
 
@@ -70,6 +77,8 @@ class AmpkitCallback(CoreViews, Callback):
         self._declared = ("32-true", "")
         self._resume_state: dict | None = None
         self._trace = None  # the run record (ampkit.runlog.RunTrace): set at on_fit_start
+        self._engine = None
+        self._engine_steps = 0
 
     # ------------------------------------------------------------------ Trainer
     def on_fit_start(self, trainer, pl_module):
@@ -107,8 +116,9 @@ class AmpkitCallback(CoreViews, Callback):
         self.core.record, self.core.merged, self.summary = record, data.get("merged"), data.get("summary")
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if self.core.watch is not None:
-            self.core.watch.set_loss(loss)
+        if self.core.watch is not None:   # the plugin hands the loss scaled: the ring keeps the loss itself
+            scale = scale_tensor(self._scaler)
+            self.core.watch.set_loss(loss if scale is None else loss.detach() / scale.to(loss.device).reshape(()))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self.core.watch is None:
@@ -119,7 +129,15 @@ class AmpkitCallback(CoreViews, Callback):
         self._stepped = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.core.watch is not None and self._stepped:
+        if self.core.watch is None:
+            return
+        engine_stepped = self._engine is not None and self._engine.stats["steps"] > self._engine_steps
+        if engine_stepped:
+            self._engine_steps = self._engine.stats["steps"]
+            if not self._stepped:   # the engine skipped it: no optimizer hook ran
+                self.core.watch.grads(None, _step_schedulers(trainer))
+                self._check(None)
+        if self._stepped or engine_stepped:
             self._stepped = False
             self.core.watch.end_step(self._scaler)
             if self._trace is not None:
@@ -192,8 +210,17 @@ class AmpkitCallback(CoreViews, Callback):
         if given is plugin:   # a precision plugin given: it is the declaration
             declared = runs
         self._declared = (declared, runs)
+        self._engine = _engine_of(module)
+        if self._engine is not None:   # ampkit's engine in the module: its scaler, its mode declared
+            self._engine_steps = self._engine.stats["steps"]
+            if self._scaler is None:
+                self._scaler = self._engine.scaler
+            self._declared = (self._engine.mode, f"ampkit.MixedPrecision({self._engine.mode!r})")
         self.core.start(module, source=f"AmpkitCallback (Lightning {kind})", trainer=f"lightning {lightning.__version__}",
-                        fallback_dir=out_dir, rank=rank, world=world, resume_state=resume)
+                        fallback_dir=out_dir, rank=rank, world=world, resume_state=resume,
+                        reads_each_step=enabled(self._scaler),   # GradScaler.step reads found_inf each step
+                        # Fabric's hook comes after optimizer.step(): a step no scaler skipped was applied already
+                        replay=kind == "Trainer" or enabled(self._scaler))
         self.core.record.scheduler_cause = (
             f"lightning {lightning.__version__} steps a scheduler with interval='step' after every optimizer step, "
             f"skipped or not (epoch-interval schedulers are not concerned); to keep your schedule, override "
@@ -207,7 +234,7 @@ class AmpkitCallback(CoreViews, Callback):
     def _check(self, optimizer=None) -> None:
         declared, runs = self._declared
         self.core.check_precision(self._scaler, declared=_MODE_OF_FLAG.get(declared, declared),
-                                  setting=f"precision={declared!r}", why={
+                                  setting=runs if self._engine is not None else f"precision={declared!r}", why={
             "bf16": (f" (lightning {lightning.__version__} replaces precision={declared!r} by {runs!r} on a CPU)"
                      if declared != runs else ""),
             "fp32": "",
@@ -224,6 +251,13 @@ class AmpkitCallback(CoreViews, Callback):
             if aborted is None:
                 raise
             log.warning("AmpkitCallback: could not write the record after %s (%s)", type(aborted).__name__, err)
+
+
+def _engine_of(module):
+    """ampkit's engine (``ampkit.MixedPrecision``) held by the module as an attribute, or None."""
+    from ..engine.mixed_precision import MixedPrecision
+
+    return next((v for v in vars(module).values() if isinstance(v, MixedPrecision)), None)
 
 
 def _logging_step(trainer) -> bool:

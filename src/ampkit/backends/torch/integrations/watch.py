@@ -11,6 +11,16 @@ in one ``tolist()`` every ``read_every`` steps (on a CPU, where reading costs no
 GPU at the trainer's own logging cadence, at most 32 steps) and at the end, and handed to the
 framework-neutral :class:`~ampkit.integrations.record.TrainRecord` in order. The ring holds
 ``k + read_every`` rows, so the K steps before a failure are still there when it is read.
+
+Where the first failure is made (issues #34, #46): where a read of the device costs nothing each
+step -- a CPU, or a trainer that reads it every step anyway (a GradScaler's ``found_inf``, the HF
+Trainer's non-finite loss filter) -- :meth:`hold_steps` holds each step's outermost training
+forwards by reference (their inputs, autocast and random-number states; the trainer holds those
+inputs for the step anyway) until the step ends, and :meth:`grads`, before the optimizer applies
+anything, reads one flag: a step whose outputs went non-finite is replayed there, on its own
+inputs and weights, under the op-level trace (:func:`..numerics.origin.trace_calls`), once per
+run. Elsewhere (a GPU run without a per-step read) the trace is of the next training forward, as
+the document's ``traced`` says.
 """
 
 from __future__ import annotations
@@ -61,6 +71,8 @@ class TorchWatch:
         self.record, self.k, self.read_every = record, int(k), read_every
         self.model: torch.nn.Module | None = None
         self._handles: dict = {}
+        self._held = None                       # this step's forwards, for a replay (hold_steps)
+        self._step_trace = None                 # (step, trace) of the first step that failed
         self.autocast: tuple[bool, torch.dtype | None] | None = None   # seen in the first training forward
         self.steps = 0
 
@@ -113,19 +125,54 @@ class TorchWatch:
         self._handles = {}
         if getattr(self, "_tracer", None) is not None:
             self._tracer.remove()
+        if getattr(self, "_held", None) is not None:
+            self._held.remove()
+            self._held = None
 
-    def _trace_origin(self) -> None:
-        """After the first forward failure: the next training forward runs under the op-level trace,
-        which names the module whose own code made the inf/NaN (issue #34; nothing before a failure)."""
+    def hold_steps(self, modules) -> None:
+        """Hold each step's outermost training forwards through ``modules`` (see the module docstring)."""
+        from ..numerics.replay import StepCalls
+
+        self._held = StepCalls(modules)
+
+    def _check_step(self, row: torch.Tensor) -> None:
+        """A step whose module outputs went non-finite (and its loss or gradients with them: a value the
+        model discards is no failure) is replayed under the op-level trace now, once per run."""
+        held = self._held
+        if held is None:
+            return
+        n = self.n
+        fin = torch.isfinite(row[:n + self.np_ + 1])   # forward amaxes | gradient norms | loss
+        if bool(fin[:n].all()):   # one read of the device: free here (see the module docstring)
+            return
+        if self._loss[self._r] and bool(fin[n:].all()):   # loss and gradients finite: it did not matter
+            return
+        from ..numerics.origin import trace_calls
+
+        trace = trace_calls(self.model, held)   # the watch's own hooks stay quiet while it replays
+        self._held, self._step_trace = None, (self._cur, trace)
+        held.remove()
+
+    def _explain(self, step: int) -> None:
+        """The first failure's origin: the trace of its own step where one was made, else the next
+        training forward's (issue #34; nothing before a failure)."""
+        first = self.record.first
+        done, self._step_trace = self._step_trace, None
+        if done is not None and done[0] == step and done[1] is not None:
+            origin = done[1].result(first["name"])
+            if origin is not None:
+                self.record.locate_origin({**origin, "traced": "failing step"})
+                return
         from ..numerics.next_forward import NextForwardTrace
 
-        self._tracer = NextForwardTrace(self.model, self.record.locate_origin)
+        self._tracer = NextForwardTrace(self.model, lambda o: self.record.locate_origin(
+            None if o is None else {**o, "traced": "next forward"}), recipient=first["name"])
 
     def _hook(self, i: int):
         aminmax, tensor, stamp, views = torch.aminmax, torch.Tensor, self._stamp, self._vlist
 
         def hook(module, _inputs, output):
-            if not module.training:
+            if not module.training or self._held is not None and self._held.replaying:
                 return
             t = output if type(output) is tensor else self._unpack(i, output)
             if t is None:
@@ -217,6 +264,7 @@ class TorchWatch:
         if grad_scale is not None:
             gcols.div_(grad_scale.to(row.device, row.dtype))
         self._sched = scheduler_counters(schedulers)
+        self._check_step(row)
         scale = self._scale_of(scaler)
         if scale is not None:
             row[self.n + self.np_ + 1] = scale
@@ -236,6 +284,8 @@ class TorchWatch:
             row[self.n + self.np_ + 2] = scale
             self._prev_after = scale.clone() if isinstance(scale, torch.Tensor) else scale
         self._used = False
+        if self._held is not None:
+            self._held.clear()
         self.steps += 1
         self._cur = self.steps + 1
         self._pending.append((self.steps, self._r, self._sched))
@@ -280,7 +330,7 @@ class TorchWatch:
             if self.record.add(StepRow(step, vals[n + np_] if self._loss[r] else None, fwd, grad,
                                        used if scaled else None, after if scaled else None,
                                        bool(scaled and after < used), sched)) and self.record.first["phase"] == "forward":
-                self._trace_origin()
+                self._explain(step)
         self._pending = []
 
     def _grad_order(self, order: list[int]) -> list[int]:

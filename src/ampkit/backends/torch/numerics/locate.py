@@ -17,13 +17,12 @@ tensor, and forwards run without autograd (evaluation) are not recorded at all.
 
 from __future__ import annotations
 
-from collections import deque
-
 import torch
 import torch.nn as nn
 
 from .hooks import Recorder, origin_backward
-from .origin import refine, trace_forward
+from .origin import refine, trace_calls
+from .replay import StepCalls
 
 
 class OverflowLocator:
@@ -34,35 +33,13 @@ class OverflowLocator:
         self._rec = Recorder(model, self._on_forward, self._on_grad, keep_grad_targets=False)
         self._rec.__enter__()
         self._model = model
-        # this step's training forwards (args, kwargs, device, autocast, rng states); the last few only, so
-        # forwards with gradients that no mp.step follows cannot pile up
-        self._calls: deque = deque(maxlen=8)
-        self._root = model.register_forward_pre_hook(self._seen, with_kwargs=True)
-
-    def _seen(self, module, args, kwargs) -> None:
-        if not torch.is_grad_enabled():
-            return
-        dev = next((t.device for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)), torch.device("cpu"))
-        on = torch.is_autocast_enabled(dev.type)
-        rng = (torch.get_rng_state(), torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None)
-        self._calls.append((args, kwargs, dev, on, torch.get_autocast_dtype(dev.type) if on else None, rng))
-
-    def _replay(self, call) -> None:
-        args, kwargs, dev, on, dtype, (cpu, cuda) = call
-        with torch.random.fork_rng(devices=[dev] if cuda is not None else []):
-            torch.set_rng_state(cpu)
-            if cuda is not None:
-                torch.cuda.set_rng_state(cuda, dev)
-            with torch.autocast(dev.type, dtype=dtype, enabled=on):
-                self._model(*args, **kwargs)
+        # this step's training forwards, held by reference until the step ends (the last few only)
+        self._calls = StepCalls([model], training_only=False)
 
     def _traced(self) -> dict | None:
-        """The op-level origin from a replay of this step's forwards (the first that fails)."""
-        for call in self._calls:
-            origin = trace_forward(self._model, lambda c=call: self._replay(c))
-            if origin is not None:
-                return origin
-        return None
+        """The op-level origin from a replay of this step's forwards."""
+        trace = trace_calls(self._model, self._calls)
+        return None if trace is None else trace.result()
 
     def _on_forward(self, key, tensors) -> None:
         if not torch.is_grad_enabled():  # evaluation: cannot feed this step's gradients
@@ -98,5 +75,4 @@ class OverflowLocator:
 
     def remove(self) -> None:
         self._rec.__exit__(None, None, None)
-        self._root.remove()
-        self._calls.clear()
+        self._calls.remove()

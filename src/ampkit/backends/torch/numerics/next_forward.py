@@ -1,10 +1,12 @@
-"""The trainer callbacks' op-level look, once: after the first failure, the next training forward
-runs under :class:`.origin.OpTrace` (the callbacks cannot replay a step: they do not hold its batch).
+"""The trainer callbacks' op-level look where they could not replay the failing step (a GPU run that
+reads the device only at the logging cadence: :mod:`..integrations.watch`): after the first
+failure, the next training forward runs under :class:`.origin.OpTrace`.
 
 Until a failure nothing of this is installed (the callbacks' overhead is their module-output
 hooks alone). Armed, it adds one pre- and one post-hook per module; the first module entered in a
 training forward starts a trace, its return ends it. A trace that finds the first op making an
-inf/NaN hands ``{"name", "phase", "op", "in_reference", ...}`` to ``found`` and removes everything;
+inf/NaN that reaches ``recipient`` (the module the record saw fail first) hands ``{"name", "phase", "op",
+"in_reference", ...}`` to ``found`` and removes everything;
 a finite forward (the failure did not recur) is tried again, ``tries`` times at most, then
 ``found(None)``.
 """
@@ -21,8 +23,9 @@ from .origin import OpTrace
 
 
 class NextForwardTrace:
-    def __init__(self, model: nn.Module, found: Callable[[dict | None], None], tries: int = 4):
-        self.model, self.found, self.tries = model, found, tries
+    def __init__(self, model: nn.Module, found: Callable[[dict | None], None], tries: int = 4,
+                 recipient: str | None = None):
+        self.model, self.found, self.tries, self.recipient = model, found, tries, recipient
         self._trace: OpTrace | None = None
         self._entry: nn.Module | None = None
         self._handles = []
@@ -47,9 +50,10 @@ class NextForwardTrace:
             trace, self._trace, self._entry = self._trace, None, None
             trace.__exit__(None, None, None)
             self.tries -= 1
-            if trace.origin is not None or self.tries <= 0:
+            origin = trace.result(self.recipient)
+            if origin is not None or self.tries <= 0:
                 self.remove()
-                self.found(trace.result())
+                self.found(origin)
         return hook
 
     @property

@@ -1,13 +1,18 @@
-"""Where a forward's first inf/NaN is *made*: the op and the innermost module whose own code ran it.
+"""Where a forward's first inf/NaN that *matters* is made: the op and the innermost module whose own code ran it.
 
 Module hooks see outputs only, so the module they name is the first whose output held an inf/NaN
 -- often one that merely received it (an attention's output projection after scores that
 overflowed in the attention's own forward). :class:`OpTrace` watches every torch function call of
 one forward (a :class:`torch.overrides.TorchFunctionMode`: ``matmul``, ``softmax``, ``exp``,
-``add``, ``linear``, ``layer_norm`` ...) together with the stack of modules running, and stops at
-the first op whose floating output is non-finite: the module on top of the stack is the origin
-(leaf or not), the op is named, its inputs' amaxes are kept, and the op is run once more on its
-inputs in float32 with autocast off (``in_reference``: float32 fails there too).
+``add``, ``linear``, ``layer_norm`` ...) together with the stack of modules running, and follows
+each non-finite value: an op whose floating output is non-finite while its inputs are finite is a
+*candidate* (the module on top of the stack, leaf or not, and the op; its inputs' amaxes; the op run
+once more on its inputs in float32 with autocast off: ``in_reference``); an op fed a non-finite
+value passes that value's candidate on to its output. The origin is the candidate whose value
+reaches the module output that failed (``recipient``) or, without one, the forward's own output: a
+value the model computes and discards or clamps on purpose -- T5's relative-position bucketing
+takes ``log(0) = -inf`` in float32 too, then casts it to an integer bucket -- reaches nothing and
+is never named.
 
 Cost: one ``isfinite().all()`` read (a host-device sync) per op and an amax per module call,
 so it is never on during normal training: the audit, the engine's locator and the trainer
@@ -60,10 +65,11 @@ class _Call:
 
 
 class OpTrace(ModuleHooks, TorchFunctionMode):
-    """The first op of a forward whose floating output holds an inf/NaN (see the module docstring).
+    """The op of a forward that made the inf/NaN that matters (see the module docstring).
 
-    Use as a context manager around one forward of ``model``; afterwards :attr:`origin` is None or
-    ``{"name", "phase": "forward", "op", "in_reference", "inputs_amax"[, "cause"]}``.
+    Use as a context manager around one forward of ``model``; afterwards :meth:`result` is None or
+    ``{"name", "phase": "forward", "op", "in_reference", "inputs_amax", "reference_amax"[, "cause"],
+    "recipient"}``; :attr:`origin` is the same without ``recipient``.
     """
 
     hook_kwargs = True  # its hooks read the forward's keyword arguments
@@ -71,18 +77,26 @@ class OpTrace(ModuleHooks, TorchFunctionMode):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-        self.origin: dict | None = None
-        self.recipient: str | None = None
+        self.candidates: list[dict] = []      # each op that made a non-finite value from finite inputs
+        #: per module, the candidate of its first non-finite output (the value it received or made)
+        self.reached: dict[str, int] = {}
+        self.recipient: str | None = None     # the first module whose output held an inf/NaN
         self.ops = 0
         self._stack: list[str] = []
         self._calls: list[_Call] = []
         self._made: dict[int, tuple] = {}   # id(tensor) -> (weakref, index of the call that returned it)
+        self._roots: dict[int, tuple] = {}  # id(non-finite tensor) -> (weakref, its candidate)
+        self._out: int | None = None        # the candidate reaching the outermost call's output
         self._handles: list = []
         self._busy = False   # inside a hook: its own amaxes are not the model's ops
 
     # ------------------------------------------------------------------ modules
     def _producer(self, t: torch.Tensor):
         seen = self._made.get(id(t))
+        return seen[1] if seen is not None and seen[0]() is t else None
+
+    def _root(self, t: torch.Tensor):
+        seen = self._roots.get(id(t))
         return seen[1] if seen is not None and seen[0]() is t else None
 
     def _pre(self, name: str):
@@ -103,7 +117,7 @@ class OpTrace(ModuleHooks, TorchFunctionMode):
             self._busy = False
 
     def _enter(self, name: str, xs: list) -> None:
-        if self.origin is None and xs:
+        if xs:
             amaxes = [_amax(x) for x in xs]
             big = xs[amaxes.index(max(amaxes))]
             self._calls.append(_Call(name, max(amaxes), self._producer(big)))
@@ -114,31 +128,53 @@ class OpTrace(ModuleHooks, TorchFunctionMode):
     def _post(self, name: str):
         def hook(module, args, *rest):   # (kwargs, output), or (output) once removed mid-call
             idx = self._stack.pop() if self._stack else None
-            if idx is None or self.recipient is not None:
+            if idx is None:
                 return
             self._busy = True
             try:
                 outs = float_tensors(rest[-1])
                 amaxes = [_amax(t) for t in outs]
-                if self.origin is None:
-                    self._calls[idx].out_amax = max(amaxes, default=0.0)
-                    for t in outs:
-                        self._made[id(t)] = (weakref.ref(t), idx)
-                if any(not math.isfinite(a) for a in amaxes):
-                    self.recipient = self._calls[idx].name
+                self._calls[idx].out_amax = max(amaxes, default=0.0)
+                for t in outs:
+                    self._made[id(t)] = (weakref.ref(t), idx)
+                bad = [t for t, a in zip(outs, amaxes) if not math.isfinite(a)]
+                if bad:
+                    roots = [r for r in map(self._root, bad) if r is not None]
+                    if self.recipient is None:
+                        self.recipient = self._calls[idx].name
+                    if roots:
+                        self.reached.setdefault(self._calls[idx].name, min(roots))
+                        if not self._stack:    # an outermost call: what reaches the loss
+                            self._out = min(roots) if self._out is None else min(self._out, *roots)
             finally:
                 self._busy = False
         return hook
 
-    def result(self) -> dict | None:
-        """The origin, with ``recipient``: the first module whose output held an inf/NaN (what
-        module-output hooks name), to check a trace of a later forward against the failure it explains."""
-        return None if self.origin is None else {**self.origin, "recipient": self.recipient}
+    def _origin_index(self) -> int | None:
+        return self._out if self._out is not None else self.reached.get(self.recipient)
+
+    @property
+    def origin(self) -> dict | None:
+        """The candidate whose value reached the forward's output (what the loss is computed from), else
+        the one that reached the recipient; None: no candidate reached a module's output."""
+        idx = self._origin_index()
+        return None if idx is None else self.candidates[idx]
+
+    def result(self, recipient: str | None = None) -> dict | None:
+        """The origin, with ``recipient``: the first module whose output held its value (what
+        module-output hooks name). ``recipient`` given (the module a record saw fail first): the
+        origin of the value that module held, None when its output stayed finite in this forward."""
+        if recipient is None:
+            idx = self._origin_index()
+            recipient = next((n for n, r in self.reached.items() if r == idx), self.recipient)
+        else:
+            idx = self.reached.get(recipient)
+        return None if idx is None else {**self.candidates[idx], "recipient": recipient}
 
     # ------------------------------------------------------------------ ops
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self._busy or self.origin is not None or not self._stack:
+        if self._busy or not self._stack:
             return func(*args, **kwargs)
         name = op_name(func)
         inplace = name.endswith("_") and not name.startswith("_")
@@ -148,21 +184,31 @@ class OpTrace(ModuleHooks, TorchFunctionMode):
         if not outs:
             return out
         self.ops += 1
-        if all(bool(torch.isfinite(t).all()) for t in outs):
+        bad = [t for t in outs if not bool(torch.isfinite(t).all())]
+        if not bad:
             return out
         ins = float_tensors((list(before), kwargs))
-        if any(not bool(torch.isfinite(t).all()) for t in ins):
-            # a non-finite input: made before this forward (a parameter, the batch), or by an op we
-            # do not see; the module it is in is still where it first shows
-            pass
+        inherited = [r for t in ins if not bool(torch.isfinite(t).all()) for r in [self._root(t)] if r is not None]
+        if inherited:   # a non-finite value passed on: its candidate goes with it
+            root = min(inherited)
+        else:
+            # finite inputs (or non-finite ones made before this forward -- a parameter, the batch -- or by
+            # an op not seen): a candidate, in the module where it first shows
+            root = self._candidate(func, name, before, kwargs, ins)
+        for t in bad:
+            self._roots[id(t)] = (weakref.ref(t), root)
+        return out
+
+    def _candidate(self, func, name: str, before, kwargs, ins: list) -> int:
         call = self._calls[self._stack[-1]]
         bad, ref_amax = _in_float32(func, before, kwargs)
-        self.origin = {"name": call.name, "phase": "forward", "op": name, "in_reference": bad,
-                       "inputs_amax": [_amax(t) for t in ins], "reference_amax": ref_amax}
+        found = {"name": call.name, "phase": "forward", "op": name, "in_reference": bad,
+                 "inputs_amax": [_amax(t) for t in ins], "reference_amax": ref_amax}
         cause = self._cause(ins, call.name)
-        if cause is not None and self.origin["in_reference"]:
-            self.origin["cause"] = cause
-        return out
+        if cause is not None and bad:
+            found["cause"] = cause
+        self.candidates.append(found)
+        return len(self.candidates) - 1
 
     def _cause(self, ins: list[torch.Tensor], origin: str) -> dict | None:
         """The upstream module whose outputs grew to the op's largest input (when that input is beyond
@@ -234,27 +280,48 @@ def refine(first: dict | None, traced: dict | None) -> dict | None:
     if traced is not None and first.get("phase") == "forward":
         out.update(name=traced["name"], op=traced["op"], in_reference=bool(traced["in_reference"]),
                    inputs_amax=traced.get("inputs_amax"), reference_amax=traced.get("reference_amax"))
-        if first.get("name") != traced["name"]:
-            out["received_by"] = first.get("name")
+        seen = traced.get("recipient") or first.get("name")
+        if seen != traced["name"]:
+            out["received_by"] = seen
         if traced.get("cause"):
             out["cause"] = traced["cause"]
     return out
 
 
-def trace_forward(model: nn.Module, forward) -> dict | None:
+def run_traced(model: nn.Module, forward) -> OpTrace | None:
     """Run ``forward()`` (a replay of one step's forward, set up by the caller: autocast, the same
     random numbers) under :class:`OpTrace`, without gradients; the buffers it updates (BatchNorm's
-    running statistics) are put back. The origin, or None (the replay stayed finite, or raised)."""
+    running statistics) are put back. The trace (ask it :meth:`OpTrace.result`), or None when the
+    replay raised (it tells nothing more than the module-level record)."""
     saved = snapshot(model)
     trace = OpTrace(model)
     try:
         with torch.no_grad(), trace:
             forward()
-    except Exception:  # a replay that fails tells nothing more than the module-level record
+    except Exception:
         return None
     finally:
         restore(saved)
-    return trace.result()
+    return trace
+
+
+def trace_forward(model: nn.Module, forward, recipient: str | None = None) -> dict | None:
+    """:func:`run_traced`'s origin (of the value ``recipient`` held, when given: see
+    :meth:`OpTrace.result`), or None (the replay stayed finite, or raised)."""
+    trace = run_traced(model, forward)
+    return None if trace is None else trace.result(recipient)
+
+
+def trace_calls(model: nn.Module, calls) -> OpTrace | None:
+    """One trace over a step's held forwards (a :class:`.replay.StepCalls`), replayed in order."""
+    held = list(calls.calls)
+    if not held:
+        return None
+
+    def forward():
+        for call in held:
+            calls.replay(call)
+    return run_traced(model, forward)
 
 
 def step_origin(model: nn.Module, first: dict | None, run, replay, reference_engine) -> dict | None:
