@@ -170,8 +170,8 @@ class NumpyBackend(Backend):  # derived from the protocol: its optional operatio
         size_kwargs("numpy", config.workload, None, config.seq_len, config.image_size)  # the mlp takes no size
 
     # ---- DoctorOps
-    def doctor_session(self, target):
-        return contextlib.nullcontext()
+    def doctor_session(self, target, threads=None):
+        return contextlib.nullcontext()  # plain numpy: one thread, whatever the count asked for
 
     def doctor_variants(self, supported, target, say, *, thorough: bool = False) -> dict:
         return {}

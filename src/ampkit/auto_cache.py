@@ -10,8 +10,9 @@ measurement on this machine instead of a capability table.
 * Keyed on an environment *fingerprint* (:func:`fingerprint`): the framework and its version, the
   device, the CPU model, its logical CPU count and its low-precision ISA features. An entry is used
   only when its stored fingerprint equals the current one, so a cache copied from another machine,
-  or left from another torch version, is ignored. (The torch thread count is not part of it: the
-  doctor and the quick check both time on one thread, see ``doctor_work.measuring_threads``.)
+  or left from another torch version, is ignored. The thread count is not part of it: an entry
+  records the count it was measured at (``threads``; :mod:`ampkit.threads`), and ``auto`` follows
+  it at any count, saying so in its reason where the count differs (:func:`ampkit.doctor.auto.choose`).
 * Plain JSON, never pickle; written to a temporary file in the same folder and renamed over the old
   one (atomic on POSIX and Windows). A missing, unreadable, corrupt or foreign file is treated as
   "nothing cached": reading never raises, writing failures are swallowed (``store`` returns None).
@@ -97,6 +98,9 @@ def valid_entry(entry) -> bool:
     if entry.get("recommended") not in TRAINING_MODES or entry.get("source") not in SOURCES:
         return False
     if not isinstance(entry.get("measured_at"), str) or not isinstance(entry.get("reason", ""), str):
+        return False
+    threads = entry.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         return False
     modes = entry.get("modes", {})
     if not isinstance(modes, dict):

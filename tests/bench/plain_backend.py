@@ -2,7 +2,8 @@
 flow is the driver's, and a framework only answers :class:`ampkit.bench.ops.BenchOps`.
 
 Its "training step" sleeps ``0.001 * batch / 64 / speed`` seconds (bf16 twice as fast as fp32, fp16
-unsupported), its peak memory is ``batch * 1000`` bytes (so ``--memory-budget 50000`` fits batch 50
+unsupported; on ``slowbf16`` bf16 is three times slower),
+its peak memory is ``batch * 1000`` bytes (so ``--memory-budget 50000`` fits batch 50
 at most), and its loss halves each step. Like TensorFlow it searches ``--batch-size auto`` with a
 fresh child per trial."""
 
@@ -17,7 +18,11 @@ from ampkit.errors import UsageError
 from ampkit.target import Target
 
 SPEED = {"fp32": 1.0, "tf32": 1.0, "bf16": 2.0}
-WORKLOADS = ("tiny", "small")
+#: workload -> per-mode speed where it differs from SPEED ("slowbf16": bf16 at a third of fp32's speed)
+SPEEDS = {"slowbf16": {"bf16": 1 / 3}}
+WORKLOADS = ("tiny", "small", "slowbf16")
+#: the environment a doctor verdict planted for this backend is cached under (ampkit.auto_cache)
+FINGERPRINT = ("plain", "1", "cpu")
 
 
 class PlainBackend(BenchOps):  # derived from the protocol: its optional operations' defaults
@@ -51,6 +56,11 @@ class PlainBackend(BenchOps):  # derived from the protocol: its optional operati
     def bench_start(self, config):
         return None
 
+    def bench_doctor_verdict(self, target: Target):
+        from ampkit import auto_cache
+
+        return auto_cache.load(auto_cache.fingerprint(*FINGERPRINT))
+
     def bench_probe(self, config, target: Target) -> ModelProbe:
         if config.model == "broken:model":
             raise ProbeStepFailed("ValueError: shapes (2,5) and (8,4) not aligned", config.num_classes or 10)
@@ -67,7 +77,7 @@ class PlainBackend(BenchOps):  # derived from the protocol: its optional operati
         times, loss = [], 1.0
         for i in range(cfg.warmup + cfg.steps):
             t = time.perf_counter()
-            time.sleep(0.001 * batch / 64 / SPEED[mode])
+            time.sleep(0.001 * batch / 64 / SPEEDS.get(cfg.workload, {}).get(mode, SPEED[mode]))
             loss /= 2
             if i >= cfg.warmup:
                 times.append(time.perf_counter() - t)

@@ -71,10 +71,11 @@ def test_development_machine_without_bf16_features(cpu_report):
     assert cpu_report.recommended == "fp32"
 
 
-def test_quick_skips_measurement():
+def test_quick_skips_measurement(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMPKIT_CACHE_DIR", str(tmp_path))  # nothing cached: nothing recommended (#45 point 3)
     rep = run_doctor("torch", "cpu", quick=True)
     assert all(r.speedup is None and r.accelerated is None for k, r in rep.modes.items())
-    assert rep.recommended == "fp32" and "--quick" in rep.reason
+    assert rep.recommended is None and "--quick" in rep.reason and rep.reason.startswith("not measured")
 
 
 class _FakeAutocast:

@@ -150,8 +150,9 @@ def test_fp16_recommended_when_measurably_faster_than_bf16():
 def test_quick_measures_nothing():
     reports, recommended, reason = evaluate(["fp32", "bf16"], lambda m: (True, ""), lambda m: ("pass", ""),
                                             lambda m: pytest.fail("quick must not measure"), quick=True)
-    assert reports["bf16"].speedup is None and reports["bf16"].speedup_ci is None and recommended == "fp32"
-    assert recommend(reports, True)[0] == "fp32"
+    assert reports["bf16"].speedup is None and reports["bf16"].speedup_ci is None and recommended is None  # #45 point 3
+    assert recommend(reports, True)[0] is None and reason.startswith("not measured")
+    assert not [m for m, r in reports.items() if r.verdict == "recommended"]
 
 
 def test_classify_words():

@@ -120,7 +120,7 @@ def test_doctor_cli_writes_the_typed_document(framework, finished, code, tmp_pat
     import ampkit.doctor
     from ampkit.cli.main import main
 
-    def fake(fw, device, quick=False, progress=None, thorough=False):
+    def fake(fw, device, quick=False, progress=None, thorough=False, threads=None):
         if fake.calls == finished:
             raise KeyboardInterrupt
         fake.calls += 1

@@ -1,6 +1,8 @@
-"""Issue 23: ``ampkit report`` reconciles the doctor and bench of one environment. A doctor that
-recommends a mode bench measured slower (or calls slower a mode bench measured faster) gets a
-verdict row saying so, with bench's --explain sentences; agreeing documents add nothing."""
+"""Issues 23 and 45: ``ampkit report`` reconciles the doctor and bench of one environment, by the
+rule bench's last line uses (ampkit.bench.doctor_check). A doctor that recommends a mode bench did
+not measure faster (slower, no measurable difference, fp16 slowest), or calls slower a mode bench
+measured faster, gets a verdict row saying so, with bench's --explain sentences; agreeing
+documents add nothing."""
 
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ def _docs(tmp_path, *, bf16_speedup: float, verdict: str, explanation=None, doct
     return [d for p in paths for d in load(str(p))]
 
 
+def _with_fp16(tmp_path, speedup, ci, verdict):
+    """The planted bench with an fp16 row measured as given (bf16's row otherwise), both documents loaded."""
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    bench["results"][2] = {**bench["results"][1], "mode": "fp16", "speedup_vs_fp32": speedup, "speedup_ci": ci,
+                           "speedup_verdict": verdict}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    return load(str(tmp_path / "doctor.json")) + load(str(tmp_path / "bench.json"))
+
+
 def _reconciled(docs) -> list[dict]:
     report = build(docs)
     return [row for env in report.environments for row in env.verdicts() if row["key"].startswith("doctor vs bench")]
@@ -41,40 +52,54 @@ def test_a_recommended_mode_bench_measured_slower_is_named_with_benchs_explanati
     docs = _docs(tmp_path, bf16_speedup=0.45, verdict="slower", explanation=WHY)
     (row,) = _reconciled(docs)
     assert row["key"] == "doctor vs bench mlp: bf16" and row["tone"] == "bad"
-    assert row["text"].startswith("they disagree: the doctor recommends bf16 (kernels 3.00×, training 3.00× on its "
-                                  "own small ops), but bench mlp measured bf16 slower: 0.45× fp32 [0.41, 0.50]; ")
-    assert "bench's explanation: casts grew most: 0.00 -> 9.00 ms" in row["text"]
+    assert row["text"].startswith("they disagree: the doctor recommends bf16 (matmul/conv 3.00x, training step 3.00x "
+                                  "fp32 on its own small ops on 2 threads), but bench mlp measured bf16 0.45x [0.41, 0.50] "
+                                  "fp32: slower; bench's fastest: fp32; ")
+    assert "bench's --explain: casts grew most: 0.00 -> 9.00 ms" in row["text"]
     assert "too small to gain" in row["text"]
-    assert row["text"].endswith("; the doctor's size table: 0.80x at 64², 1.60x at 256², 4.00x at 1024²")
+    assert "the doctor's matmul gains bf16 0.80x at 64², 1.60x at 256², 4.00x at 1024²" in row["text"]
     page = markdown(build(docs))
     assert "doctor vs bench mlp: bf16" in page and "they disagree" in page
 
 
 def test_without_explain_the_row_points_to_it(tmp_path):
     (row,) = _reconciled(_docs(tmp_path, bf16_speedup=0.45, verdict="slower"))
-    assert "measured bf16 slower: 0.45× fp32 [0.41, 0.50]; run `ampkit bench --explain` for a breakdown of why;" \
-        in row["text"]
+    assert row["text"].endswith("measured bf16 0.45x [0.41, 0.50] fp32: slower; bench's fastest: fp32; the doctor's "
+                                "matmul gains bf16 0.80x at 64², 1.60x at 256², 4.00x at 1024²; `ampkit bench --explain` "
+                                "names this workload's matmul sizes and where its step's time goes")
 
 
 def test_a_mode_the_doctor_calls_slower_that_bench_measured_faster(tmp_path):
-    docs = _docs(tmp_path, bf16_speedup=2.5, verdict="faster")
-    bench = json.loads((tmp_path / "bench.json").read_text())
-    bench["results"][2] = {**bench["results"][1], "mode": "fp16", "speedup_vs_fp32": 1.8, "speedup_ci": [1.5, 2.1],
-                           "speedup_verdict": "faster"}
-    (tmp_path / "bench.json").write_text(json.dumps(bench))
-    docs = load(str(tmp_path / "doctor.json")) + load(str(tmp_path / "bench.json"))
-    (row,) = _reconciled(docs)
+    _docs(tmp_path, bf16_speedup=2.5, verdict="faster")
+    (row,) = _reconciled(_with_fp16(tmp_path, 1.8, [1.5, 2.1], "faster"))
     assert row["key"] == "doctor vs bench mlp: fp16"
-    assert row["text"].startswith("they disagree: the doctor calls fp16 slower (kernels 0.50× on its own small ops), "
-                                  "but bench mlp measured fp16 faster: 1.80× fp32 [1.50, 2.10]")
+    assert row["text"].startswith("they disagree: the doctor calls fp16 slower (matmul/conv 0.50x, training step 0.50x "
+                                  "fp32 on its own small ops on 2 threads), but bench mlp measured fp16 faster: 1.80x "
+                                  "[1.50, 2.10] fp32")
 
 
 def test_agreeing_documents_add_nothing(tmp_path):
     docs = _docs(tmp_path, bf16_speedup=2.5, verdict="faster", explanation=WHY)
     assert _reconciled(docs) == []
     assert "doctor vs bench" not in markdown(build(docs))
-    # no measurable difference is not a disagreement either
-    assert _reconciled(_docs(tmp_path, bf16_speedup=0.98, verdict="no measurable difference")) == []
+    # no measurable difference is: the doctor's recommendation claimed a gain bench did not see (#45 point 6)
+    (row,) = _reconciled(_docs(tmp_path, bf16_speedup=0.98, verdict="no measurable difference"))
+    assert "measured bf16 0.98x [0.88, 1.08] fp32: no measurable difference; bench's fastest: fp32" in row["text"]
+
+
+def test_a_doctor_recommending_fp16_beside_a_bench_where_fp16_is_slowest(tmp_path):
+    _docs(tmp_path, bf16_speedup=1.02, verdict="no measurable difference")
+    doctor = json.loads((tmp_path / "doctor.json").read_text())
+    doctor["recommended"] = "fp16"
+    doctor["modes"]["fp16"].update(verdict="recommended", speedup=2.5, training_speedup=1.3)
+    (tmp_path / "doctor.json").write_text(json.dumps(doctor))
+    docs = _with_fp16(tmp_path, 0.97, [0.90, 1.03], "no measurable difference")
+    (row,) = _reconciled(docs)
+    assert row["key"] == "doctor vs bench mlp: fp16"
+    assert row["text"].startswith("they disagree: the doctor recommends fp16 (matmul/conv 2.50x, training step 1.30x")
+    assert "bench's fastest: bf16 1.02x [0.92, 1.12] fp32" in row["text"]
+    page = markdown(build(docs))
+    assert "doctor vs bench mlp: fp16" in page and "they disagree: the doctor recommends fp16" in page
 
 
 def test_other_frameworks_and_quick_doctors_are_not_compared(tmp_path):

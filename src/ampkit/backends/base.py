@@ -42,7 +42,7 @@ __all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "Environm
 
 #: the protocol's optional operations: declared with a default ("unsupported, because ...", or none),
 #: which a backend deriving from :class:`Backend` inherits
-OPTIONAL = frozenset({"bench_strategies", "bench_size_work", "parity_group", "audit_sessions"})
+OPTIONAL = frozenset({"bench_strategies", "bench_size_work", "bench_threads", "bench_doctor_verdict", "parity_group", "audit_sessions"})
 
 
 @runtime_checkable

@@ -23,7 +23,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
           warmup: int = 5, repeats: int = 1, seq_len: int | None = None, image_size: int | None = None,
           framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None,
           explain: bool = False, compile: str = "off", strategy: str | None = None,
-          replicas: int | None = None, plan=None, data: str | None = None) -> BenchReport:
+          replicas: int | None = None, plan=None, threads: int | None = None, data: str | None = None) -> BenchReport:
     """Train the same model on the same batch in each mode, each mode in a fresh process.
 
     The processes are *spawned* (Python's ``multiprocessing`` "spawn"); they do not re-run the calling
@@ -64,6 +64,9 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         replicas: with ``strategy`` on a CPU, this many logical CPU devices (for testing a strategy).
         plan: a precision plan (a path or the dict of ``ampkit audit --plan`` / ``ampkit plan``), run as
             one more mode ``plan:<default>`` with ``"plan"`` attached to its row.
+        threads: the CPU threads every mode is timed with (``--threads``); None: one on a CPU, the
+            doctor's default too (:mod:`ampkit.threads`); a GPU run keeps the framework's count.
+            ``environment.cpu.threads`` says the count.
 
     Returns:
         BenchReport: one row per mode (``.results``: samples/s, step times, peak memory, speedup
@@ -77,7 +80,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
     cfg = BenchConfig(workload=workload, model=model, input_shape=input_shape, num_classes=num_classes, modes=modes,
                       batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
                       seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain,
-                      compile=compile, strategy=strategy, replicas=replicas, plan=plan, data=data)
+                      compile=compile, strategy=strategy, replicas=replicas, plan=plan, threads=threads, data=data)
     framework = _framework(framework, cfg)
     return shown(progress, f"bench {workload or model or ''}".strip(), "bench", lambda cb, live: driver.run(
         cfg, framework, progress=cb, on_row=live.row if live else None))

@@ -72,6 +72,8 @@ class BenchConfig:
     replicas: int | None = None          # --replicas N: N logical CPU devices (testing a strategy on a CPU)
     compile: str = "off"                 # --compile off|on|both: torch.compile / Keras jit_compile (bench/compiled.py)
     plan: dict | None = None             # --plan PATH: a precision plan, run as one more mode "plan:<default>"
+    threads: int | None = None           # --threads N: CPU threads each mode's child times with (ampkit.threads);
+    #                                      None: the policy's default (1 on a CPU), filled in by the driver
     data: str | None = None              # --data MODULE:FACTORY: time a real batch of the user's data (PyTorch)
 
     def __post_init__(self) -> None:
@@ -93,6 +95,9 @@ class BenchConfig:
         int_in(self.num_classes, "--num-classes", 1, MAX_CLASSES)
         int_in(self.search_cap, "--max-batch-size", 1, MAX_BATCH)
         float_in(self.timeout, "--timeout", 0, MAX_TIMEOUT_S, lo_open=True)
+        from ..threads import check as check_threads
+
+        self._set("threads", check_threads(self.threads))
         if not isinstance(self.explain, bool):
             raise UsageError(f"explain must be True or False; received {self.explain!r}")
         _strategy(self)

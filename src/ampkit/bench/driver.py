@@ -8,13 +8,17 @@
 3. The workload is built once (``bench_probe``): a user's ``--model`` in an isolated child, where
    a crash, ``sys.exit`` or a hang becomes one usage-error line, and a model that cannot train on
    a probe batch of 2 is refused before any mode runs.
-4. ``auto`` in the modes resolves once, here (:mod:`.repeats`).
+4. The thread count is the policy's (:mod:`ampkit.threads`: ``--threads``, else one on a CPU, as
+   the doctor times), written into the config the children apply it from; ``auto`` in the modes
+   resolves once, here, on that count (:mod:`.repeats`).
 5. Each mode runs in a fresh spawned child (:func:`.runner.run_child`), ``--repeats`` times
    interleaved; Ctrl-C keeps the rows that finished. ``--batch-size auto`` searches inside that
    child, or with one child per trial for a backend that cannot hand a trial's memory back
    (``bench_searches_in_child``). Under a launcher the modes run in this process, across the group.
 6. The report: rows with their relative figures, auto's row marked, the environment, the config as
-   asked plus what the run decided (the workload that ran, the resolved modes, auto's choice).
+   asked plus what the run decided (the workload that ran, the resolved modes, auto's choice), and
+   the doctor's cached verdict beside them, read when auto resolved, with any disagreement in words
+   (:mod:`.doctor_check`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import replace
 from ..errors import UsageError
 from ..factory import class_count_hint
 from ..target import Target
+from ..threads import resolve as resolve_threads
 from .compiled import run_variants
 from .config import AUTO_BATCH, BenchConfig
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
@@ -61,8 +66,15 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     if config.batch_size == AUTO_BATCH and not target.accelerator and config.memory_budget is None:
         raise UsageError(CPU_AUTO_BATCH)
     cfg = config if workload == config.workload else replace(config, workload=workload)
+    threads = resolve_threads(cfg.threads, target.accelerator)  # the doctor's default (ampkit.threads)
+    cfg = cfg if threads == cfg.threads else replace(cfg, threads=threads)
     probe = probe_model(backend, cfg, target)
-    auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
+    with backend.bench_threads(target, threads):  # auto's reason compares the count it was measured at
+        auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
+        doctor = backend.bench_doctor_verdict(target)  # read once, beside auto: what this run is compared with
+        environment = {**backend.environment(target), **probe.environment}
+    if threads is not None and "cpu" in environment:  # the count every mode's child timed with
+        environment["cpu"] = {**(environment.get("cpu") or {}), "threads": threads}
     spec = backend_spec(backend)
 
     def run_one(mode: str, cfg: BenchConfig = cfg) -> BenchRow:
@@ -79,17 +91,33 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
 
     rows, interrupted = run_variants(cfg, run_group)
     mark_auto(rows, auto)
-    environment = {**backend.environment(target), **probe.environment}
     if cfg.explain:
         from .explain import explain_rows
 
         explain_rows(rows, environment)
-    return BenchReport(workload=probe.name or cfg.workload or cfg.model or "unnamed", device=target.label, results=rows,
-                       environment=environment,
+    name = probe.name or cfg.workload or cfg.model or "unnamed"
+    return BenchReport(workload=name, device=target.label, results=rows, environment=environment,
+                       doctor_check=doctor_check(doctor, rows, name, threads, probe.matmuls),
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
                        sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1),
                        input=probe.input)
+
+
+def doctor_check(doctor: dict | None, rows: list[BenchRow], workload: str, threads: int | None,
+                 matmuls: list | None = None) -> dict | None:
+    """The document's ``doctor_check``: the doctor's cached verdict this run is compared with, the
+    workload's matmul size (from the probe's ``matmuls``, or ``--explain``'s profile), and where they
+    disagree (:mod:`.doctor_check`); None without a doctor verdict."""
+    if not doctor or doctor.get("source") != "doctor":
+        return None
+    from .doctor_check import bench_rows, disagreements, matmul_size
+
+    table = bench_rows(rows)
+    size = matmul_size(table) or matmul_size([{"matmuls": matmuls}])
+    return {"recommended": doctor.get("recommended"), "measured_at": doctor.get("measured_at"),
+            "threads": doctor.get("threads"), "matmul_size": round(size, 1) if size else None,
+            "disagreements": disagreements(doctor, table, workload, threads=threads, matmul_size=size)}
 
 
 def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:

@@ -16,8 +16,9 @@ states one fact:
 
 Optional operations are declared here with a default that says what a backend without them gets
 (a class deriving from :class:`~ampkit.backends.base.Backend` inherits them): ``bench_strategies``
-(none: ``--strategy`` is refused with the reason) and ``bench_size_work`` (None: ``--explain``
-rows carry no size table).
+(none: ``--strategy`` is refused with the reason), ``bench_size_work`` (None: ``--explain``
+rows carry no size table), ``bench_threads`` (the thread count left as it is) and
+``bench_doctor_verdict`` (None: nothing to reconcile with).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class ModelProbe:
     batch_size: int = 32                     # the workload's default batch: where --batch-size auto starts
     environment: dict = field(default_factory=dict)  # what only the model tells (Keras: which Keras built it),
     #                                                  laid over the backend's environment section
+    matmuls: list | None = None              # one step's matmuls at the run's batch, {"m", "n", "k", "calls"}, largest
+    #                                          first (what bench compares with the doctor's size table); None: unknown
     input: dict | None = None                # --data: the user's batch that was timed ({"kind": "data", "shape", ...})
 
 
@@ -127,6 +130,19 @@ class BenchOps(Protocol):
     # ---------------------------------------------------------------- optional, declared with their defaults
     #: ``--strategy`` names this backend distributes with in one process (tf.distribute's); none by default
     bench_strategies: tuple[str, ...] = ()
+
+    def bench_threads(self, target: Target, threads: int | None) -> AbstractContextManager:
+        """The scope a mode is measured in (in its child) with ``threads`` CPU threads
+        (``config.threads``, :mod:`ampkit.threads`; None: the framework's count stays); the driver
+        also resolves ``auto`` and reads the environment inside it. The default changes nothing: a
+        backend without threads of its own (plain Python) times as it is."""
+        return contextlib.nullcontext()
+
+    def bench_doctor_verdict(self, target: Target) -> dict | None:
+        """The doctor's measured verdict cached for this environment (an :mod:`ampkit.auto_cache`
+        entry), which bench's last line reconciles with (:mod:`ampkit.bench.doctor_check`); None
+        (the default): no doctor to compare with."""
+        return None
 
     def bench_size_work(self, target: Target) -> SizeWork | None:
         """``--explain``'s size table, timed by the driver after :meth:`bench_measure`; None (the

@@ -96,6 +96,9 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
     interrupted: bool = False
     sample_inputs: object = None  # per-sample input shape(s) the workload ran with, e.g. [3, 32, 32]
     replicas: int = 1             # devices each step ran on in sync (--strategy mirrored)
+    #: the doctor's cached verdict read when auto resolved ({"recommended", "measured_at", "threads"}) and
+    #: "disagreements": bench/doctor_check's sentences ([] when they agree); None: no doctor verdict cached
+    doctor_check: dict | None = None
     input: dict | None = None     # --data: the user's batch that was timed ({"kind": "data", "from", "shape", "dtype"})
 
     @property
@@ -109,7 +112,8 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                         device=self.device, world_size=self.world_size, results=[r.to_dict() for r in self.results],
                         flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
                         interrupted=self.interrupted, sample_inputs=self.sample_inputs, replicas=self.replicas,
-                        speedup_definition=SPEEDUP_DEFINITION, **({"input": self.input} if self.input else {}))
+                        speedup_definition=SPEEDUP_DEFINITION, doctor_check=self.doctor_check,
+                        **({"input": self.input} if self.input else {}))
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchReport:
@@ -122,6 +126,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                    flops_per_sample=d.get("flops_per_sample"), config=config if isinstance(config, dict) else {},
                    note=d.get("note"), interrupted=bool(d.get("interrupted", False)),
                    sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1),
+                   doctor_check=d.get("doctor_check") if isinstance(d.get("doctor_check"), dict) else None,
                    input=d.get("input") if isinstance(d.get("input"), dict) else None)
 
 

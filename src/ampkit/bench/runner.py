@@ -160,7 +160,13 @@ def measure_mode(backend, request: MeasureRequest, progress) -> BenchRow:
     """One mode measured by the backend (``bench_measure``), then, for a row that ``--explain``
     profiled in a mode other than fp32 and fp8, the size table its explanation cites: the doctor's
     matmul against fp32's at small, medium and large sizes (:func:`ampkit.doctor.sizes.measure_sizes`),
-    timed here, in the process that measured the row, as the backend says (``bench_size_work``)."""
+    timed here, in the process that measured the row, as the backend says (``bench_size_work``).
+    Both on ``config.threads`` CPU threads (``bench_threads``, :mod:`ampkit.threads`)."""
+    with backend.bench_threads(request.target, request.config.threads):
+        return _measure_mode(backend, request, progress)
+
+
+def _measure_mode(backend, request: MeasureRequest, progress) -> BenchRow:
     row = backend.bench_measure(request, progress)
     if row.explain_detail is None or request.mode in ("fp32", "fp8"):
         return row

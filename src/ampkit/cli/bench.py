@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import ProgressLines, add_run_flags, add_sizes, add_timeout
+from .common import ProgressLines, add_run_flags, add_sizes, add_threads, add_timeout
 
 
 def add_arguments(p) -> None:
@@ -45,6 +45,7 @@ def add_arguments(p) -> None:
                         "compiled side by side; rows gain compile_s, graph_breaks, recompiles (default: off)")
     p.add_argument("--plan", default=None, metavar="PATH",
                    help="also run this precision plan (ampkit audit --plan / ampkit plan) as the mode plan:<default>")
+    add_threads(p)
     add_run_flags(p)
     p.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of throughput and peak memory")
@@ -97,7 +98,7 @@ def run(args) -> int:
         memory_budget=args.memory_budget, steps=args.steps, warmup=args.warmup, device=args.device,
         search_cap=args.max_batch_size, timeout=args.timeout, repeats=args.repeats, seq_len=args.seq_len,
         image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas,
-        compile=args.compile, plan=_plan(args.plan, framework), data=args.data)
+        compile=args.compile, plan=_plan(args.plan, framework), threads=args.threads, data=args.data)
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))

@@ -8,6 +8,13 @@ def add_device(p) -> None:
                    help="auto (first CUDA device, else CPU), cpu, cuda or cuda:N (default: auto)")
 
 
+def add_threads(p) -> None:
+    """--threads N: the CPU threads doctor and bench time with (ampkit.threads; checked by the config)."""
+    p.add_argument("--threads", default=None, metavar="N",
+                   help="CPU threads to time with, 1 to the logical CPUs (default: 1 on a CPU, for doctor and bench "
+                        "alike; a GPU run keeps the framework's count); the output and JSON say the count")
+
+
 def add_json(p) -> None:
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write the JSON document to PATH; '-' writes it alone to stdout (human output to stderr)")

@@ -1,8 +1,8 @@
-"""ampkit doctor [--framework auto|torch|tensorflow|all] [--device DEV] [--quick] [--thorough] [--json PATH|-]"""
+"""ampkit doctor [--framework auto|torch|tensorflow|all] [--device DEV] [--quick] [--thorough] [--threads N] [--json PATH|-]"""
 
 from __future__ import annotations
 
-from .common import add_device, add_framework, add_json, progress_printer
+from .common import add_device, add_framework, add_json, add_threads, progress_printer
 
 
 def add_arguments(p) -> None:
@@ -12,6 +12,7 @@ def add_arguments(p) -> None:
     p.add_argument("--thorough", action="store_true",
                    help="also the self-tests that cannot change the recommendation: a mode this device can only "
                         "emulate (fp8 via torchao), tf_keras beside Keras 3")
+    add_threads(p)
     add_json(p)
 
 
@@ -21,10 +22,12 @@ def run(args) -> int:
     from ..environment import base_environment
     from ..registry import FRAMEWORKS, get_backend, parse_framework, resolve_framework
     from ..render.output import console
+    from ..threads import check as check_threads
     from . import validate as v
     from .finish import finish
 
     framework = parse_framework(args.framework, allow_all=True)
+    threads = check_threads(args.threads)
     v.outputs(args, ("json", "JSON", "--json", True))
     con = console(json_to_stdout=args.json == "-")
     frameworks = list(FRAMEWORKS) if framework == "all" else [resolve_framework(framework)]
@@ -34,7 +37,7 @@ def run(args) -> int:
     try:
         for fw in frameworks:
             reports[fw] = run_doctor(fw, args.device, quick=args.quick, progress=progress_printer(con),
-                                     thorough=args.thorough)
+                                     thorough=args.thorough, threads=threads)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the frameworks that finished, in one marked document
         cause = exc
     if cause is None and framework != "all":
@@ -58,7 +61,12 @@ def _render(document, con) -> None:
         render_doctor.render(report, con)
         if interrupted:
             continue
-        if report.auto_cache:  # `auto` (engine, bench, parity, audit) follows this measurement from now on
+        if report.quick and not (report.recommended and report.reason.startswith("cached measurement")):
+            continue
+        if report.quick:  # the cached measurement it reported: auto follows the same one
+            con.print(f"auto follows the same cached measurement for {report.framework} on {report.device}: "
+                      f"{report.recommended}", markup=False, highlight=False)
+        elif report.auto_cache:  # `auto` (engine, bench, parity, audit) follows this measurement from now on
             con.print(f"auto will follow this measurement for {report.framework} on {report.device}: "
                       f"{report.recommended} (cached in {report.auto_cache})")
         elif doctor_entry(report) is not None:  # measured, but the cache could not be written

@@ -14,7 +14,7 @@ __all__ = ["DoctorConfig", "DoctorReport", "ModeReport", "run_doctor"]
 
 
 def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, progress=None,
-               thorough: bool = False) -> DoctorReport:
+               thorough: bool = False, threads: int | None = None) -> DoctorReport:
     """Run the doctor for one framework on one device and return its report; ``ampkit.doctor(...)``
     is the same call (the package is callable, like ``ampkit.bench`` and ``ampkit.parity``).
 
@@ -26,6 +26,9 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
         progress: ``progress(msg)`` gets each step in words; in a Jupyter kernel the default (None)
             shows them in one display that updates in place; ``False`` shows nothing.
         thorough: also the self-tests that cannot change the recommendation (:func:`.driver.run`).
+        threads: the CPU threads the rounds run on (``--threads``); None: one on a CPU, the same
+            default as :func:`ampkit.bench` (:mod:`ampkit.threads`); the report's
+            ``environment.cpu.threads`` and the cached verdict record the count.
 
     Returns:
         DoctorReport: per mode supported, self-test, measured speedup and verdict, and the
@@ -36,7 +39,7 @@ def run_doctor(framework: str = "auto", device="auto", *, quick: bool = False, p
     from .config import DoctorConfig
     from .driver import run
 
-    config = DoctorConfig(device=device, quick=quick, thorough=thorough)
+    config = DoctorConfig(device=device, quick=quick, thorough=thorough, threads=threads)
     framework = parse_framework(framework)  # a bad name: one UsageError before anything runs
     return shown(progress, "doctor", "doctor", lambda cb, _live: run(config, framework, progress=cb))
 

@@ -70,10 +70,27 @@ def _measured_slower(m: dict) -> bool:
     return m.get("verdict") in ("slower", "broken", "unsupported")
 
 
-def choose(entry: dict, where: str, *, fresh: bool = False) -> tuple[str, str]:
-    """The mode a cached (or just measured) entry gives ``auto``, and the reason quoting the measurement."""
+def thread_words(entry: dict, threads: int | None = None) -> str:
+    """``on 1 thread`` (the count the entry was measured at), and, when ``threads`` (the count this
+    process times or trains with) differs, that it does and how to measure at it."""
+    measured = entry.get("threads")
+    if not isinstance(measured, int) or isinstance(measured, bool):
+        return ""  # an entry from before the count was recorded
+    said = f"on {measured} thread" + ("" if measured == 1 else "s")
+    if isinstance(threads, int) and threads != measured:
+        framework = (entry.get("fingerprint") or {}).get("framework")
+        said += (f", while this process runs {threads} thread{'' if threads == 1 else 's'} "
+                 f"(`{doctor_command(framework)} --threads {threads}` measures at that count)")
+    return said
+
+
+def choose(entry: dict, where: str, *, fresh: bool = False, threads: int | None = None) -> tuple[str, str]:
+    """The mode a cached (or just measured) entry gives ``auto``, and the reason quoting the
+    measurement, its date and the thread count it was measured at (and ``threads``, this process's
+    count, where it differs: the verdict is followed, and the reason says so)."""
     mode = entry["recommended"]
-    when = "just now" if fresh else f"cached {entry['measured_at'][:10]}"
+    when = ", ".join(w for w in ("just now" if fresh else f"cached {entry['measured_at'][:10]}",
+                                 thread_words(entry, threads)) if w)
     if entry["source"] == "doctor":
         said = f"the doctor measured {measured_words(entry)} on {where} ({when})"
     else:
@@ -98,9 +115,29 @@ def doctor_entry(report) -> dict | None:
             continue
         modes[mode] = {"verdict": m.verdict, "speedup": m.speedup, "speedup_ci": m.speedup_ci,
                        "training_speedup": m.training_speedup, "training_speedup_ci": m.training_speedup_ci}
+        if m.speedup_by_size:
+            modes[mode]["speedup_by_size"] = {str(n): x for n, x in m.speedup_by_size.items()}
     return {"recommended": report.recommended, "reason": report.reason, "source": "doctor",
             "kernels_label": "matmul/conv", "device": report.device, "modes": modes,
+            "threads": (report.environment.get("cpu") or {}).get("threads"),
             "measured_at": auto_cache.now_iso(), "ampkit_version": report.environment.get("ampkit")}
+
+
+def cached_verdict(fp: dict, where: str, reports: dict) -> tuple[str | None, str]:
+    """What a ``--quick`` doctor recommends: the measured verdict cached for ``fp`` (the doctor's or
+    auto's quick check), dated and with its thread count, when its mode passed this run's self-test;
+    else None and why (not measured, or the cached mode failing here now)."""
+    from .verdicts import NOT_MEASURED
+
+    entry = auto_cache.load(fp)
+    if entry is None:
+        return None, NOT_MEASURED
+    mode, why = choose(entry, where)
+    rep = reports.get(mode)
+    if rep is None or not rep.supported or rep.selftest == "fail":
+        state = "is not a row here" if rep is None else "is unsupported here" if not rep.supported else "failed its self-test now"
+        return None, f"not measured now (--quick): the cached measurement chose {mode}, which {state} ({why})"
+    return mode, f"cached measurement (--quick times nothing): {why}"
 
 
 def remember_for_auto(report, fp: dict) -> str | None:
@@ -125,8 +162,9 @@ def _mode_row(kern: Estimate | None, train: Estimate | None) -> dict:
 
 
 def quick_check(kernel_work: Callable[[str], Work], training_work: Callable[[str], Work] | None = None,
-                *, mode: str = "bf16", kernels_label: str = "matmul") -> dict:
+                *, mode: str = "bf16", kernels_label: str = "matmul", threads: int | None = None) -> dict:
     """fp32 against ``mode``: the kernels first; the training step only when the kernels are faster.
+    ``threads``: the CPU threads the rounds ran on (recorded in the entry).
 
     Returns a cache entry (without fingerprint). Raises RuntimeError when fp32 or the mode could not run.
     """
@@ -161,23 +199,26 @@ def quick_check(kernel_work: Callable[[str], Work], training_work: Callable[[str
     verdict = "recommended" if chosen == mode else ("slower" if kern_class == SLOWER or (
         train is not None and classify(train, ACCEL_THRESHOLD) == SLOWER) else "usable")
     return {"recommended": chosen, "reason": why, "source": "quick", "kernels_label": kernels_label,
-            "modes": {mode: dict(_mode_row(kern, train), verdict=verdict)}, "measured_at": auto_cache.now_iso()}
+            "modes": {mode: dict(_mode_row(kern, train), verdict=verdict)}, "measured_at": auto_cache.now_iso(),
+            "threads": threads}
 
 
 # ---------------------------------------------------------------- resolve
 def resolve(fp: dict, where: str, capability: Callable[[], tuple[str, str]],
-            measure: Callable[[], dict] | None = None) -> tuple[str, str]:
+            measure: Callable[[], dict] | None = None, *, threads: int | None = None) -> tuple[str, str]:
     """``auto`` for the environment ``fp``: cached verdict, else ``measure()`` (cached), else the
-    labelled ``capability()`` guess. ``where`` names the device in the reason ("this CPU")."""
+    labelled ``capability()`` guess. ``where`` names the device in the reason ("this CPU");
+    ``threads``: the CPU threads this process runs (the reason says when the verdict was measured
+    at another count)."""
     entry = auto_cache.load(fp)
     if entry is not None:
-        return choose(entry, where)
+        return choose(entry, where, threads=threads)
     failed = ""
     if measure is not None:
         memo_key = (str(auto_cache.cache_path()), auto_cache.key(fp))
         entry = _MEMO.get(memo_key)
         if entry is not None:  # measured earlier in this process, where the cache could not be written
-            return choose(entry, where, fresh=True)
+            return choose(entry, where, fresh=True, threads=threads)
         try:
             entry = measure()
         except Exception as exc:  # noqa: BLE001 - a failed quick check falls back to the labelled guess
@@ -190,6 +231,6 @@ def resolve(fp: dict, where: str, capability: Callable[[], tuple[str, str]],
         if entry is not None:
             _MEMO[memo_key] = entry
             auto_cache.store(fp, entry)
-            return choose(entry, where, fresh=True)
+            return choose(entry, where, fresh=True, threads=threads)
     mode, why = labelled_guess(*capability(), framework=fp.get("framework"))
     return mode, why + failed

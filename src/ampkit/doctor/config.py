@@ -21,13 +21,16 @@ class DoctorConfig:
     self-tests only (no measurement, nothing cached for ``auto``). ``thorough``: also the self-tests
     that cannot change the recommendation (:func:`ampkit.doctor.driver.run`). ``modes``: the rows
     of the report, canonical (aliases accepted; ``auto`` is not a row: it is what the doctor
-    recommends); every mode by default.
+    recommends); every mode by default. ``threads``: the CPU threads the rounds run on
+    (:mod:`ampkit.threads`: None is the policy's default, one on a CPU; checked here, 1 to the
+    logical CPUs).
     """
 
     device: str = "auto"
     quick: bool = False
     thorough: bool = False
     modes: tuple[str, ...] = MODES
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if hasattr(self.device, "type") and not isinstance(self.device, str):  # a torch.device as its name
@@ -43,3 +46,6 @@ class DoctorConfig:
             raise UsageError(f"modes must be a comma-separated string or a list of modes; received {self.modes!r}")
         modes = tuple(dict.fromkeys(parse_mode(m, allow_auto=False) for m in modes))
         object.__setattr__(self, "modes", modes)
+        from ..threads import check
+
+        object.__setattr__(self, "threads", check(self.threads))

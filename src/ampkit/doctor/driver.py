@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 
 from ..cpu import cpu_emulation_note
-from .auto import remember_for_auto
+from ..threads import resolve as resolve_threads
+from .auto import cached_verdict, remember_for_auto
 from .config import DoctorConfig
 from .measure import Plan
 from .report import DoctorReport
@@ -31,7 +32,10 @@ def run(config: DoctorConfig | str = "auto", backend="auto", *, progress: Callab
     same ``run(config, backend)`` as bench's and parity's drivers. The older call, ``run(device,
     backend, quick=..., modes=..., thorough=...)``, still works: those keywords make the config.
 
-    ``quick``: self-tests only (no measurement, nothing cached for ``auto``). ``progress(msg)``
+    ``quick``: self-tests only (no measurement, nothing cached for ``auto``); the recommendation is
+    the measured verdict cached for this environment (dated, with its thread count), else None
+    ("not measured"). ``config.threads``: the CPU threads of the rounds (:mod:`ampkit.threads`; one
+    on a CPU by default), read back into ``environment.cpu.threads``. ``progress(msg)``
     hears each step, named by framework ("torch self-test bf16"). ``modes``: the rows of the
     report (every mode; a mode the device cannot run is reported unsupported, with the reason).
     ``thorough``: also the self-tests that cannot change the recommendation, deferred by default
@@ -52,7 +56,7 @@ def run(config: DoctorConfig | str = "auto", backend="auto", *, progress: Callab
     target = backend.target(config.device)
     prefix = f"{backend.name} "
     say = (lambda msg: progress(prefix + msg)) if progress else (lambda msg: None)
-    with backend.doctor_session(target):
+    with backend.doctor_session(target, resolve_threads(config.threads, target.accelerator)):
         reports, recommended, reason = evaluate(
             config.modes, lambda m: backend.mode_support(m, target), lambda m: backend.selftest(m, target),
             lambda m: backend.doctor_work(m, target), quick=config.quick,
@@ -60,10 +64,15 @@ def run(config: DoctorConfig | str = "auto", backend="auto", *, progress: Callab
             sizes=GPU_SIZES if target.accelerator else CPU_SIZES,
             emulation_note=lambda m: "" if target.accelerator else cpu_emulation_note(m), say=say,
             training=lambda m: backend.training_support(m, target), emulated_selftest=config.thorough)
+        fp = backend.auto_fingerprint(target)
+        if config.quick:  # nothing timed now: the measured verdict cached for this environment, or none
+            recommended, reason = cached_verdict(fp, target.label if target.accelerator else "this CPU", reports)
+            if recommended is not None:
+                reports[recommended].verdict = "recommended"
         report = DoctorReport(backend.name, target.label, reports, recommended, reason, backend.environment(target),
                               config.quick)
         report.variants.update(backend.doctor_variants({m for m, r in reports.items() if r.supported}, target, say,
                                                        thorough=config.thorough))
     report.elapsed_s = round(time.perf_counter() - t0, 3)
-    remember_for_auto(report, backend.auto_fingerprint(target))  # auto follows this measurement from now on
+    remember_for_auto(report, fp)  # auto follows this measurement from now on
     return report

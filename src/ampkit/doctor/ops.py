@@ -36,10 +36,11 @@ class Work:
 
 @runtime_checkable
 class DoctorOps(Protocol):
-    def doctor_session(self, target: Target) -> AbstractContextManager:
+    def doctor_session(self, target: Target, threads: int | None = None) -> AbstractContextManager:
         """The scope the whole doctor runs in, restored after (``contextlib.nullcontext()`` when
-        nothing needs it): one measuring thread on a CPU (PyTorch), GPU memory taken as needed
-        (TensorFlow)."""
+        nothing needs it): ``threads`` CPU threads for the rounds (:mod:`ampkit.threads`; None: the
+        framework's count stays), GPU memory taken as needed (TensorFlow). The environment read
+        inside it (``environment.cpu.threads``) says the count the rounds ran on."""
 
     def selftest(self, mode: str, target: Target) -> tuple[str, str]:
         """Really train in ``mode`` on ``target``: ``("pass"|"fail"|"skip", what was checked or what

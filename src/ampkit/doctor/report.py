@@ -10,7 +10,7 @@ from ..envelope import OPT_BOOL, OPT_NUM, DocumentError, check, envelope, known,
 VERDICTS = ("recommended", "usable", "slower", "unsupported", "broken")
 SELFTESTS = ("pass", "fail", "skip")
 #: the contract's keys (and types) of a doctor document and of each of its modes; the rest is optional
-SCHEMA = {"framework": str, "device": str, "modes": dict, "recommended": str, "reason": str}
+SCHEMA = {"framework": str, "device": str, "modes": dict, "recommended": (str, type(None)), "reason": str}
 MODE_SCHEMA = {"supported": bool, "accelerated": OPT_BOOL, "speedup": OPT_NUM, "selftest": str, "verdict": str}
 MODE_CHOICES = {"verdict": VERDICTS, "selftest": SELFTESTS}
 
@@ -53,7 +53,7 @@ class DoctorReport(ResultDisplay, command="doctor"):
     framework: str
     device: str
     modes: dict[str, ModeReport]
-    recommended: str
+    recommended: str | None  # None: a --quick doctor with no measured verdict cached (the reason says "not measured")
     reason: str
     environment: dict
     quick: bool = False

@@ -30,9 +30,33 @@ ACCEL_THRESHOLD = THRESHOLD
 TRAINING_GAIN = 1.05
 #: between two accelerated modes the measurement cannot tell apart, the first of these wins
 PREFERENCE = ("bf16",)
+#: what a slower mode's training figure is: the doctor's steps are small (a conv net of two layers, one
+#: transformer block), and an emulated mode loses more on larger convolutions (fp16 convolution backward on a
+#: CPU without AVX512-FP16 never reaches oneDNN: a ResNet-50 step measured 20-86x slower where this step said 3.2x, #45)
+LOWER_BOUND = "its training step is small: a lower bound on how much slower a ResNet-50-class step is"
+#: the reason of a --quick doctor with no measurement to report (no mode recommended)
+NOT_MEASURED = ("not measured: --quick times nothing and no measured verdict is cached for this environment; "
+                "`ampkit doctor` measures (a few seconds) and auto follows it")
 #: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
 EMULATED_DEFERRED = ("its emulated self-test is deferred (it cannot change the recommendation, and loading "
                      "the emulation takes seconds): `ampkit doctor --thorough` runs it")
+
+
+#: every verdict word a doctor table uses, defined (its footer prints the ones the table shows)
+VERDICT_WORDS = {
+    "recommended": (f"passed its self-test, matmul/conv faster than fp32 (the interval's low end clears "
+                    f"{ACCEL_THRESHOLD:.2f}x) and a training step at least {TRAINING_GAIN:.2f}x fp32's, the fastest "
+                    "such mode (bf16 before fp16 unless fp16 is measurably faster); with --quick: the cached measurement's choice"),
+    "usable": "works here (self-test passed) but not measured faster than fp32, or not measured",
+    "slower": (f"measured slower than fp32: an interval's high end below 1/{ACCEL_THRESHOLD:.2f} (matmul/conv or "
+               "training step); its training figure is a lower bound on how much slower a ResNet-50-class step is "
+               "(larger convolutions lose more where the mode is emulated)"),
+    "unsupported": "this device or framework cannot run the mode",
+    "broken": "its self-test failed: the mode runs but trains wrongly here",
+    "working (emulated)": "no hardware for the mode; its numerics self-tested in the engine's emulation, never timed",
+    "no measurable difference": "the 95% interval holds 1",
+    "within the": f"a difference inside the {ACCEL_THRESHOLD:.2f}x threshold (the interval excludes 1 but does not clear it)",
+}
 
 
 def ratio_words(s: float) -> str:
@@ -136,11 +160,14 @@ def evaluate(modes, support: Callable, selftest: Callable, work_for: Callable, *
                 parts.append("no size table (measured only for a mode that may be recommended)")
             if classify(kern, ACCEL_THRESHOLD) == SLOWER or (train and classify(train, ACCEL_THRESHOLD) == SLOWER):
                 rep.verdict = "slower"
+                if train is not None:  # a small step: larger convolutions lose more where the mode is emulated
+                    parts.append(f"{LOWER_BOUND} ({1 / train.point:.1f}x here)")
                 rep.reason = f"{mode} is slower than fp32 here{emulation_note(mode)}: " + "; ".join(parts)
             else:
                 rep.verdict, rep.reason = "usable", "self-test passed; " + "; ".join(parts)
     recommended, reason = recommend(reports, quick, series)
-    reports[recommended].verdict = "recommended"
+    if recommended is not None:  # --quick measured nothing: no mode is recommended on its own say
+        reports[recommended].verdict = "recommended"
     return reports, recommended, reason
 
 
@@ -210,13 +237,16 @@ def _training_faster(rep: ModeReport) -> bool:
     return rep.training_speedup >= TRAINING_GAIN and rep.training_speedup_ci[1] >= 1.0
 
 
-def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Series] | None = None) -> tuple[str, str]:
+def recommend(reports: dict[str, ModeReport], quick: bool,
+              series: dict[str, Series] | None = None) -> tuple[str | None, str]:
     """The fastest mode (by training step) that passed its self-test, is accelerated and trains
     faster, else fp32. Unless that mode's training step is at least the threshold faster than a
     preferred one's (bf16: no loss scaling), paired by round and read at the interval's low end,
     the preferred one wins. fp8 is a candidate only where it ran on fp8 hardware (never emulated)
     with a measured training step, and only when it beats bf16's training step by that same rule:
-    fp8 changes the model's layers, so it must buy more than bf16 does."""
+    fp8 changes the model's layers, so it must buy more than bf16 does. ``quick`` (nothing
+    measured): None, with :data:`NOT_MEASURED` (the driver reports a cached measurement instead,
+    where one exists)."""
     series = series or {}
     candidates = [(m, r) for m, r in reports.items()
                   if m != "fp32" and r.selftest == "pass" and r.accelerated and _training_faster(r)
@@ -240,7 +270,7 @@ def recommend(reports: dict[str, ModeReport], quick: bool, series: dict[str, Ser
             break
         return mode, why
     if quick:
-        return "fp32", "speed not measured (--quick): fp32 until a measurement shows a faster mode"
+        return None, NOT_MEASURED
     measured = [f"{m} {r.speedup:.2f}x {_ci(r.speedup_ci)}"
                 + (f" (training {r.training_speedup:.2f}x {_ci(r.training_speedup_ci)})" if r.training_speedup else "")
                 for m, r in reports.items() if m != "fp32" and r.speedup is not None]

@@ -73,11 +73,16 @@ def caption(report) -> list[str]:
            if repeats else
            "95% interval: bootstrap over this run's timed steps (step-to-step noise only; --repeats N adds what "
            "changes between runs).")
+    from ..threads import footer
+
+    threads = footer(report.environment.get("cpu"), accelerator=str(report.device).startswith(("cuda", "GPU")))
     return [f"speedup = samples/s ÷ fp32's samples/s = fp32's median step time ÷ this mode's "
             f"(samples/s = batch ÷ step ms p50{', medians over the repeats' if repeats else ''}).",
             how,
-            f"vs fp32: faster/slower only when the interval's end clears {THRESHOLD:.2f}x (the doctor's rule); "
-            "no measurable difference when the interval holds 1."]
+            f"vs fp32: faster = the interval's low end clears {THRESHOLD:.2f}x; slower = its high end is below "
+            f"1/{THRESHOLD:.2f} (the doctor's rule); no measurable difference = the interval holds 1; small difference = "
+            f"the interval excludes 1 but stays within {THRESHOLD:.2f}x; no interval = too few timed steps to tell; "
+            "see below = no speedup claimed (the flag is named below)."] + ([threads + "."] if threads else [])
 
 
 def render(report, con) -> None:
@@ -137,6 +142,10 @@ def render(report, con) -> None:
     for r in res:
         if r.resolved_from:
             con.print(f"{r.mode} ran for {r.resolved_from}: {r.resolved_reason}", markup=False, highlight=False)
+            if r.speedup_verdict == "slower" and r.mode != "fp32":  # auto's choice lost to fp32 in this very run
+                con.print(f"  {r.resolved_from} chose {r.mode} from the figure above, but in this run {r.mode} measured "
+                          f"{r.speedup_vs_fp32:.2f}x fp32 [{r.speedup_ci[0]:.2f}, {r.speedup_ci[1]:.2f}]: slower than fp32 "
+                          "on this workload", markup=False, highlight=False, style="yellow")
     for r in res:
         if r.status == "ok" and r.flags:
             con.print(f"  {r.mode}: flagged, no speedup claimed: {r.warning}", markup=False, highlight=False,
@@ -159,6 +168,8 @@ def render(report, con) -> None:
         con.print(err, markup=False, highlight=False)
     if report.interrupted:
         con.print("[yellow]interrupted: the table holds the modes that finished[/]")
+    for text in (getattr(report, "doctor_check", None) or {}).get("disagreements") or []:  # last: bench vs doctor
+        con.print(f"doctor vs bench: {text}", markup=False, highlight=False, style="yellow")
 
 
 def breakdown_categories(rows) -> list[str]:

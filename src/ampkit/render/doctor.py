@@ -92,9 +92,24 @@ def render(report, con) -> None:
     rounds = max((m.rounds or 0) for m in report.modes.values())
     if rounds:
         con.print(f"[dim]speedups vs fp32 with 95% intervals over up to {rounds} interleaved rounds[/]")
-    con.print(f"recommended: [bold]{report.recommended}[/] — {report.reason}")
+    for text in footer(report):
+        con.print(text, markup=False, highlight=False, style="dim")
+    con.print(f"recommended: [bold]{report.recommended or 'none'}[/] — {report.reason}")
     if report.elapsed_s is not None:
         con.print(f"[dim]doctor took {report.elapsed_s:.1f} s[/]")
+
+
+def footer(report) -> list[str]:
+    """The table's footer: the thread count it timed with, and every verdict word the table shows."""
+    from ..doctor.verdicts import VERDICT_WORDS
+    from ..threads import footer as threads_footer
+
+    out = [t for t in [threads_footer(report.environment.get("cpu"), accelerator=report.device.startswith(("cuda", "GPU")))]
+           if t and not report.quick]
+    shown = " ".join([_verdict_cell(m, "").replace("[green]", "").replace("[/]", "") + " " + m.reason
+                      for m in report.modes.values()])
+    words = [f"{w}{' threshold' if w == 'within the' else ''}: {d}" for w, d in VERDICT_WORDS.items() if w in shown]
+    return out + (["verdicts — " + "; ".join(words)] if words else [])
 
 
 # ---------------------------------------------------------------- the report's page
@@ -131,7 +146,8 @@ def _measured(r: dict) -> str:
 
 
 def verdicts(view: DoctorView) -> list[dict]:
-    return [{"key": "doctor: recommended", "text": view.recommended, "tone": "info"}] + [
+    rec = view.recommended or "none: not measured"
+    return [{"key": "doctor: recommended", "text": rec, "tone": "info"}] + [
         verdict_row(f"doctor: {r['mode']}", r["verdict"], _measured(r)) for r in view.rows if r["mode"] != "fp32"]
 
 
@@ -150,7 +166,8 @@ def sections(result) -> list[tuple[str, object, str | None]]:
 
 def line(view: DoctorView) -> str:
     others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
-    return f"doctor {view.doc.framework} on {view.device}: recommended {view.recommended}" + (f"; {others}" if others else "")
+    said = f"recommended {view.recommended}" if view.recommended else f"recommended none ({view.reason})"
+    return f"doctor {view.doc.framework} on {view.device}: {said}" + (f"; {others}" if others else "")
 
 
 def rows(result, per: str | None = None) -> list[dict]:

@@ -244,6 +244,25 @@ class TensorFlowBench:
         _use_device(request.target)
         return run_mode(request.config, request.mode, request.flops_per_sample, progress)
 
+    def bench_doctor_verdict(self, target):
+        from ...auto_cache import load
+
+        return load(self.auto_fingerprint(target))  # the Backend's DoctorOps: the key the doctor cached under
+
+    def bench_threads(self, target, threads):
+        """TensorFlow's intra- and inter-op pools at ``threads`` (:mod:`ampkit.threads`), set before
+        its first op in the mode's fresh child (they cannot be changed back: nothing to restore)."""
+        import contextlib
+        import multiprocessing
+
+        from ...outputs import owns_process
+
+        if threads is not None and (owns_process() or multiprocessing.parent_process() is not None):
+            from .doctor import set_threads
+
+            set_threads(threads)  # a library caller's own process keeps its pools (they cannot be reset)
+        return contextlib.nullcontext()
+
     def bench_size_work(self, target) -> SizeWork:
         """The doctor's matmul (:func:`.doctor_ops.size_work`, ``tf.linalg.matmul``)."""
         from .doctor_ops import size_work

@@ -77,21 +77,26 @@ def selftest(mode: str, flavor=None) -> tuple[str, str]:
         return "fail", one_line(exc, 300)
 
 
-def one_measuring_thread() -> bool:
+def one_measuring_thread(threads: int = 1) -> bool:
     """On a CPU, TensorFlow's ops on one thread, as the PyTorch doctor times them: the ratio of per-core
     speeds is what a mode changes, and on a shared CPU a two-thread op waits at every barrier for a
     descheduled thread (measured under load 12, a transformer block's training step: 37-137 ms on two
     threads, bf16/fp32 0.4-4.6x from one run to the next; 104-120 ms on one, 1.4-1.6x). Only in the
     ``ampkit`` program itself (:func:`ampkit.outputs.owns_process`) and before TensorFlow ran an op:
-    its thread pools cannot be changed back, and a library caller's process keeps its own. True when set."""
+    its thread pools cannot be changed back, and a library caller's process keeps its own. True when set.
+    ``threads``: the count (``--threads``; one by default, :mod:`ampkit.threads`)."""
     from ...outputs import owns_process
 
-    if not owns_process():
-        return False
+    return owns_process() and set_threads(threads)
+
+
+def set_threads(threads: int) -> bool:
+    """TensorFlow's intra- and inter-op pools at ``threads``, in a process that is ampkit's (the
+    program, a bench child); True when set, False when TensorFlow already ran an op here."""
     tf = import_tensorflow()
     try:
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:  # TensorFlow already ran an op in this process: its pools are made
         return False
     return True
@@ -101,10 +106,10 @@ class TensorFlowDoctor:
     """:class:`ampkit.doctor.ops.DoctorOps` for TensorFlow/Keras (the flow: :mod:`ampkit.doctor.driver`)."""
 
     @contextlib.contextmanager
-    def doctor_session(self, target):
+    def doctor_session(self, target, threads=None):
         grow_gpu_memory()  # the doctor only looks: GPU memory as it needs it, not all of it at the first op
-        if not target.accelerator:
-            one_measuring_thread()
+        if threads is not None:
+            one_measuring_thread(threads)
         yield
 
     def selftest(self, mode: str, target) -> tuple[str, str]:

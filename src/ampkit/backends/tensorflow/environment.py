@@ -61,6 +61,8 @@ def tf_environment(keras_ran=None) -> dict:
         "tf_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                        "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
     })
+    if env["tf_threads"]["intra_op"]:  # set (the doctor's --threads, bench's children): the count timed with
+        env["cpu"] = {**env.get("cpu", {}), "threads": env["tf_threads"]["intra_op"]}
     return env
 
 

@@ -24,7 +24,7 @@ from .engine import MixedPrecision
 from .engine.islands import check_plan
 from .measure import free_memory, measure, rss_baseline
 from .workloads import build_workload
-from .workloads.flops import count_training_flops
+from .workloads.flops import count_training_flops, matmul_shapes
 
 
 def _build(cfg: BenchConfig, device: torch.device):
@@ -185,7 +185,9 @@ def probe(cfg: BenchConfig) -> ModelProbe:
         shapes = sample_shapes(batch[0])
     except Exception:  # a user's batch of another shape: the shapes are information, not a check
         shapes = None
-    return ModelProbe(workload.name, flops, shapes, workload.batch_size, input=workload.input if cfg.data else None)
+    batch = cfg.batch_size if isinstance(cfg.batch_size, int) else workload.batch_size
+    return ModelProbe(workload.name, flops, shapes, workload.batch_size, matmuls=matmul_shapes(workload, batch),
+                      input=workload.input if cfg.data else None)
 
 
 def _outputs_per_sample(workload, cfg: BenchConfig, gen) -> int | None:
@@ -265,20 +267,30 @@ class TorchBench:
         return run_mode(request.config, request.mode, torch.device(request.target.device),
                         flops=request.flops_per_sample, progress=progress)
 
+    def bench_doctor_verdict(self, target):
+        from ...auto_cache import load
+
+        return load(self.auto_fingerprint(target))  # the Backend's DoctorOps: the key the doctor cached under
+
+    def bench_threads(self, target, threads):
+        from .doctor_ops import measuring_threads
+
+        return measuring_threads(torch.device(target.device), threads)
+
     def bench_size_work(self, target) -> SizeWork:
-        """The doctor's matmul (:func:`.doctor_ops.size_work`), on one thread on a CPU as the doctor
-        times, the caller's random state untouched."""
+        """The doctor's matmul (:func:`.doctor_ops.size_work`), on the row's thread count (the
+        doctor's by default, :mod:`ampkit.threads`), the caller's random state untouched."""
         import contextlib
 
-        from .doctor_ops import measuring_threads, size_work
+        from .doctor_ops import size_work
 
         device = torch.device(target.device)
 
         @contextlib.contextmanager
         def scope():
-            with measuring_threads(device), torch.random.fork_rng(devices=[]):
+            with torch.random.fork_rng(devices=[]):
                 yield
 
-        return SizeWork(lambda mode, n: size_work(mode, device, n),
-                        "the doctor's matmul vs fp32, measured in this run" + (" on one thread" if device.type == "cpu" else ""),
+        on = f" on {torch.get_num_threads()} thread(s)" if device.type == "cpu" else ""
+        return SizeWork(lambda mode, n: size_work(mode, device, n), "the doctor's matmul vs fp32, measured in this run" + on,
                         scope)

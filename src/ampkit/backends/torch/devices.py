@@ -170,4 +170,7 @@ def resolve_auto(device) -> tuple[str, str]:
             from .doctor_ops import quick_auto
 
             return quick_auto(device)
-    return resolve(auto_fingerprint(device), _where(device), lambda: capability_auto(device), measure)
+    import torch
+
+    threads = torch.get_num_threads() if device.type == "cpu" else None  # what this process trains with
+    return resolve(auto_fingerprint(device), _where(device), lambda: capability_auto(device), measure, threads=threads)

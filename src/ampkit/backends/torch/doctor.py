@@ -116,10 +116,10 @@ class TorchDoctor:
     """:class:`ampkit.doctor.ops.DoctorOps` for PyTorch (the flow: :mod:`ampkit.doctor.driver`)."""
 
     @contextlib.contextmanager
-    def doctor_session(self, target):
+    def doctor_session(self, target, threads=None):
         from .engine.fp8 import found_only  # asking whether fp8 trains here must not import torchao (start-up)
 
-        with doctor_work.measuring_threads(torch.device(target.device)), found_only():
+        with doctor_work.measuring_threads(torch.device(target.device), threads), found_only():
             yield
 
     def selftest(self, mode: str, target) -> tuple[str, str]:

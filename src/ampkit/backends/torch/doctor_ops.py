@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ...doctor.ops import Work
 from ...precision import get_precision
+from ...threads import DEFAULT_CPU
 from .tf32 import tf32_scope
 from .timing import clock_for
 
@@ -27,15 +28,17 @@ QUICK_BLOCK = (8, 64, 256)
 
 
 @contextlib.contextmanager
-def measuring_threads(device: torch.device):
-    """On a CPU, time on one thread: the ratio of per-core speeds is what a mode changes, and on a
-    shared CPU a multi-threaded step waits at every barrier for a descheduled thread (measured on a
-    busy 2-core machine: the same step took 1.7 ms on one thread and 300 ms on two)."""
-    if device.type != "cpu":
+def measuring_threads(device: torch.device, threads: int | None = DEFAULT_CPU):
+    """Time on ``threads`` CPU threads, restored after (:mod:`ampkit.threads`: one by default on a
+    CPU: the ratio of per-core speeds is what a mode changes, and on a shared CPU a multi-threaded
+    step waits at every barrier for a descheduled thread; measured on a busy 2-core machine: the
+    same step took 1.7 ms on one thread and 300 ms on two). None: the count stays (a GPU run
+    for which none was asked, :func:`ampkit.threads.resolve`)."""
+    if threads is None:
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
@@ -194,4 +197,5 @@ def quick_auto(device: torch.device) -> dict:
 
     with (measuring_threads(device), torch.random.fork_rng(devices=[]), torch.inference_mode(False),
           torch.enable_grad()):
-        return quick_check(lambda m: quick_kernel_work(m, device), lambda m: quick_training_work(m, device))
+        return quick_check(lambda m: quick_kernel_work(m, device), lambda m: quick_training_work(m, device),
+                           threads=DEFAULT_CPU)
