@@ -12,7 +12,7 @@ import math
 from .errors import UsageError
 
 __all__ = ["MAX_BATCH", "MAX_CLASSES", "MAX_EPOCHS", "MAX_LOSS_SCALE", "MAX_MEMORY_BYTES", "MAX_SAMPLE_ELEMENTS",
-           "MAX_SEEDS", "MAX_STEPS", "MAX_TIMEOUT_S", "float_in", "int_in", "positive_finite", "shape_from_data"]
+           "MAX_SEEDS", "MAX_STEPS", "MAX_TIMEOUT_S", "float_in", "int_in", "shape_from_data"]
 
 #: the largest values that still describe a run someone means to finish
 MAX_STEPS = 1_000_000
@@ -47,20 +47,6 @@ def float_in(value, flag: str, lo: float, hi: float, *, lo_open: bool = False) -
             else f"a number >= {lo:g}"
         raise UsageError(f"{flag} must be {what}, finite and at most {hi:g}; received {value}")
     return value
-
-
-def positive_finite(value, name: str) -> float:
-    """A library argument that must be a finite number > 0 (``max_grad_norm``, a loss scale): NaN,
-    inf, 0, a negative number, a bool or a string is one UsageError naming it. A tensor passes
-    unread (reading it would be a host-device sync in every step)."""
-    import numbers
-
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if math.isfinite(value) and value > 0:
-            return value
-    elif type(value).__name__ == "Tensor":
-        return value
-    raise UsageError(f"{name} must be a finite number > 0; received {value!r}")
 
 
 def shape_from_data(given, data_shape, spec: str):

@@ -81,8 +81,8 @@ def labelled_guess(mode: str, why: str, framework: str | None = None) -> tuple[s
 def cpu_capability_choice(info: dict | None = None) -> tuple[str, str]:
     """What the CPU's instructions suggest for training, unlabelled: capability, never speed."""
     if cpu_has_fast_bf16(info):
-        return "bf16", "this CPU has AVX512-BF16/AMX instructions for bf16 matmuls: bf16"
-    return "fp32", "this CPU has no AVX512-BF16 or AMX, so bf16 would be emulated: fp32"
+        return "bf16", f"{_instructions('bf16', info)} for bf16 matmuls: bf16"
+    return "fp32", f"this CPU has no {' or '.join(native_instructions('bf16', info)[1])}, so bf16 would be emulated: fp32"
 
 
 def auto_for_cpu(info: dict | None = None) -> tuple[str, str]:
@@ -93,21 +93,36 @@ def auto_for_cpu(info: dict | None = None) -> tuple[str, str]:
     return labelled_guess(*cpu_capability_choice(info))
 
 
+#: per mode, the /proc/cpuinfo flags of the instructions that run it natively, and their names
+_NATIVE = {"bf16": (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")),
+           "fp16": (("avx512_fp16", "AVX512-FP16"), ("amx_fp16", "AMX-FP16"))}
+
+
+def native_instructions(mode: str, info: dict | None = None) -> tuple[list[str], list[str]]:
+    """``(has, lacks)``: the names of ``mode``'s native instructions this CPU has and lacks, exactly
+    (a CPU with AVX512-FP16 and AMX-BF16 has AVX512-FP16 for fp16 and lacks AMX-FP16: issue #49)."""
+    info = info or cpu_info()
+    pairs = _NATIVE.get(mode, ())
+    has = [name for flag, name in pairs if info.get(flag)]
+    if mode == "bf16" and not info.get("amx_bf16") and info.get("amx_tile"):
+        has.append("AMX tiles")  # tiles without the bf16 flag: counted as bf16-capable (cpu_has_fast_bf16)
+    return has, [name for flag, name in pairs if not info.get(flag) and not (flag == "amx_bf16" and "AMX tiles" in has)]
+
+
 def _instructions(mode: str, info: dict | None = None) -> str:
-    """The capability in words: which instructions this CPU has (or lacks) for ``mode``."""
-    if mode == "bf16":
-        return ("this CPU has AVX512-BF16/AMX instructions" if cpu_has_fast_bf16(info)
-                else "this CPU has no AVX512-BF16 or AMX, so bf16 is emulated")
-    if mode == "fp16":
-        return ("this CPU has AVX512-FP16/AMX-FP16 instructions" if cpu_has_fast_fp16(info)
-                else "this CPU has no AVX512-FP16 or AMX-FP16, so fp16 is emulated")
-    return ""
+    """The capability in words: which instructions this CPU has (or lacks) for ``mode``, by name."""
+    if mode not in _NATIVE:
+        return ""
+    has, lacks = native_instructions(mode, info)
+    if not has:
+        return f"this CPU has no {' or '.join(lacks)}, so {mode} is emulated"
+    return f"this CPU has {' and '.join(has)} instructions" + (f" (no {' or '.join(lacks)})" if lacks else "")
 
 
 def cpu_emulation_note(mode: str, info: dict | None = None) -> str:
     """Goes after "<mode> is slower than fp32 here" (a mode MEASURED slower): the capability, never a
-    speed claim the measurement contradicts. ``": this CPU has no AVX512-BF16 or AMX, so bf16 is
-    emulated"``, or ``" although this CPU has AVX512-FP16/AMX-FP16 instructions"`` (having the
+    speed claim the measurement contradicts. ``": this CPU has no AVX512-BF16 or AMX-BF16, so bf16 is
+    emulated"``, or ``" although this CPU has AVX512-FP16 instructions (no AMX-FP16)"`` (having the
     instructions does not make the kernels that ran use them)."""
     words = _instructions(mode, info)
     if not words:

@@ -48,6 +48,16 @@ class ResultDisplay:
 
         return notebook.html(self)
 
+    def _ipython_display_(self) -> None:
+        """In a notebook: the HTML, then each chart as an ``image/png`` output (shown in a notebook
+        JupyterLab does not trust too, where inline SVG is sanitized away)."""
+        from IPython.display import display
+
+        from .render import notebook
+
+        for bundle in notebook.outputs(self):
+            display(bundle, raw=True)
+
     def __repr__(self) -> str:
         try:
             from .render import notebook

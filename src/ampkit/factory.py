@@ -107,13 +107,20 @@ def _not_found(where: str, spec: str, flag: str, exc: ModuleNotFoundError) -> st
     if exc.name and exc.name != top and not where.startswith(exc.name + "."):
         return (f"cannot import module {where!r} for {flag} {spec}: it imports {exc.name!r}, which is not installed "
                 f"here ({type(exc).__name__}: {exc})")
+    return missing_module_line(where, spec, flag)
+
+
+def missing_module_line(where: str, spec: str, flag: str) -> str:
+    """The one line for a module that is nowhere: where ampkit looked, a file of that name a folder
+    or two below (the PATH/TO/FILE.py form), or how to put a folder on the path."""
+    top = where.split(".")[0]
     attr = spec.rpartition(":")[2]
     found = _files_named(top + ".py")
     hint = (f"; there is {found[0]}: {flag} {found[0]}:{attr}" if found else
             f"; a file elsewhere: {flag} path/to/{top}.py:{attr}, or put its folder on the path: "
             f"PYTHONPATH=path/to/folder ampkit ...")
-    return (f"cannot import module {where!r} for {flag} {spec}: no module named {top!r} (looked in the current folder "
-            f"{os.getcwd()} and on sys.path){hint}")
+    return (f"cannot import module {where!r} for {flag} {spec}: ModuleNotFoundError: No module named {top!r} (looked "
+            f"in the current folder {os.getcwd()} and on sys.path){hint}")
 
 
 def _files_named(filename: str, depth: int = 2, limit: int = 2000) -> list[str]:
@@ -150,6 +157,35 @@ def _note_slow_import(module, where: str, spec: str, flag: str, seconds: float) 
              f"ampkit: importing {where} (for {flag} {spec}) took {seconds:.1f} s, and it runs again in every mode's "
              "process: code at import (training, downloads, data loading) belongs under "
              "`if __name__ == \"__main__\":`")
+
+def check_findable(spec: str | None, flag: str = "--model") -> None:
+    """Before anything heavy is imported: a ``MODULE:FACTORY`` whose module cannot be found is the
+    one line :func:`load_factory` gives, without importing it, a framework or a child process (a
+    mistyped module name is known in a fraction of a second, not after torch loads: issue #49).
+    A module that is found is left to :func:`load_factory` (importing it runs the user's code)."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")) or is_path(spec.split(":")[0]):
+        return  # load_factory says what a spec must look like, and checks a file path
+    import importlib.util
+
+    module_name = spec.split(":")[0]
+    top = module_name.split(".")[0]  # only the top: finding a submodule would import (run) its package
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except Exception:  # an odd finder or name: load_factory reports it where the module is imported
+        return
+    if not found:
+        raise UsageError(missing_module_line(module_name, spec, flag))
+
+
+#: what no framework's model factory returns: a usage line before any framework loads (issue #49)
+NOT_A_MODEL = (str, bytes, int, float, bool, type(None), list, dict, tuple, set)
+
+
+def plain_value_returned(obj) -> bool:
+    """A plain Python value (a string, a number, None, a container): never a model or a Workload."""
+    return isinstance(obj, NOT_A_MODEL)
 
 
 class FactoryFailed(UsageError):

@@ -107,6 +107,9 @@ class NotebookProgress:
             return
         self.closed = True
         self.title += " — interrupted" if interrupted else " — done"
+        if "doctor" in self.lines:  # its last step's words ("torch self-test bf16") are not its end (issue #49)
+            line = self.lines["doctor"]
+            line["text"] = f"stopped during {line['text']}" if interrupted else "finished"
         if self.lines or self.handle is not None:
             self.show()
 
@@ -154,7 +157,8 @@ def shown(progress, title: str, method: str, call):
                          f"received {type(progress).__name__}")
     live = notebook_progress(progress, title)
     try:
-        report = call(callback(progress, live, method), live)
+        with quiet_native_logs(in_notebook()):
+            report = call(callback(progress, live, method), live)
     except BaseException:
         if live:
             live.close(interrupted=True)
@@ -162,3 +166,35 @@ def shown(progress, title: str, method: str, call):
     if live:
         live.close(interrupted=bool(getattr(report, "interrupted", False)))
     return report
+
+
+#: TensorFlow's C++ log level (absl) for a call from a notebook: its INFO/WARNING/ERROR lines at load
+#: ("oneDNN custom operations are on", "failed call to cuInit") are not ampkit's output; a kernel shows
+#: them as pink stderr blocks in the cell, once per process that loads TensorFlow (issue #49)
+NATIVE_LOG_LEVEL = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+class quiet_native_logs:  # noqa: N801 -- a context manager named for what it does
+    """In a notebook: the frameworks' native log level set for the call (and the child processes it
+    starts, which inherit it) unless the user set it; restored afterwards. Python warnings and
+    errors are untouched: a failure still reaches the cell as the exception or row it is."""
+
+    def __init__(self, active: bool):
+        self.active, self.set = active, []
+
+    def __enter__(self):
+        import os
+
+        if self.active:
+            for key, value in NATIVE_LOG_LEVEL.items():
+                if key not in os.environ:
+                    os.environ[key] = value
+                    self.set.append(key)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        for key in self.set:
+            os.environ.pop(key, None)
+        return False

@@ -86,6 +86,17 @@ def _home(obj) -> str | None:
     return None
 
 
+#: the modules of the data-set classes (torch ``Dataset``/``DataLoader`` and their subclasses, ``tf.data``)
+_DATA_HOMES = ("torch.utils.data", "tensorflow.python.data")
+
+
+def is_data_set(obj) -> bool:
+    """A torch ``Dataset`` or ``DataLoader`` (or a subclass) or a ``tf.data.Dataset``: what a data
+    factory may return for a part, told from the modules of its classes (nothing is imported)."""
+    modules = [c.__module__ or "" for c in type(obj).__mro__]
+    return any(m == home or m.startswith(home + ".") for m in modules for home in _DATA_HOMES)
+
+
 def framework_of(*objects) -> str | None:
     """The framework of the first object that tells (:func:`_home`) -- a model or its class, an
     ``ampkit.Workload``, a data set or loader, a tensor -- looking into ``(inputs, targets)`` pairs

@@ -273,21 +273,23 @@ def test_tensorflow_only_machine_runs_every_command_without_torch(tmp_path):
     (stub / "torch" / "__init__.py").write_text(_BLOCK_TORCH)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub), str(SRC), os.environ.get("PYTHONPATH", "")])}
     assert subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True).returncode != 0
-    probe = ("import sys, json; from ampkit.cli.main import main; rc = main(sys.argv[1:]); "
-             "sys.stderr.write('TORCH_LOADED=%s\\n' % ('torch' in sys.modules)); sys.exit(rc)")
+    # one process runs the four commands (one TensorFlow import instead of four; bench's modes still run
+    # in their own children, under the same stub): each exit code, and whether torch loaded at the end
+    probe = ("import sys, json; from ampkit.cli.main import main; "
+             "rcs = [main(args) for args in json.loads(sys.argv[1])]; "
+             "sys.stderr.write('RCS=%s TORCH_LOADED=%s\\n' % (json.dumps(rcs), 'torch' in sys.modules))")
     runs = {
         "doctor": ["doctor", "--quick"],
         "bench": ["bench", "--workload", "mlp", "--modes", "fp32,bf16", "--steps", "2", "--warmup", "1"],
         "parity": ["parity", "--modes", "fp32", "--seeds", "1", "--epochs", "1"],
         "audit": ["audit", "--workload", "mlp", "--mode", "bf16"],
     }
-    for command, args in runs.items():
-        out = tmp_path / f"{command}.json"
-        r = subprocess.run([sys.executable, "-c", probe, *args, "--device", "cpu", "--json", str(out)], env=env,
-                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert r.returncode == 0, (command, r.stderr[-3000:])
-        assert "TORCH_LOADED=False" in r.stderr, command
-        doc = json.loads(out.read_text())
+    cases = [[*args, "--device", "cpu", "--json", str(tmp_path / f"{command}.json")] for command, args in runs.items()]
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps(cases)], env=env, capture_output=True, text=True,
+                       timeout=900, cwd=tmp_path)
+    assert "RCS=[0, 0, 0, 0] TORCH_LOADED=False" in r.stderr, r.stderr[-3000:]
+    for command in runs:
+        doc = json.loads((tmp_path / f"{command}.json").read_text())
         assert doc["framework"] == "tensorflow" and doc["environment"]["framework"] == "tensorflow", command
         if command == "bench":
             assert [row["status"] for row in doc["results"]] == ["ok", "ok"], doc["results"]

@@ -94,7 +94,7 @@ def test_no_module_says_where_it_looked_and_finds_the_file(project):
     with pytest.raises(UsageError) as exc:
         load_factory(f"{name}:Net")
     text = str(exc.value)
-    assert f"no module named {name!r}" in text and str(tmp) in text and "\n" not in text
+    assert f"No module named {name!r}" in text and str(tmp) in text and "\n" not in text
     assert f"there is ./elsewhere/{name}.py: --model ./elsewhere/{name}.py:Net" in text
     with pytest.raises(UsageError, match="PYTHONPATH=path/to/folder"):
         load_factory("surely_not_a_module_anywhere:f")

@@ -297,8 +297,8 @@ def test_capability_reasons_claim_no_speed(monkeypatch):
         ok, why = cpu_mode_support(mode, "CPU autocast")
         assert ok and "native" not in why and "fast" not in why
     has = {"avx512_fp16": True, "avx512_bf16": True}
-    assert cpu_emulation_note("fp16", has) == " although this CPU has AVX512-FP16/AMX-FP16 instructions"
-    assert cpu_emulation_note("bf16", {"avx2": True}) == ": this CPU has no AVX512-BF16 or AMX, so bf16 is emulated"
+    assert cpu_emulation_note("fp16", has) == " although this CPU has AVX512-FP16 instructions (no AMX-FP16)"
+    assert cpu_emulation_note("bf16", {"avx2": True}) == ": this CPU has no AVX512-BF16 or AMX-BF16, so bf16 is emulated"
 
 
 def test_the_doctor_says_slower_with_the_measured_figures_even_on_a_cpu_with_the_instructions():
@@ -313,7 +313,8 @@ def test_the_doctor_says_slower_with_the_measured_figures_even_on_a_cpu_with_the
                                        emulation_note=lambda m: cpu_emulation_note(m, has_fp16), plan=Plan(max_rounds=3))
     fp16 = reports["fp16"]
     assert fp16.verdict == "slower" and recommended == "fp32"
-    assert fp16.reason.startswith("fp16 is slower than fp32 here although this CPU has AVX512-FP16/AMX-FP16 instructions: ")
+    assert fp16.reason.startswith("fp16 is slower than fp32 here although this CPU has AVX512-FP16 instructions "
+                                  "(no AMX-FP16): ")
     assert "5.0x slower than fp32" in fp16.reason and "native" not in fp16.reason
 
 

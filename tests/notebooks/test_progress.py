@@ -94,3 +94,37 @@ def test_shown_closes_the_display_as_interrupted_when_the_call_raises(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         prog.shown(None, "bench mlp", "bench", boom)
     assert "interrupted" in repr(shown[-1][1])
+
+
+def test_the_doctors_display_ends_in_its_final_state(shown):
+    """Issue #49: the saved notebook's doctor display still read "torch self-test bf16" after the doctor
+    had finished; its end says finished (or where it stopped), the step's words gone."""
+    live = prog.NotebookProgress("doctor torch", clock=Clock())
+    for msg in ("torch self-test fp32", "torch self-test bf16"):
+        live.doctor(msg)
+    live.close()
+    assert repr(shown[-1][1]) == "ampkit doctor torch — done (0.0 s): doctor finished"
+    assert "self-test" not in shown[-1][1]._repr_html_()
+    stopped = prog.NotebookProgress("doctor torch", clock=Clock())
+    stopped.doctor("torch timing bf16")
+    stopped.close(interrupted=True)
+    assert repr(shown[-1][1]).endswith("doctor stopped during torch timing bf16")
+
+
+def test_a_call_from_a_notebook_quiets_tensorflows_native_log_unless_the_user_set_it(monkeypatch, shown):
+    """Issue #49: TensorFlow's C++ lines (oneDNN, cuInit) were pink stderr blocks in the Keras cells, once per
+    child; the call (and the children it starts, which inherit the environment) runs with its log level set."""
+    import os
+
+    seen = []
+    monkeypatch.setattr(prog, "in_notebook", lambda: True)
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    prog.shown(False, "bench mlp", "bench", lambda cb, live: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")))
+    assert seen == ["3"] and "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # restored afterwards
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")  # the user's own choice is kept
+    prog.shown(False, "bench mlp", "bench", lambda cb, live: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")))
+    assert seen[-1] == "1" and os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    monkeypatch.setattr(prog, "in_notebook", lambda: False)  # a script: nothing changes
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    prog.shown(None, "bench mlp", "bench", lambda cb, live: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL")))
+    assert seen[-1] is None

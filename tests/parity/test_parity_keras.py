@@ -27,6 +27,12 @@ for args in json.loads(sys.argv[1]):
     with contextlib.redirect_stderr(err):
         rc = main(["parity", "--framework", "tensorflow", "--device", "cpu", *args])
     results.append({"rc": rc, "stderr": err.getvalue()})
+if len(sys.argv) > 2:  # the library on tf.data pipelines given directly (issue #49), as the CLI's --data
+    import ampkit, parity_keras_factories as f
+    rep = ampkit.parity(f.mlp, *f.ordered_datasets(), modes="fp32,bf16", seeds=2, epochs=1, framework="tensorflow",
+                        device="cpu", progress=False)
+    with open(sys.argv[2], "w") as out:
+        out.write(rep.to_json())
 print("RESULTS=" + json.dumps(results))
 """
 
@@ -47,13 +53,26 @@ def test_keras_model_and_data_factories(tmp_path):
     that returns no model, data that does not fit the model, an empty data set: one line, exit 2."""
     cases = [["--model", "parity_keras_factories:mlp", "--data", f"parity_keras_factories:{data}", "--modes",
               "fp32,bf16", "--seeds", "2", "--epochs", "1", "--json", str(tmp_path / f"{data}.json")]
-             for data in ("arrays", "datasets")]
+             for data in ("arrays", "datasets", "ordered_datasets", "noise")]
     cases += [["--model", f"parity_keras_factories:{m}", "--data", f"parity_keras_factories:{d}", "--seeds", "2"]
               for m, d, _ in BAD]
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], capture_output=True, text=True,
+    library = tmp_path / "library.json"
+    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases), str(library)], capture_output=True, text=True,
                        timeout=600, cwd=HERE)
     assert r.returncode == 0 and "RESULTS=" in r.stdout, r.stderr[-3000:]
     results = json.loads(r.stdout.split("RESULTS=", 1)[1])
+    extra, results = results[2:4], results[:2] + results[4:]
+    # issue #49: ampkit.parity(make_model, tf.data, tf.data) trains as --data does, loss for loss
+    lib, cli = json.loads(library.read_text()), json.loads((tmp_path / "ordered_datasets.json").read_text())
+    assert extra[0]["rc"] in (0, 1) and lib["framework"] == "tensorflow" and lib["metric"] == "accuracy"
+    assert [(run["mode"], run["seed"], run["train_loss"], run["test_accuracy"]) for p in lib["results"] for run in p["runs"]] \
+        == [(run["mode"], run["seed"], run["train_loss"], run["test_accuracy"]) for p in cli["results"] for run in p["runs"]]
+    # issue #46: nothing to learn -> every mode inconclusive, the reason naming the fp32 baseline at chance
+    noise = json.loads((tmp_path / "noise.json").read_text())
+    assert extra[1]["rc"] == 1 and noise["baseline_not_learned"].startswith("the fp32 baseline did not learn")
+    assert noise["results"][1]["verdict"] == "inconclusive" and "at chance" in noise["results"][1]["reason"]
+    assert "inconclusive: the fp32 baseline did not learn" in r.stdout  # the table's first line (--json PATH)
+    assert all(run["first_loss"] is not None for p in noise["results"] for run in p["runs"])
     for data, res in zip(("arrays", "datasets"), results):
         assert res["rc"] in (0, 1) and "Traceback" not in res["stderr"], res["stderr"][-3000:]
         doc = json.loads((tmp_path / f"{data}.json").read_text())

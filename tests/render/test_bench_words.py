@@ -69,3 +69,35 @@ def test_bench_plot_uses_the_shared_colours(tmp_path, monkeypatch):
     monkeypatch.setattr(plt.Axes, "bar", spy)
     render_bench.plot(_report(), str(tmp_path / "b.png"))
     assert seen and all(c == [MODE_COLORS[m] for m in ("fp32", "bf16", "fp16")] for c in seen)
+
+
+def test_an_emulated_fp8_row_says_emulated_everywhere_never_a_bare_ok():
+    """Issue #49: the report's verdict row of an emulated fp8 run read just "ok"."""
+    from rich.console import Console
+
+    from ampkit.render import PRESENTERS
+    from ampkit.render import bench as render_bench
+    from ampkit.render.notebook import line
+
+    fp32 = BenchRow("fp32", batch_size=8, samples_per_s=100.0, step_ms={"p50": 80.0, "p90": 90.0},
+                    peak_memory_bytes=1000, final_loss=1.0, steps=3, warmup=1)
+    fp8 = BenchRow("fp8", batch_size=8, samples_per_s=60.0, step_ms={"p50": 130.0, "p90": 140.0},
+                   peak_memory_bytes=800, final_loss=1.0, steps=3, warmup=1, emulated=True)
+    derive_relative([fp32, fp8])
+    report = BenchReport(workload="mlp", device="cpu", results=[fp32, fp8], environment={"framework": "torch"},
+                         config={"steps": 3, "warmup": 1, "repeats": 1})
+    from ampkit.render.output import Document
+
+    view = PRESENTERS["bench"].page_view(report, Document("bench.json", "bench", report, "0"))
+    (row,) = [r for r in render_bench.verdicts(view) if "fp8" in r["key"]]
+    assert row["text"] == "ok, emulated (no fp8 hardware here): no speedup claimed"
+    assert [r["status_words"] for r in view.rows] == ["ok", "ok, emulated"]
+    buf = io.StringIO()
+    render_bench.render(report, Console(file=buf, width=200, color_system=None))
+    status = next(ln for ln in buf.getvalue().splitlines() if "status" in ln)
+    assert "ok, emulated" in status
+    assert "fp8 ok, emulated" in line(report)
+    from ampkit.render.jinja import environment
+
+    cell = environment(True).from_string('{% from "_sections.html.j2" import bench_section %}{{ bench_section(v, page=False) }}')
+    assert '<span class="v v-flagged">ok, emulated</span>' in cell.render(v=view)  # the page's status cell

@@ -49,8 +49,11 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     ``auto``, ``torch``, ``tensorflow``, a registered one). ``progress(message)`` gets
     ``{"mode", "kind", ...}`` as modes run; ``on_row(row)`` each row as it finishes (rank 0 only
     under a launcher). Ctrl-C returns the rows that finished, ``interrupted`` set."""
+    from ..factory import check_findable
     from ..registry import backend_spec, get_backend
 
+    if backend is None or backend in ("auto", "torch", "tensorflow"):  # a registered one may refuse --model first
+        check_findable(config.model, "--model")  # a module that cannot be found: one line before torch loads (#49)
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
     if config.strategy and config.strategy not in backend.bench_strategies:  # declared, () by default (.ops)

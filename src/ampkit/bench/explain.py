@@ -116,7 +116,7 @@ def cpu_rule(mode: str, env: dict) -> str | None:
     if not cpu or mode not in ("bf16", "fp16"):
         return None
     if mode == "bf16" and not cpu_has_fast_bf16(cpu):
-        return "this CPU has no AVX512-BF16 or AMX instructions: bf16 matmuls are emulated"
+        return "this CPU has no AVX512-BF16 or AMX-BF16 instructions: bf16 matmuls are emulated"
     if mode == "fp16" and not cpu_has_fast_fp16(cpu):
         return "this CPU has no AVX512-FP16 or AMX-FP16 instructions: fp16 matmuls are emulated"
     return None

@@ -83,7 +83,7 @@ def run(args) -> int:
 
     from ..bench import driver
     from ..bench.config import BenchConfig
-    from ..factory import parse_shape
+    from ..factory import check_findable, parse_shape
     from ..registry import get_backend, parse_framework
     from ..render import bench as render_bench
     from ..render.output import console
@@ -100,6 +100,8 @@ def run(args) -> int:
         image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas,
         compile=args.compile, plan=_plan(args.plan, framework), threads=args.threads, data=args.data)
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
+    if framework in ("auto", "torch", "tensorflow"):  # a registered backend may refuse --model itself, first
+        check_findable(cfg.model, "--model")  # a mistyped module: one line before the framework loads (issue #49)
     backend = get_backend(framework)
     con = console(json_to_stdout="-" in (args.json, args.csv))
     rank0 = int(os.environ.get("RANK", "0")) == 0

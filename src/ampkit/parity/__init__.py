@@ -36,7 +36,10 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
         make_model: zero-argument callable returning a fresh float32 ``torch.nn.Module`` (or
             ``keras.Model``), called after seeding, so each seed gives the same initial weights in
             every mode.
-        train, test: ``(inputs, targets)`` tensors or arrays (Keras: read as a data factory's arrays).
+        train, test: ``(inputs, targets)`` tensors or arrays (Keras: read as a data factory's arrays),
+            or data sets as a data factory returns them (``data=`` below): torch ``Dataset``s or
+            ``DataLoader``s, batched ``tf.data.Dataset``s -- trained exactly as ``data=`` (and
+            ``ampkit parity --data``) trains them, 3 epochs by default.
         model, data: instead of the three above (and for Keras): a model factory (a callable, or
             ``"MODULE:FACTORY"``) returning a fresh model or an ``ampkit.Workload`` (a
             ``keras.Model`` with ``framework="tensorflow"``), and a data factory (a callable or
@@ -82,9 +85,10 @@ def parity(make_model=None, train=None, test=None, *, model=None, data=None, mod
 
 def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps, batch_size, lr, tolerance, margin,
             device, loss_fn, metric_fn, dataset, framework, progress, timeout) -> ParityReport:
-    from ..registry import auto_has_choice, framework_of, made_by, parse_framework
+    from ..registry import auto_has_choice, framework_of, is_data_set, made_by, parse_framework
     from .config import ParityConfig
-    from .driver import USER_EPOCHS, run
+    from .driver import run
+    from .factories import USER_EPOCHS
     from .ops import Arrays, DataSets, ParityData
 
     framework = parse_framework(framework)  # a bad name: one UsageError (a ValueError) before anything runs
@@ -105,6 +109,13 @@ def _parity(make_model, train, test, *, model, data, modes, seeds, epochs, steps
         if framework == "auto" and auto_has_choice():  # the data says, else what the model factory returns
             framework = framework_of(sets.train, sets.test) or made_by(model, pd.model_spec) or framework
         return run(config, framework, data=pd, progress=progress)
+    if is_data_set(train) or is_data_set(test):  # Datasets/DataLoaders/tf.data: as a data factory's (issue #49)
+        sets = DataSets(train=train, test=test, factory=lambda: (train, test), spec="the train/test data")
+        pd = ParityData(name=dataset, model=make_model, model_spec=getattr(make_model, "__name__", "make_model"),
+                        source=sets, epochs=USER_EPOCHS, **sizes)
+        if framework == "auto" and auto_has_choice():
+            framework = framework_of(train, test) or made_by(make_model, pd.model_spec) or framework
+        return run(config, framework, data=pd, progress=progress)
     pd = ParityData(name=dataset, model=make_model, source=Arrays.of(train, test), epochs=10, **sizes)
     if framework == "auto" and auto_has_choice():
         framework = framework_of(train, test) or made_by(make_model, "make_model") or framework
@@ -122,8 +133,12 @@ def _factories(make_model, train, test, model, data, timeout):
         raise UsageError("model= needs data= too (and data= needs model=)")
     spec = data if isinstance(data, str) else None
     if isinstance(model, str) or isinstance(data, str):
-        from ..factory import load_factory
-        from .driver import check_isolated
+        from ..factory import check_findable, load_factory
+        from .factories import check_isolated
+
+        for spec, flag in ((data, "data"), (model, "model")):
+            if isinstance(spec, str):
+                check_findable(spec, flag)  # a module that cannot be found: one line before any child
 
         # as the CLI does: the strings' factories called in a child first (one that exits, aborts or
         # hangs is a UsageError naming it, never the end of the caller's process)
@@ -141,11 +156,13 @@ def _check_arguments(train, test, loss_fn, metric_fn, dataset) -> None:
     """The library's own arguments, refused up front in one UsageError as the CLI refuses a flag
     (a loss_fn that is not callable failed every run, and fp32 'failed too')."""
     from ..errors import UsageError
+    from ..registry import is_data_set
 
     for name, part in (("train", train), ("test", test)):
-        if part is not None and not (isinstance(part, (tuple, list)) and len(part) == 2):
+        if part is not None and not (isinstance(part, (tuple, list)) and len(part) == 2) and not is_data_set(part):
             got = f"a {type(part).__name__}" + (f" of {len(part)}" if isinstance(part, (tuple, list)) else "")
-            raise UsageError(f"{name} must be (inputs, targets); received {got}")
+            raise UsageError(f"{name} must be (inputs, targets), a torch Dataset or DataLoader, or a tf.data.Dataset; "
+                             f"received {got}")
     for name, fn in (("loss_fn", loss_fn), ("metric_fn", metric_fn)):
         if fn is not None and not callable(fn):
             raise UsageError(f"{name} must be callable (logits, targets) -> scalar; received {type(fn).__name__}")

@@ -22,6 +22,7 @@ import statistics
 
 from ..stats import Decision, Equivalence, paired_decision, tost
 from ..words import signed
+from .chance import did_not_learn
 from .report import ALPHA, ParityResult, RunRecord
 
 
@@ -119,17 +120,37 @@ def _broken_words(runs: list[RunRecord]) -> tuple[int, str]:
                       f"(seeds {[r.seed for r in bad]})")
 
 
+def _inconclusive(res: ParityResult, why: str, margin: float) -> None:
+    res.verdict, res.reason = "inconclusive", why
+    res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
+                       "degenerate": None, "margin": margin, "reason": why}
+
+
+def baseline_problem(records: list[RunRecord], chance=None, higher_is_better: bool = True) -> str | None:
+    """Why fp32 did not learn (:func:`ampkit.parity.chance.did_not_learn`) when its runs all finished
+    finite, else None (a broken fp32 has its own reason)."""
+    base = [r for r in records if r.mode == "fp32"]
+    if not base or any(_broken(r) for r in base):
+        return None
+    return did_not_learn(base, chance, higher_is_better)
+
+
 def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alpha: float = ALPHA, *,
-              margin: float | None = None, metric: str = "accuracy", higher_is_better: bool = True) -> list[ParityResult]:
+              margin: float | None = None, metric: str = "accuracy", higher_is_better: bool = True,
+              chance=None) -> list[ParityResult]:
     """Per mode: the seeds, mean and std of the final loss and metric, and (against fp32, paired by
     seed) the non-inferiority verdict and the TOST equivalence. A mode whose training raised or went
     non-finite in any seed fails, with the count of those seeds. ``higher_is_better`` False (a loss
-    as the metric): the tests read fp32 - mode, so "worse" still means worse."""
+    as the metric): the tests read fp32 - mode, so "worse" still means worse. An fp32 baseline that
+    did not learn (at ``chance``, a :class:`~ampkit.parity.chance.Chance`, or its loss did not fall)
+    makes every mode that finished ``inconclusive``, saying so (issue #46); a mode that raised or
+    went non-finite still fails (that needs no baseline), its reason saying the baseline too."""
     margin = tolerance if margin is None else margin
     sign = 1.0 if higher_is_better else -1.0
     by_mode = {m: sorted((r for r in records if r.mode == m), key=lambda r: r.seed) for m in modes}
     base = {r.seed: r for r in by_mode.get("fp32") or []}
     base_bad = [r for r in base.values() if _broken(r)]
+    unlearned = baseline_problem(list(base.values()), chance, higher_is_better)
     results = []
     for mode in modes:
         runs = by_mode[mode]
@@ -142,7 +163,8 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
         res.nonfinite_seeds, broken = _broken_words(runs)
         paired = [(r, base[r.seed]) for r in runs if r.seed in base]
         if mode == "fp32":
-            res.reason = "the reference" + (f"; but its {broken}" if res.nonfinite_seeds else "")
+            res.reason = "the reference" + (f"; but its {broken}" if res.nonfinite_seeds else "") + (
+                f"; but {unlearned}" if unlearned else "")
         elif not base:
             res.verdict, res.reason = "fail", ("no fp32 run to compare against (include fp32 in --modes; "
                                                 "a grid that was interrupted: --resume it)")
@@ -153,19 +175,19 @@ def summarize(records: list[RunRecord], modes: list[str], tolerance: float, alph
         elif base_bad:  # the same input fails in fp32: the mixed mode is not to blame (issue #40)
             why = (f"fp32 failed too on the same data (its {_broken_words(list(base.values()))[1]}): not a precision "
                    "problem, and nothing to compare against")
-            res.verdict, res.reason = "inconclusive", why
-            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
-                               "degenerate": None, "margin": margin, "reason": why}
+            _inconclusive(res, why, margin)
         elif res.nonfinite_seeds:
             res.verdict, res.reason = "fail", broken
             res.equivalence = {"verdict": "not_equivalent", "ci": None, "seeds_needed": None, "p_value": None,
                                "degenerate": None, "margin": margin, "reason": f"not equivalent: {broken}"}
             _measure_despite_loss(res, paired, metric, margin, alpha)
+            if unlearned:  # a run that raised or went non-finite fails on its own; the baseline is still said
+                res.reason += f"; besides, {unlearned}"
+        elif unlearned:  # nothing learned to agree with: no verdict either way (issue #46)
+            _inconclusive(res, unlearned, margin)
         elif not paired:  # an interrupted grid: this mode's seeds and fp32's do not meet
             why = f"no seed has both an fp32 run and a {mode} run to pair (the grid is incomplete: --resume it)"
-            res.verdict, res.reason = "inconclusive", why
-            res.equivalence = {"verdict": "inconclusive", "ci": None, "seeds_needed": None, "p_value": None,
-                               "degenerate": None, "margin": margin, "reason": why}
+            _inconclusive(res, why, margin)
         else:
             raw = [_final(r.test_accuracy) - _final(b.test_accuracy) for r, b in paired]
             dec = paired_decision([sign * d for d in raw], tolerance, alpha)

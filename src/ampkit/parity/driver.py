@@ -17,15 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError, one_line
-from ..factory import FactoryFailed, call_user, load_factory
-from ..isolation import run_isolated
+from ..factory import FactoryFailed
 from .config import ParityConfig
 from .datasets import load
-from .ops import DataSets, ParityData
+from .factories import check_early, user_data
+from .ops import ParityData
 from .report import ParityReport, RunRecord
-
-#: epochs per run for a caller's data when neither --epochs nor --steps is given
-USER_EPOCHS = 3
 
 
 def _trains(backend, mode: str, target) -> tuple[bool, bool, str]:
@@ -212,44 +209,6 @@ def run_seeds(modes: list[str], seeds: list[int], train_one: Callable[[str, int,
     return records
 
 
-def user_data(config: ParityConfig) -> ParityData:
-    """``--model MODULE:FACTORY --data MODULE:FACTORY``: the model factory (called per run, after
-    seeding) and what the data factory returns, ``(train, validation)``; one usage line for a
-    factory that cannot be imported or called or returns something else."""
-    check_isolated(config.model, config.data, config.timeout)
-    make_model = load_factory(config.model, flag="--model")
-    make_data = load_factory(config.data, flag="--data")
-    sizes = {k: v for k, v in (("lr", config.lr), ("batch_size", config.batch_size)) if v is not None}
-    return ParityData(name=config.model.split(":")[0], model=make_model, epochs=USER_EPOCHS, model_spec=config.model,
-                      source=DataSets.from_factory(make_data, config.data), **sizes)
-
-
-def check_isolated(model_spec: str | None, data_spec: str | None, timeout: float | None,
-                   flags: tuple[str, str] = ("--model", "--data")) -> None:
-    """The ``MODULE:FACTORY`` strings among ``model_spec``/``data_spec`` (None: not a string, not
-    checked) imported and called once in a child first: a factory that exits, aborts, hangs or
-    raises KeyboardInterrupt is one usage line naming it, never the end of the caller's process (the
-    CLI's and the library's ``ampkit.parity(model="m:f")``; bench and audit isolate theirs the same way)."""
-    if model_spec is None and data_spec is None:
-        return
-    said = " then ".join(f"{flag} {spec}()" for flag, spec in ((flags[1], data_spec), (flags[0], model_spec)) if spec)
-    run_isolated(check_factories, model_spec, data_spec, flags, timeout=timeout,
-                 what=f"calling {said} (in a child process)")
-
-
-def check_factories(model_spec: str | None, data_spec: str | None, flags: tuple[str, str] = ("--model", "--data")) -> None:
-    """In a child (:func:`~ampkit.isolation.run_isolated`): import and call the factories once (a
-    None spec is skipped); what fails is a usage line naming the factory."""
-    for spec, flag in ((data_spec, flags[1]), (model_spec, flags[0])):
-        if spec is None:
-            continue
-        factory = load_factory(spec, flag=flag)
-        try:
-            call_user(factory, spec)  # an exception or sys.exit: call_user's one line (FactoryFailed)
-        except KeyboardInterrupt:  # raised by the factory itself: the child ignores SIGINT, the parent has Ctrl-C
-            raise UsageError(f"calling {spec}() failed: it raised KeyboardInterrupt") from None
-
-
 def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         progress: Callable[[str, int, int, int], None] | None = None,
         on_run: Callable[[RunStatus], None] | None = None, shard: tuple[int, int] | None = None,
@@ -274,6 +233,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
 
     if data is None and not config.model:
         data = load(config.dataset)
+    checked = data is None and check_early(config, backend)  # before the framework loads (issue #49)
     if isinstance(backend, str):
         backend = get_backend(backend)
     group = _join(backend, config)
@@ -284,8 +244,8 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         ok, why = _trains(backend, config.plan["default"], target)[::2]
         if not ok:
             raise UsageError(f"the plan's default mode {config.plan['default']!r} cannot run on {target.label}: {why}")
-    if data is None:  # the user's factories, checked once the modes are known to run here (a broken fp8
-        data = user_data(config)  # install is one line before any factory is called)
+    if data is None:  # the user's factories (with fp8 asked for: checked once the modes are known to run
+        data = user_data(config, checked)  # here, so that a broken fp8 install is said before any factory is called)
     emulated = [m for m in modes if _trains(backend, m, target)[1]]
     if emulated:  # fp8 without fp8 hardware: torchao's emulation, the question is convergence, not speed
         note = "; ".join(filter(None, [note, f"{', '.join(emulated)} runs emulated here: its numerics, not its speed"]))
@@ -336,7 +296,7 @@ def run(config: ParityConfig, backend="auto", *, data: ParityData | None = None,
         if group:
             group.close()
     report = G.build(kept + list(records), grid, dataset=data.name, device=target.label, environment=environment,
-                     higher_is_better=data.higher_is_better,
+                     higher_is_better=data.higher_is_better, chance=data.chance,
                      shard=f"{shard[0]}/{shard[1]}" if shard else None, elapsed_s=round(time.perf_counter() - t0, 3),
                      interrupted=interrupted, note=note, world_size=group.world if group else None,
                      unpaired_runs=unpaired)

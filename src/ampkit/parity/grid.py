@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError
-from .core import _broken_words, summarize
+from .chance import Chance
+from .core import _broken_words, baseline_problem, summarize
 from .report import ParityReport, RunRecord
 
 #: the environment keys two parts must share: the same software on the same kind of device
@@ -118,14 +119,19 @@ def held(report: ParityReport, ident: dict, path: str) -> list[RunRecord]:
 
 
 def build(records: list[RunRecord], grid: dict, *, dataset: str, device: str, environment: dict,
-          higher_is_better: bool = True, shard: str | None = None, **fields) -> ParityReport:
+          higher_is_better: bool = True, shard: str | None = None, chance=None, **fields) -> ParityReport:
     """The report of a grid's runs: the verdicts over them, or for a partial document (``shard``)
-    the statistics only, every mode's verdict ``inconclusive`` until the parts are merged."""
+    the statistics only, every mode's verdict ``inconclusive`` until the parts are merged.
+    ``chance``: the data's constant predictor (:class:`~ampkit.parity.chance.Chance` or its dict)."""
     ident = grid["identity"]
     tolerance, margin, metric = ident["tolerance"], ident["margin"], ident["metric"]
     modes = [m for m in grid["modes"] if any(r.mode == m for r in records)]
+    chance = Chance.from_dict(chance) if isinstance(chance, dict) else chance
+    unlearned = None
     if shard is None:
-        results = summarize(records, modes, tolerance, margin=margin, metric=metric, higher_is_better=higher_is_better)
+        results = summarize(records, modes, tolerance, margin=margin, metric=metric, higher_is_better=higher_is_better,
+                            chance=chance)
+        unlearned = baseline_problem(records, chance, higher_is_better)
     else:  # each mode on its own: its statistics, no pairing, no verdict
         total = len(grid["modes"]) * len(grid["seeds"])
         why = (f"partial document (shard {shard}: {len(records)} of the grid's {total} runs): no verdict until the "
@@ -139,7 +145,8 @@ def build(records: list[RunRecord], grid: dict, *, dataset: str, device: str, en
             r.reason = why + (f"; {_broken_words(runs)[1]}" if r.nonfinite_seeds else "")
             results.append(r)
     return ParityReport(dataset, device, results, environment, tolerance, ident["epochs"], margin=margin,
-                        steps=ident["steps"], metric=metric, grid=grid, shard=shard, **fields)
+                        steps=ident["steps"], metric=metric, grid=grid, shard=shard,
+                        chance=chance.to_dict() if chance is not None else None, baseline_not_learned=unlearned, **fields)
 
 
 def _label(path: str, shard: str | None) -> str:
@@ -181,7 +188,8 @@ def merge(paths: list[str]) -> ParityReport:
                 if isinstance(r.metric, dict)), True)
     devices = list(dict.fromkeys(rep.device for _, rep in parts if rep.device))
     return build(records, grid, dataset=first.dataset, device=", ".join(devices), environment=first.environment,
-                 higher_is_better=hib, interrupted=any(rep.interrupted for _, rep in parts),
+                 higher_is_better=hib, chance=next((rep.chance for _, rep in parts if rep.chance), None),
+                 interrupted=any(rep.interrupted for _, rep in parts),
                  note="; ".join(dict.fromkeys(rep.note for _, rep in parts if rep.note)) or None,
                  world_size=max((rep.world_size or 1 for _, rep in parts), default=1) if any(
                      rep.world_size for _, rep in parts) else None)

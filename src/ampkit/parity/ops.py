@@ -99,7 +99,10 @@ class ParityData:
     ``steps``: optimizer steps per run instead. ``loss_fn``/``metric_fn``: the framework's
     ``(logits, targets) -> scalar``; None for the defaults (cross-entropy and accuracy for arrays;
     for data sets, :meth:`ParityOps.prepare_parity` settles them and ``metric`` (its name) and
-    ``higher_is_better``). ``plan``: the precision plan mode ``plan:<default>`` trains with."""
+    ``higher_is_better``). ``plan``: the precision plan mode ``plan:<default>`` trains with.
+    ``chance``: the best constant predictor on the validation data
+    (:func:`ampkit.parity.chance.of_targets`), which :meth:`ParityOps.prepare_parity` sets when the
+    metric has one (None: unknown), so that a baseline at chance is told apart."""
 
     name: str
     model: str | Callable[[], object]
@@ -114,6 +117,7 @@ class ParityData:
     higher_is_better: bool = True
     steps: int | None = None
     plan: dict | None = None
+    chance: object = None  # the best constant predictor (ampkit.parity.chance.Chance), set by prepare_parity
 
     def __post_init__(self) -> None:
         """The library's own arguments (a built-in dataset passes these by construction)."""
@@ -156,8 +160,9 @@ class ParityOps(Protocol):
         :meth:`train_seed`: the data factory's parts are data sets this framework reads, not empty,
         of ``(input, target)`` items; the model factory returns a model (or an ``ampkit.Workload``)
         that takes a batch of each part and gives a scalar loss. Settles ``metric`` (``accuracy``
-        for class targets, else ``loss``) and ``higher_is_better``. Anything wrong is one
-        :class:`~ampkit.errors.UsageError` line. Built-in data (``train`` None) passes unchanged."""
+        for class targets, else ``loss``), ``higher_is_better`` and ``chance`` (from the validation
+        targets, :func:`ampkit.parity.chance.of_targets`). Anything wrong is one
+        :class:`~ampkit.errors.UsageError` line."""
 
     def train_seed(self, data: ParityData, mode: str, seed: int, target: Target, *, epochs: int,
                    on_epoch: Callable[[int, int], None] | None = None) -> RunRecord:
@@ -188,3 +193,12 @@ def loader_order(n: int, seed: int, epoch: int):
     import numpy as np
 
     return np.random.default_rng(seed * 1000 + epoch).permutation(n)
+
+
+def of_targets(targets, metric: str, classes: bool, default_loss: bool = True):
+    """The best constant predictor of the validation ``targets`` (:func:`ampkit.parity.chance.of_targets`):
+    what :meth:`ParityOps.prepare_parity` sets as ``ParityData.chance`` (a backend reaches it through
+    this protocol, as it reaches :func:`loader_order`)."""
+    from .chance import of_targets as constant_predictor
+
+    return constant_predictor(targets, metric, classes, default_loss)

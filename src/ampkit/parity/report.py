@@ -32,6 +32,7 @@ class RunRecord:
     steps: int | None = None      # optimizer steps taken (with --steps; None for whole epochs)
     rank: int | None = None       # the torchrun rank that ran it (None: a single process)
     not_measured: str | None = None  # why the run says nothing about its mode (fp8 with no layer converted)
+    first_loss: float | None = None  # the first training step's loss (did the loss fall? parity.chance)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunRecord:
@@ -100,6 +101,10 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
     #: an interrupted run: the finished runs of seeds whose other modes did not finish; outside the
     #: statistics (nothing to pair them with), kept so that --resume and --merge need not run them again
     unpaired_runs: list[RunRecord] = field(default_factory=list)
+    #: the best constant predictor on the validation data (ampkit.parity.chance.Chance.to_dict), when known
+    chance: dict | None = None
+    #: why the fp32 baseline did not learn (every mode is then inconclusive); None when it did
+    baseline_not_learned: str | None = None
 
     @property
     def partial(self) -> bool:
@@ -119,6 +124,7 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
                         results=[r.to_dict() for r in self.results], elapsed_s=self.elapsed_s,
                         interrupted=self.interrupted, note=self.note, margin=self.margin, steps=self.steps,
                         metric=self.metric, grid=self.grid, shard=self.shard, world_size=self.world_size,
+                        chance=self.chance, baseline_not_learned=self.baseline_not_learned,
                         **({"unpaired_runs": [asdict(r) for r in self.unpaired_runs]} if self.unpaired_runs else {}))
 
     @classmethod
@@ -136,4 +142,7 @@ class ParityReport(Enveloped, ResultDisplay, command="parity"):
                    steps=d.get("steps"), metric=d.get("metric") or "accuracy",
                    grid=d.get("grid") if isinstance(d.get("grid"), dict) else None,
                    shard=d.get("shard") if isinstance(d.get("shard"), str) else None, world_size=d.get("world_size"),
+                   chance=d.get("chance") if isinstance(d.get("chance"), dict) else None,
+                   baseline_not_learned=d.get("baseline_not_learned") if isinstance(d.get("baseline_not_learned"), str)
+                   else None,
                    unpaired_runs=[RunRecord.from_dict(r) for r in d.get("unpaired_runs") or [] if isinstance(r, dict)])

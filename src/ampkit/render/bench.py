@@ -41,6 +41,8 @@ _VERDICT_STYLE = {"faster": "green", "slower": "red", "baseline": "dim"}
 def _status(r) -> str:
     if r.status == "ok" and r.flags:
         return "[bold yellow]ok, " + ", ".join(FLAG_WORDS.get(f, f) for f in r.flags) + "[/]"
+    if r.status == "ok" and r.emulated:  # fp8 without fp8 hardware: never a bare "ok" (issue #49)
+        return "[yellow]ok, emulated[/]"
     return f"[{_STATUS_STYLE.get(r.status, '')}]{r.status}[/]"
 
 
@@ -228,8 +230,11 @@ def _page_row(r) -> dict:
            "explanation": [x for x in r.explanation if isinstance(x, str)] if isinstance(r.explanation, list) else []}
     row["speedup_verdict"] = _speedup_verdict(r.speedup_verdict, row)
     row["memory_words"] = "baseline" if r.mode == "fp32" else fmt_memory_ratio(row["memory_saving"], "×")
+    row["emulated"] = r.emulated is True
     row["status_words"] = (r.status + ", " + ", ".join(FLAG_WORDS.get(f, f) for f in flags)
                            if r.status == "ok" and flags else r.status)
+    if r.status == "ok" and row["emulated"]:  # fp8 without fp8 hardware: never a bare "ok" (issue #49)
+        row["status_words"] += ", emulated"
     return row
 
 
@@ -257,6 +262,8 @@ def verdicts(view: BenchView) -> list[dict]:
             text, t = r["status"], tone(r["status"])
         elif r["flags"]:  # the bench withheld the speedup: say why, in red
             text, t = f"{r['status_words']}: no speedup claimed", "bad"
+        elif r["emulated"]:  # its time is the emulation's: no speedup is said
+            text, t = "ok, emulated (no fp8 hardware here): no speedup claimed", "neutral"
         elif r["speedup"] is None:
             text, t = "ok", "neutral"
         else:
@@ -350,6 +357,8 @@ def _cell(r: dict) -> str:
         return f"{r['mode']} baseline"
     if r["flags"]:
         return f"{r['mode']} no speedup claimed"
+    if r.get("emulated"):
+        return f"{r['mode']} ok, emulated"
     if r["speedup"] is None:
         return f"{r['mode']} ok"
     return f"{r['mode']} {r['speedup']:.2f}× {r['speedup_verdict'] or 'one run, no interval'}"

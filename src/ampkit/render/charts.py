@@ -13,7 +13,7 @@ import re
 
 from .output import MODE_COLORS, mode_color
 
-__all__ = ["BAD", "MODE_COLORS", "color", "draw", "figure", "plot", "save", "slant", "svg"]
+__all__ = ["BAD", "MODE_COLORS", "color", "draw", "figure", "plot", "png", "save", "slant", "svg"]
 BAD = "#d62728"
 STYLE = {"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "ampkit-report", "font.size": 9,
          "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
@@ -83,6 +83,17 @@ def save(fig, path: str, dpi: int = 110) -> None:
 
     with atomic_path(path) as tmp, matplotlib.rc_context(STYLE):
         fig.savefig(tmp, format=plot_format(path), dpi=dpi)
+
+
+def png(fig, dpi: int = 80) -> bytes:
+    """The figure as PNG bytes: what a notebook shows as an ``image/png`` output, which JupyterLab
+    renders in a notebook it does not trust (its sanitizer drops inline SVG from HTML outputs)."""
+    import matplotlib
+
+    buf = io.BytesIO()
+    with matplotlib.rc_context(STYLE):
+        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
 
 
 _ID = re.compile(r'\bid="([^"]+)"')

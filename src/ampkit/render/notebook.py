@@ -12,6 +12,7 @@ VS Code, an nbconvert HTML export and a browser without JavaScript.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import re
 
@@ -52,9 +53,10 @@ def _css() -> str:
     return scoped(environment(True).get_template("_style.css.j2").render()) + "\n" + EXTRA_CSS
 
 
-def views(result, drawn: bool = True) -> list[tuple[str, object]]:
+def views(result, drawn: bool = True, images: list | None = None) -> list[tuple[str, object]]:
     """The page views of a result's sections (its presenter's), charts drawn as inline SVG when
-    ``drawn`` (ids unique in the notebook page)."""
+    ``drawn`` (ids unique in the notebook page), or, with ``images`` (a list), as PNG bytes appended
+    to it and left out of the HTML."""
     presenter = presenter_of(result)
     out = []
     for command, report, part in presenter.sections(result) if presenter else []:
@@ -64,14 +66,31 @@ def views(result, drawn: bool = True) -> list[tuple[str, object]]:
         fig = charts.draw(PRESENTERS[command].figure, view) if drawn else None
         if fig is not None:
             view.chart_id = f"nb{next(_serial)}-{command}"
-            view.chart = charts.svg(fig, view.chart_id, f"{command} chart")
+            if images is None:
+                view.chart = charts.svg(fig, view.chart_id, f"{command} chart")
+            else:
+                images.append((command, charts.png(fig)))
         out.append((command, view))
     return out
 
 
-def html(result) -> str:
-    """The cell's HTML: the verdict line first, each section with its table, chart and findings."""
-    shown = views(result)
+def outputs(result) -> list[dict]:
+    """What a notebook cell shows for ``result`` (:meth:`ampkit.display.ResultDisplay._ipython_display_`):
+    MIME bundles, one output each -- the HTML (verdicts, tables, findings) and each chart as an
+    ``image/png`` output. A saved notebook opened elsewhere is untrusted: JupyterLab sanitizes its
+    HTML (styles and inline SVG dropped, issue #49), while an image output shows as it is."""
+    images: list = []
+    page = html(result, images)
+    out = [{"text/html": page, "text/plain": line(result)}]
+    out += [{"image/png": base64.b64encode(data).decode("ascii"), "text/plain": f"{command} chart"}
+            for command, data in images]
+    return out
+
+
+def html(result, images: list | None = None) -> str:
+    """The cell's HTML: the verdict line first, each section with its table, chart and findings
+    (the charts as inline SVG, or with ``images`` collected there as PNG: :func:`views`)."""
+    shown = views(result, images=images)
     verdicts = [row for command, view in shown for row in PRESENTERS[command].verdicts(view)]
     table = None
     if not shown:  # a result without a section of its own (a new command): its rows, generically

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..words import signed
@@ -31,8 +32,6 @@ def equivalence_cell(eq) -> str:
 
 
 def _styled(text: str, style: str) -> str:
-    from rich.markup import escape
-
     return f"[{style}]{escape(text)}[/]" if style else escape(text)
 
 
@@ -52,6 +51,8 @@ def _grid_words(report) -> str:
 
 
 def render(report, con) -> None:
+    if getattr(report, "baseline_not_learned", None):  # first: every verdict below rests on it (issue #46)
+        con.print(f"[yellow]inconclusive:[/] {escape(report.baseline_not_learned)}", highlight=False)
     if getattr(report, "note", None):
         prefix = "--modes auto: " if report.note.startswith("auto ") else "note: "  # else: fp8 emulated here
         con.print(f"{prefix}{report.note}", markup=False, highlight=False)
@@ -105,6 +106,7 @@ class ParityView(PageView):
     alpha: float | None
     epochs: int | None
     has_curves: bool
+    baseline_not_learned: str | None = None  # the fp32 baseline did not learn: said before any verdict
     #: a ``parity --runs`` document: every run's training loss, [(mode, seed, losses)], drawn on one chart
     run_curves: list = None
 
@@ -132,8 +134,10 @@ def page_view(report, doc=None) -> ParityView:
     if str(getattr(report, "note", "") or "").startswith("your runs:"):  # ampkit.parity.runs: the users' own runs
         run_curves = [(r.mode, run.seed, [finite(v) for v in run.train_loss]) for r in report.results for run in r.runs
                       if isinstance(run.train_loss, list) and len(run.train_loss) > 1]
+    unlearned = getattr(report, "baseline_not_learned", None)
     return ParityView(doc, rows, name, str(report.device or "—"), finite(report.tolerance),
-                      finite(report.alpha), epochs, any(r["acc_curve"] for r in rows) or bool(run_curves), run_curves)
+                      finite(report.alpha), epochs, any(r["acc_curve"] for r in rows) or bool(run_curves),
+                      unlearned if isinstance(unlearned, str) else None, run_curves)
 
 
 def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
@@ -155,6 +159,8 @@ def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
 
 def verdicts(view: ParityView) -> list[dict]:
     rows = []
+    if view.baseline_not_learned:  # first: no mode's verdict means anything without it
+        rows.append(verdict_row(f"parity {view.dataset}: fp32 baseline", "inconclusive", f": {view.baseline_not_learned}"))
     for r in view.rows:
         if r["verdict"] == "baseline":
             continue
@@ -238,7 +244,8 @@ sections, headline = one_section("parity")
 
 
 def line(view: ParityView) -> str:
-    text = f"parity {view.dataset} on {view.device}: " + (", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows)
+    unlearned = "fp32 did not learn; " if view.baseline_not_learned else ""
+    text = f"parity {view.dataset} on {view.device}: {unlearned}" + (", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows)
                                                            or NONE_FINISHED)
     unpaired = getattr(getattr(view.doc, "report", None), "unpaired_runs", None)
     if unpaired:  # an unfinished seed's runs, kept for --resume

@@ -38,12 +38,12 @@ def _weights_after(norm, mode="bf16"):
     return mp, r, [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("norm", [torch.tensor(float("nan")), torch.tensor(float("inf")), torch.tensor(-1.0),
-                                  torch.tensor([0.0])], ids=["nan", "inf", "negative", "zero"])
+@pytest.mark.parametrize("norm", [torch.tensor(float("nan")), torch.tensor(float("-inf")), torch.tensor(-1.0),
+                                  torch.tensor([0.0])], ids=["nan", "-inf", "negative", "zero"])
 def test_a_cpu_tensor_is_checked_like_a_number(norm):
     mp, model, opt = _stepped()
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(UsageError, match=r"max_grad_norm must be a finite number > 0; received"):
+    with pytest.raises(UsageError, match=r"max_grad_norm must be a number > 0"):
         mp.step(opt, max_grad_norm=norm)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())) and mp.stats["steps"] == 0
 
@@ -81,7 +81,7 @@ def test_an_accelerator_tensor_that_is_not_a_number_above_0_clips_nothing_and_he
     assert r.grad_norm is not None and float(r.grad_norm) > 0
     health = mp.health()
     assert health["status"] == "warning"
-    assert "max_grad_norm was NaN, inf or <= 0 in 1 step(s): those steps were not clipped" in health["messages"][-1]
+    assert "max_grad_norm was NaN or <= 0 in 1 step(s): those steps were not clipped" in health["messages"][-1]
     # a good tensor in the next step clips as the number does, and the count stays with the engine's copies
     mp.step(opt, max_grad_norm=torch.tensor(-2.0))
     mp.step(opt, max_grad_norm=torch.tensor(1e-3))
@@ -114,3 +114,25 @@ def test_a_cuda_tensor_limit_costs_no_sync_and_a_nan_one_clips_nothing():
         torch.cuda.set_sync_debug_mode("default")
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert "in 1 step(s)" in mp.health()["messages"][-1]
+
+
+@pytest.mark.parametrize("norm", [float("inf"), torch.tensor(float("inf"))], ids=["number", "cpu-tensor"])
+@pytest.mark.parametrize("mode", ["bf16", "fp16"])
+def test_inf_measures_the_norm_and_clips_nothing_as_torch_does(norm, mode):
+    """Issue #49: ``clip_grad_norm_(params, inf)`` is how torch users measure the norm; the engine
+    took it as a bad limit. The norm returned is the unscaled one, the weights as without clipping."""
+    mp, r, clipped_not = _weights_after(norm, mode)
+    _, _, unclipped = _weights_after(None, mode)
+    _, r_tiny, tiny = _weights_after(1e-3, mode)
+    assert all(torch.equal(a, b) for a, b in zip(clipped_not, unclipped))
+    assert not all(torch.equal(a, b) for a, b in zip(clipped_not, tiny))  # the case can tell a clip
+    assert float(r.grad_norm) == pytest.approx(float(r_tiny.grad_norm)) and float(r.grad_norm) > 1e-3
+    assert mp.health()["status"] == "ok" and mp.stats["steps"] == 1
+
+
+def test_an_inf_accelerator_tensor_clips_nothing_and_is_not_counted(monkeypatch):
+    monkeypatch.setattr(clip_limit, "on_host", lambda t: False)
+    mp, r, w = _weights_after(torch.tensor(float("inf")))
+    _, _, unclipped = _weights_after(None)
+    assert all(torch.equal(a, b) for a, b in zip(w, unclipped)) and float(r.grad_norm) > 0
+    assert mp.health() == {**mp.health(), "status": "ok", "messages": []}

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from ...factory import call_user
-from ...parity.ops import DataSets, ParityData, loader_order
+from ...parity.ops import DataSets, ParityData, loader_order, of_targets
 from ...parity.report import RunRecord
 from .parity_data import is_dataset, prepare
 
@@ -48,6 +48,20 @@ def _epochs_of_arrays(x, y, seed: int, epochs: int, steps: int | None, batch_siz
     yield x[order], y[order]
 
 
+def first_loss_callback(keras):
+    """A callback that keeps the first training batch's loss (did the loss fall? :mod:`ampkit.parity.chance`);
+    given to the first ``fit`` only, it reads one value once."""
+
+    class FirstLoss(keras.callbacks.Callback):
+        value = None
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.value is None and logs and "loss" in logs:
+                self.value = float(logs["loss"])
+
+    return FirstLoss()
+
+
 def train_one(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=None) -> RunRecord:
     """Train one seed in one mode: a built-in architecture (``ds.model``, a name) or a caller's
     factory of a fresh Keras model, with AdamW and (unless ``ds`` names its own) sparse cross-entropy
@@ -59,6 +73,7 @@ def train_one(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=Non
     mp = MixedPrecision(mode, keras="keras")  # the built-in models are Keras 3, whatever tf.keras resolves to
     user = ds.sets is not None
     history = mp.callback()
+    first = first_loss_callback(keras)
     rec = RunRecord(mode, seed, [], [], [], 0, 0.0, steps=ds.steps)
     t0 = time.perf_counter()
     # build, train and evaluate inside the mode's scope: its policy, and TF32 on or off as the mode says
@@ -93,8 +108,9 @@ def train_one(ds: ParityData, mode: str, seed: int, *, epochs: int, on_epoch=Non
             chunks = ({"x": train} for _ in range(epochs))
         total = 1 if ds.steps else epochs
         for k, fit_args in enumerate(chunks):
-            hist = model.fit(**fit_args, epochs=1, verbose=0, callbacks=[history])
+            hist = model.fit(**fit_args, epochs=1, verbose=0, callbacks=[history] + ([first] if k == 0 else []))
             rec.train_loss.append(float(hist.history["loss"][0]))
+            rec.first_loss = first.value if rec.first_loss is None else rec.first_loss
             if isinstance(test, tuple):
                 res = model.evaluate(test[0], test[1], batch_size=1024, verbose=0)
             else:
@@ -114,7 +130,7 @@ class TensorFlowParity:
 
     def prepare_parity(self, data: ParityData, target) -> ParityData:
         if data.sets is None and isinstance(data.model, str):  # a built-in dataset: its arrays, images NCHW
-            return data
+            return dataclasses.replace(data, chance=of_targets(data.arrays.y_test, "accuracy", True))
         if data.sets is None:  # a caller's arrays (ampkit.parity(make_model, train, test)): as a data factory's
             a = data.arrays
             data = dataclasses.replace(data, source=DataSets(train=(a.x_train, a.y_train), test=(a.x_test, a.y_test),

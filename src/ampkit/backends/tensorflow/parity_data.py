@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import UsageError, one_line
 from ...factory import call_user
-from ...parity.ops import ParityData
+from ...parity.ops import ParityData, of_targets
 
 
 def is_dataset(obj) -> bool:
@@ -113,9 +113,19 @@ def prepare(data: ParityData) -> ParityData:
         if not np.isfinite(value):
             raise UsageError(f"the loss of {mspec} on a {part} batch of {dspec} is {value} before any training")
     metric = ("custom" if data.metric_fn is not None else "accuracy" if classes else "loss")
+    known = metric == "accuracy" or (metric == "loss" and loss_fn is None)  # a constant predictor's score is known
+    chance = of_targets(_targets(test), metric, bool(classes)) if known else None
     return dataclasses.replace(data, source=dataclasses.replace(data.sets, train=train, test=test),
                                loss_fn=loss_fn or default_loss(model, classes), metric=metric,
-                               higher_is_better=metric != "loss")
+                               higher_is_better=metric != "loss", chance=chance)
+
+
+def _targets(obj):
+    """Every validation target as one NumPy array (a tf.data pipeline read once, to its end)."""
+    if isinstance(obj, tuple):
+        return np.asarray(obj[1])
+    parts = [np.asarray(element[1]) for element in obj]
+    return np.concatenate([p.reshape(len(p), -1) if p.ndim else p.reshape(1) for p in parts])
 
 
 def _unbatched_hint(obj, model) -> str:

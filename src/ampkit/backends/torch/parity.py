@@ -6,6 +6,7 @@ The data order, the statistics and the verdicts are :mod:`ampkit.parity.core`'s 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from ...factory import call_user
 from ...parity.ops import ParityData
 from ...parity.report import RunRecord
 from .engine import MixedPrecision
-from .parity_data import EVAL_BATCH, TensorFeed, accuracy, prepare
+from .parity_data import EVAL_BATCH, TensorFeed, accuracy, arrays_chance, prepare
 from .workloads.base import Workload, call_model, logits_of
 
 
@@ -68,7 +69,7 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
         rec.not_measured = (f"no Linear layer was converted to fp8 ({len(mp.fp8_layers)} Linear layer(s), none of a "
                             "convertible size or position): the runs were bf16, so they say nothing about fp8")
     t0 = time.perf_counter()
-    done, epoch = 0, 0
+    done, epoch, first = 0, 0, None
     while (done < steps) if steps else (epoch < epochs):
         total = torch.zeros((), device=device)
         batches = 0
@@ -78,6 +79,8 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
             mp.backward(loss)
             mp.step(opt, zero_grad=True)
             total += loss.detach().float()  # summed on the device: no per-step sync
+            if first is None:
+                first = loss.detach().float()  # read with the epoch's sum (did the loss fall? parity.chance)
             batches += 1
             done += 1
             if steps and on_epoch:
@@ -86,6 +89,8 @@ def train_one(make_model: Callable[[], nn.Module], mode: str, seed: int, device,
                 break
         epoch += 1
         rec.train_loss.append(float(total) / max(batches, 1))  # one sync per epoch
+        if rec.first_loss is None and first is not None:
+            rec.first_loss = float(first)
         acc, test_loss = _evaluate(model, mp, test, device, loss_fn, metric_fn)
         rec.test_accuracy.append(acc)
         rec.test_loss.append(test_loss)
@@ -122,7 +127,7 @@ class TorchParity:
             built = data.model() if callable(data.model) else dataset_model(data.model)
             check_plan(data.plan, built.model if isinstance(built, Workload) else built)
         if data.sets is None:  # arrays: checked when made, trained with cross-entropy and accuracy by default
-            return data
+            return dataclasses.replace(data, chance=arrays_chance(data))
         return prepare(data, torch.device(target.device))
 
     def parity_group(self, device: str):

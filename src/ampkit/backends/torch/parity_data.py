@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from ...errors import UsageError, one_line
 from ...factory import call_user
-from ...parity.ops import ParityData, loader_order
+from ...parity.ops import ParityData, loader_order, of_targets
 from .workloads.base import Workload, call_model, logits_of
 
 EVAL_BATCH = 1024
@@ -229,10 +229,23 @@ def prepare(data: ParityData, device: torch.device) -> ParityData:
         found_class = classes if found_class is None else found_class and classes
     metric = (getattr(metric_fn, "__name__", "metric") if metric_fn is not None
               else "accuracy" if found_class else "loss")
+    chance = None
+    if (metric == "accuracy" and metric_fn is None) or (metric == "loss" and loss_fn is None):  # a known constant
+        targets = torch.cat([yb.reshape(len(yb), -1).cpu() for _, yb in test.batches(0, 0, torch.device("cpu"),
+                                                                                       shuffle=False)])
+        chance = of_targets(targets.numpy(), metric, bool(found_class))
     return dataclasses.replace(data, source=dataclasses.replace(data.sets, train=train, test=test),
                                loss_fn=loss_fn or _default_loss(found_class),
                                metric_fn=metric_fn or (accuracy if found_class else None), metric=metric,
-                               higher_is_better=metric != "loss")
+                               higher_is_better=metric != "loss", chance=chance)
+
+
+def arrays_chance(data: ParityData):
+    """The constant predictor of in-memory class targets under the default accuracy (None otherwise)."""
+    y = _tensor(data.arrays.y_test)
+    if data.metric_fn is not None or not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex():
+        return None
+    return of_targets(y.detach().cpu().numpy(), "accuracy", True)
 
 
 def _same_shape(out, yb, part: str, mspec: str, dspec: str) -> None:
