@@ -68,7 +68,10 @@ class ParityResult:
     step_time: dict | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d.get("step_time") is None:  # only parity --runs measures it: other documents stay as they were
+            d.pop("step_time", None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityResult:
