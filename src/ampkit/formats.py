@@ -68,5 +68,19 @@ def precision_threshold(fmt: FloatFormat) -> float:
     return PRECISION_UNITS * rounding_unit(fmt)
 
 
+#: a model's output is beyond what its format costs from this many rounding units (12.5% in bf16, 1.6% in
+#: fp16): rounding every layer's output costs a deep network a few to ~15 units (ampkit.audit.model_error)
+MODEL_UNITS = 32
+
+
+def module_limit(fmt: FloatFormat) -> float:
+    """The relative error above which a module that makes its error itself is a finding, the same rule
+    for fp16 and bf16 (issue #50): beyond what rounding costs a whole deep network in the format
+    (:data:`MODEL_UNITS` units: 12.5% in bf16) and never below fp16's own per-module threshold
+    (:data:`PRECISION_UNITS` fp16 units, 3.1%): a bf16 module that grows its error to 14% is judged as
+    fp16 would judge it, while bf16's ordinary roundings (0.4-5%) stay below."""
+    return max(MODEL_UNITS * rounding_unit(fmt), precision_threshold(FP16))
+
+
 def format_of(mode: str) -> FloatFormat:
     return FP16 if mode == "fp16" else BF16

@@ -100,11 +100,14 @@ class LossScaleHealth:
         self.messages: list[str] = []
 
     # ------------------------------------------------------------------ feeding
-    def observe(self, step: int, scale: float, skipped: bool, *, scale_used: float | None = None) -> str | None:
+    def observe(self, step: int, scale: float, skipped: bool, *, scale_used: float | None = None,
+                forward_finite=None) -> str | None:
         """One optimizer step: its index, the scale *after* its update, whether it was skipped.
 
         ``scale_used``: the scale the step ran with (before the update), when known; it is what
-        a taken step proves fits. Returns the alarm's message when this step fired it, else None.
+        a taken step proves fits. ``forward_finite``: whether this step's loss was finite (a bool, or
+        a callable without arguments asked only when the alarm fires: reading a device loss is a
+        sync), None when unknown. Returns the alarm's message when this step fired it, else None.
         """
         self.steps += 1
         self.scale = float(scale)
@@ -124,13 +127,13 @@ class LossScaleHealth:
         if not (low or long_run):
             return None
         self.fired_at = int(step)
-        msg = self._message(int(step), low, long_run)
+        msg = self._message(int(step), low, long_run, forward_finite() if callable(forward_finite) else forward_finite)
         self.messages.append(msg)
         if self.warn:
             warnings.warn(msg, LossScaleWarning, stacklevel=_stacklevel_outside_ampkit())
         return msg
 
-    def _message(self, step: int, low: bool, long_run: bool) -> str:
+    def _message(self, step: int, low: bool, long_run: bool, forward_finite: bool | None = None) -> str:
         what = []
         if long_run:
             what.append(f"{self.run_length} steps in a row were skipped for inf/NaN gradients "
@@ -142,8 +145,15 @@ class LossScaleHealth:
         fit = (f" The last step that was taken ran at scale {_fmt(self.last_good_scale)}: "
                f"init_scale={_fmt(self.last_good_scale)} fits this model."
                if self.last_good_scale is not None else
+               # a finite loss with gradients that overflow is a scale problem, never a forward one (issue #50)
+               f" No step has been taken yet, and the loss is finite: the scaled gradients alone overflow at every "
+               f"scale tried, down to {_fmt(self.scale)} (gradients too large for fp16: a large factor on the loss, or "
+               "a weight gradient summed over a large batch); the scaler keeps halving, below 1 too, until they fit."
+               if forward_finite else
+               " No step has been taken yet, and the loss itself is inf/NaN: inf/NaN in the forward pass (not a "
+               "scale problem)." if forward_finite is False else
                " No step has been taken yet: the gradients overflow at every scale tried, which points at "
-               "inf/NaN in the forward pass (not a scale problem).")
+               "inf/NaN in the forward pass or gradients too large for fp16 at any of those scales.")
         advice = self.advice() if callable(self.advice) else self.advice
         advice = advice or ("Use bf16 where the device supports it (no loss scaling needed), or find the "
                                  "overflowing layer with `ampkit audit --mode fp16`.")

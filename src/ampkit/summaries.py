@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compare import relative_error
-from .formats import FORMATS, FP8_E4M3, FP8_E5M2
+from .formats import FORMATS, FP8_E4M3, FP8_E5M2, UNDERFLOW_THRESHOLD
 
 #: a module whose float32 output gradients are at least this share rounding noise (float64 check) has none to lose
 NOISE_ONLY = 0.5
@@ -125,11 +125,30 @@ class ModuleSummary:
     #: the share of its nonzero float32 output gradients that are rounding noise (a float64 pass says so:
     #: the true values are zero, e.g. attention over one token); None: not checked
     grad_noise: float | None = None
+    #: of its nonzero float32 output gradients, the share that is not noise yet lost at the default scale (the
+    #: same float64 pass says so, as the audit's ``grad_signal_lost_frac``); None: not checked
+    grad_signal_lost: float | None = None
+    #: a softmax its own code computes, rerun on inputs rounded to each format: {format: the largest relative
+    #: error of its output} and the op (an absolute error of a softmax's input is a relative one of its output)
+    amplified: dict = field(default_factory=dict)
+    amplified_op: str | None = None
+    #: {format: (output error, input error)} a run of that format carries into this leaf, measured by one
+    #: forward of the format against float32 (a backend that does not measure it leaves it empty)
+    carried: dict = field(default_factory=dict)
+
+    def amplify(self, op: str, errors: dict) -> None:
+        for fmt, err in errors.items():
+            if err > self.amplified.get(fmt, -1.0):
+                self.amplified[fmt] = err
+                self.amplified_op = op
 
     @property
     def noise_only(self) -> bool:
-        """Its output gradients are float32 rounding noise (mostly): losing them loses nothing."""
-        return self.grad_noise is not None and self.grad_noise >= NOISE_ONLY
+        """Its output gradients are float32 rounding noise (mostly) and what is not noise is kept at the default
+        scale: losing them loses nothing. A module whose signal the default scale loses in part is judged by all
+        its gradients (issue #46: the real audit finds that share lost; the what-if must not call it safe)."""
+        return (self.grad_noise is not None and self.grad_noise >= NOISE_ONLY
+                and (self.grad_signal_lost is None or self.grad_signal_lost <= UNDERFLOW_THRESHOLD))
 
     @property
     def fp8_eligible(self) -> bool:

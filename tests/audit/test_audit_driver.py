@@ -48,7 +48,10 @@ def test_fp16_follows_the_scalers_back_off_and_audits_the_scale_a_default_run_tr
 
 def test_a_given_scale_is_kept_and_its_overflow_located_in_the_backward(backend):
     rep = audit_here(AuditConfig(workload="steep", loss_scale=65536.0), backend)
-    assert rep.loss_scale == 65536.0 and rep.skipped_steps == 0 and rep.note == "a toy note"
+    assert rep.loss_scale == 65536.0 and rep.skipped_steps == 0
+    # its finding offers bf16, so the audit asked bf16's own audit first (a second session): healthy here
+    assert rep.note == "a toy note; bf16 audited too: healthy on this model"
+    assert [s.mode for s in backend.sessions] == ["fp16", "bf16"]
     assert rep.first_nonfinite == {"name": "head", "phase": "backward", "step": 0, "op": None,
                                    "in_reference": False} and rep.failed
     assert rep.findings[0].kind == "nonfinite" and "ToyScaler skips such a step" in rep.findings[0].advice

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from ..formats import LOST_BITS, PRECISION_UNITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below, precision_threshold, rounding_unit
+from ..formats import LOST_BITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below, module_limit, precision_threshold, rounding_unit
 from .gradients import fitting_scale, param_findings, set_param_headroom
-from .model_error import gradual_error_finding
+from .model_error import gradual_error_finding, grown_inside_finding
 from .ops import Advice
 from .origin import nonfinite_finding, once_per_cause
 from .report import SEVERITY, Finding, LayerStats
@@ -43,12 +43,17 @@ def audit_mode_for_auto(resolve) -> tuple[str, str]:
 
 
 def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, first_nonfinite,
-                 reference_nonfinite: bool, advice: Advice) -> tuple[list[Finding], float | None]:
+                 reference_nonfinite: bool, advice: Advice, bf16_unhealthy: str | None = None
+                 ) -> tuple[list[Finding], float | None]:
     """Findings with advice from per-layer statistics (framework-neutral; ``advice`` words the fixes
-    in the user's framework)."""
+    in the user's framework). ``bf16_unhealthy``: why bf16 is no cure on this model (its own audit's
+    finding, :func:`ampkit.audit.driver.audit_here`): then no finding offers bf16 and each that would have
+    says why not (issue #46: one story)."""
     fp32_hint, scaler, init_arg, scale_code = advice.fp32_hint, advice.scaler, advice.init_arg, advice.scale_code
-    bf16_code = advice.bf16_code
-    limit = precision_threshold(fmt)
+    offer_bf16 = mode == "fp16" and not bf16_unhealthy
+    bf16_code = advice.bf16_code if offer_bf16 else None
+    not_bf16 = f" (not bf16: {bf16_unhealthy})" if mode == "fp16" and bf16_unhealthy else ""
+    limit = module_limit(fmt)
 
     def _fp32(name: str) -> str:
         one_line = fp32_hint(name)
@@ -60,7 +65,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     def _keep_fp32(lay: LayerStats, kind: str, what: str, who: str = "") -> Finding:
         """A forward finding whose fix is float32 for the module (``who``: named, with its code), or bf16 under fp16."""
         keep = f"keep {who} in float32 ({_fp32(lay.name)})" if who else "keep it in float32"
-        return Finding(lay.name, kind, f"{what}: {keep}" + (" or train in bf16" if mode == "fp16" else ""),
+        return Finding(lay.name, kind, f"{what}: {keep}" + (" or train in bf16" if offer_bf16 else not_bf16),
                        SEVERITY[kind], fp32_hint(lay.name))
 
     by_name = {lay.name: lay for lay in layers}
@@ -70,7 +75,7 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
     set_param_headroom(layers, fmt, scale)
     if first_nonfinite is not None:  # at its origin, advice only where it can help (.origin)
         out.append(nonfinite_finding(first_nonfinite, by_name.get(first_nonfinite["name"]), fmt, mode, scale,
-                                     reference_nonfinite, advice))
+                                     reference_nonfinite, advice, bf16_unhealthy))
     # overflow: the innermost modules whose fp32 outputs exceed the format's range
     over = [lay for lay in layers if lay.fwd_amax > fmt.max_finite and lay.in_format(fmt)]
     for lay in over:
@@ -85,13 +90,14 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         # inf/NaN there (a prediction the measurement contradicts is not a finding)
         if (mode == "fp16" and lay.leaf and lay.grad_amax and lay.grad_headroom_log2 < 0 and lay.grad_nonfinite
                 and lay.in_format(fmt)):
-            fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if lay.grad_amax else None
+            # an infinite float32 gradient (the reference fails too) fits no scale: no log2 of 0
+            fit = 2.0 ** math.floor(math.log2(fmt.max_finite / 4 / lay.grad_amax)) if math.isfinite(lay.grad_amax) else None
             out.append(Finding(lay.name, "overflow",
                                f"gradients w.r.t. its output reach {lay.grad_amax:.3g}, times loss scale {scale:g} "
                                f"beyond fp16's max {fmt.max_finite:g}: {scaler} skips such steps and halves the "
-                               f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" if fit and fit >= 1 else
-                                           "; no scale >= 1 avoids it: train in bf16"), SEVERITY["overflow"],
-                               _scale(fit if fit and fit >= 1 else None) or bf16_code))
+                               f"scale" + (f"; {init_arg}={fit:g} or lower avoids it" + below_one(fit) if fit else
+                                           "; the float32 gradient itself is infinite: no scale avoids it"),
+                               SEVERITY["overflow"], _scale(fit)))
     # parameter gradients at this loss scale: what the scaler itself checks (ampkit.audit.gradients)
     # (not after a non-finite forward: every gradient downstream of it is inf/NaN as a consequence)
     if not (first_nonfinite and first_nonfinite.get("phase") == "forward"):
@@ -106,12 +112,14 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
                    "this costs the step little" + (f"; {init_arg}={suggested:g} would lose less" if suggested else ""))
         elif mode == "fp16":
             fix = (f"the loss scale {scale:g} is too small for this model; {init_arg}={suggested:g} would fit "
-                   "(or train in bf16)" if suggested else
-                   "no single loss scale fits both its smallest and largest gradients: train in bf16")
+                   + ("(or train in bf16)" if offer_bf16 else not_bf16.strip()) if suggested else
+                   "no single loss scale fits both its smallest and largest gradients: "
+                   + ("train in bf16" if offer_bf16 else f"keep this module in float32{not_bf16}"))
         else:
             fix = "keep this module in float32"
         code = _scale(suggested) if held is not None else \
-            (_scale(suggested) or bf16_code) if mode == "fp16" else fp32_hint(lay.name)
+            (_scale(suggested) or bf16_code or (None if offer_bf16 else fp32_hint(lay.name))) if mode == "fp16" \
+            else fp32_hint(lay.name)
         out.append(Finding(lay.name, "underflow",
                            f"{lost_signal(lay):.0%} of its nonzero gradients are lost at loss scale {scale:g}"
                            + (f" (besides {lay.grad_noise_frac:.0%} that are float32 rounding noise, against float64)"
@@ -139,15 +147,26 @@ def findings_for(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: f
         out.append(Finding(lay.name, "precision",
                            f"its output differs from float32 by {lay.rel_error:.1%} (relative) under {mode}, "
                            f"{lay.rel_error / rounding_unit(fmt):.0f}x {fmt.name}'s rounding unit "
-                           f"(findings from {PRECISION_UNITS}x, {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
+                           f"(findings from {limit:.2%}){came_in}: with a {fmt.mantissa_bits}-bit "
                            f"mantissa this module cancels or amplifies rounding; keep it in float32: {_fp32(lay.name)}",
                            SEVERITY["precision"], fp32_hint(lay.name)))
     # the model's output: an error far beyond the format's that grew without a module to name (.model_error)
-    gradual = gradual_error_finding(layers, fmt, mode, limit, rounding_unit(fmt), out)
+    # an error that grows past the limit between two modules: in their container's own code (.model_error)
+    grown = grown_inside_finding(layers, fmt, mode, limit, AMPLIFICATION, out, _fp32)
+    if grown:
+        grown.code = fp32_hint(grown.layer)
+        out.append(grown)
+    gradual = gradual_error_finding(layers, fmt, mode, precision_threshold(fmt), rounding_unit(fmt), out)
     out += [gradual] if gradual else []
     out = once_per_cause(out, layers, reference_nonfinite, UNDERFLOW_THRESHOLD)
     out.sort(key=lambda f: f.severity)
     return out, suggested
+
+
+def below_one(fit: float) -> str:
+    """What a scale below 1 means, said beside it: a dynamic scaler goes there too (GradScaler has no floor)."""
+    return (" (a scale below 1, where a dynamic scaler backs off to as well: the gradients are larger than fp16 "
+            "holds unscaled)") if fit < 1 else ""
 
 
 def parameter_gradients_hold(layers: list[LayerStats], fmt: FloatFormat) -> float | None:
@@ -178,7 +197,7 @@ def _suggest_scale(layers: list[LayerStats], fmt: FloatFormat, scale: float) -> 
     ``scale`` already lifts the smallest amax, the largest scale that fits, if above ``scale``. None
     when no scale above ``scale`` fits: a smaller one loses more, so none is suggested.
     """
-    amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0]
+    amaxes = [lay.grad_amax for lay in layers if lay.grad_amax > 0 and math.isfinite(lay.grad_amax)]
     hi = fitting_scale(layers, fmt)
     if not amaxes or hi is None:
         return None

@@ -14,6 +14,7 @@ audit halves it too, measures the step again, and audits the scale a default run
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..bench.sizes import size_kwargs
@@ -28,7 +29,7 @@ from .fp8 import fp8_findings
 from .gradients import backoff_params, scale_that_fits
 from .ops import FLAG, UNSUPPORTED, AuditSession, LiveModel, WhatIfSession, session_kind
 from .progress import PassLines, quiet
-from .report import AuditReport
+from .report import ROOT, AuditReport
 
 __all__ = ["STOP_GRACE_S", "audit_here", "run", "run_session"]
 
@@ -97,6 +98,12 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
             report.input = fed
         finally:
             session.close()
+        refind = report.__dict__.pop("_refind", None)
+        if refind is not None and offers_bf16(report) and not report.interrupted:  # is bf16 a cure here? its own audit says (issue #46)
+            unhealthy, said = bf16_verdict(backend, config, target, live, say)
+            if unhealthy:
+                report.findings = refind(unhealthy)
+            report.note = "; ".join(n for n in (report.note, said) if n)
     except UsageError:
         raise
     except Exception as exc:  # a user's model that fails under the audit: one line, as bench's probe says it
@@ -109,6 +116,36 @@ def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, prog
         report.resolved_from = "auto"
         report.note = "; ".join(n for n in (auto_note, report.note) if n)
     return report
+
+
+#: the kinds of finding that say a mode's own numerics fail on a model (not contract or compile findings)
+NUMERIC_KINDS = ("nonfinite", "overflow", "underflow", "precision")
+
+
+def offers_bf16(report: AuditReport) -> bool:
+    """Whether an fp16 report's findings offer bf16 as a cure (words or code)."""
+    return report.mode == "fp16" and any("bf16" in f.advice or "bf16" in (f.code or "") for f in report.findings)
+
+
+def bf16_verdict(backend, config: AuditConfig, target, live, say=quiet) -> tuple[str | None, str]:
+    """A bf16 audit of the same model, batch and steps: (why bf16 is no cure, naming its first finding, or
+    None when it is healthy -- no numeric finding, no inf/NaN -- or cannot run here; the report's note)."""
+    cfg = replace(config, mode="bf16", loss_scale=None, compile=False)
+    try:
+        session = backend.audit_session(cfg, target, live)
+    except UsageError as exc:  # a backend or device without bf16: the findings stay as they are, said so
+        return None, f"bf16 not audited here ({exc})"
+    try:
+        rep = run_session(session, cfg, say)
+    finally:
+        session.close()
+    bad = [f for f in rep.findings if f.kind in NUMERIC_KINDS]
+    if not bad and rep.first_nonfinite is None:
+        return None, "bf16 audited too: healthy on this model"
+    f = bad[0] if bad else None
+    where = f"{f.kind} at {f.layer or ROOT}" if f else f"inf/NaN first in {rep.first_nonfinite['name']}"
+    why = f"its own audit of this model finds {where}"
+    return why, f"bf16 audited too: not advised, {why}"
 
 
 def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditReport:
@@ -126,13 +163,10 @@ def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditR
         say(_pass_line(step, config, scale, outcome))
         # GradScaler's / LossScaleOptimizer's own start: gradients that overflow only at the scale
         # make it skip the step and halve the scale; unless the scale was given, the audit does too
-        while (mode == "fp16" and not scale_fixed and outcome.skips and not outcome.forward_nonfinite
-               and not outcome.reference_nonfinite and scale / 2 >= 1.0):
-            scale /= 2
-            backoffs += 1
-            session.rewind()
-            outcome = session.measure(step, scale)
-            say(_pass_line(step, config, scale, outcome))
+        if mode == "fp16" and not scale_fixed and _backs_off(outcome):
+            scale, outcome = back_off(session, step, scale, outcome, fmt.max_finite,
+                                      lambda s, o, step=step: say(_pass_line(step, config, s, o)))
+            backoffs = round(math.log2(initial_scale / scale))
         session.record()
         session.train(scale)
         reference_nonfinite = reference_nonfinite or outcome.reference_nonfinite
@@ -146,9 +180,13 @@ def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditR
         lay.finish(fmt)
     advice = session.advice()
     findings, suggested = findings_for(layers, fmt, mode, scale, first_nonfinite, reference_nonfinite, advice)
+    numeric = len(findings)
+    first_seen = dict(first_nonfinite) if first_nonfinite is not None else None
     findings += session.contract_findings()  # the precision contract (issue #22); none by default
     if mode == "fp8":  # each converted layer's own advice (ampkit.audit.fp8)
         findings = fp8_findings(layers) + findings
+    if first_nonfinite is not None and not first_nonfinite["name"]:  # the root module: named, never ""
+        first_nonfinite["name"] = ROOT
     report = AuditReport(mode, scale, layers, first_nonfinite, findings, session.device, config.steps,
                          session.environment(), session.workload, reference_nonfinite, suggested,
                          interrupted=stop_requested(), steps_completed=done)
@@ -160,9 +198,13 @@ def run_session(session: AuditSession, config: AuditConfig, say=quiet) -> AuditR
     if backoffs:
         report.initial_loss_scale, report.skipped_steps = initial_scale, backoffs
         notes.insert(0, backoff_note(advice.scaler, initial_scale, scale, backoffs, backoff_params(layers)))
-    report.suggested_loss_scale = scale_that_fits(layers, fmt, mode, scale, backoffs, suggested)
+    forward_failed = reference_nonfinite or (first_nonfinite or {}).get("phase") == "forward"
+    report.suggested_loss_scale = scale_that_fits(layers, fmt, mode, scale, backoffs, suggested, forward_failed)
     report.note = "; ".join(notes) or None
     report.input = session.input  # what the batch was drawn as, when the backend says
+    if mode == "fp16":  # the findings again once bf16's own verdict is known (audit_here): not serialised
+        report.__dict__["_refind"] = lambda unhealthy: findings_for(
+            layers, fmt, mode, scale, first_seen, reference_nonfinite, advice, unhealthy)[0] + findings[numeric:]
     return report
 
 
@@ -195,6 +237,53 @@ def run_whatif(session: WhatIfSession, config: AuditConfig, say=quiet) -> AuditR
     report.input = session.input
     report.note = "; ".join(["what-if: float32 steps only; fp16, bf16 and fp8 predicted from them", *session.notes])
     return report
+
+
+#: the back-off gives up below this scale (a gradient that overflows there is no scale problem); a session's
+#: ``scale_floor`` (its framework scaler's own lowest scale) raises it
+MIN_SCALE = 2.0**-64
+
+
+def _backs_off(outcome) -> bool:
+    return outcome.skips and not outcome.forward_nonfinite and not outcome.reference_nonfinite
+
+
+def back_off(session: AuditSession, step: int, scale: float, outcome, max_finite: float, say=lambda s, o: None):
+    """The scale a dynamic scaler ends its back-off at, from ``scale`` (measured: it skips), and the
+    outcome measured there. A real scaler halves once per skipped step, below 1 too (GradScaler has no
+    floor), so the scales tried are ``scale / 2**k``; the audit does not run each: from the largest
+    float32 gradient (``outcome.grad_amax``) it predicts the first ``k`` whose scaled gradients fit, measures
+    there, halves on while that skips, and checks that the scale above the one it settles at skips (else
+    the scaler would have stopped there): two measured steps when the prediction holds. Each measurement
+    is a real audited step; the last one is at the returned scale. Without ``grad_amax`` it halves one
+    step at a time. A session whose framework's scaler stops at a floor (tf_keras's LossScaleOptimizer
+    at 1) says so in ``scale_floor``; there the back-off stops too."""
+    lowest = max(MIN_SCALE, session.scale_floor or 0.0)  # declared by the protocol (AuditSession)
+    skip_at = scale  # the lowest scale measured to skip
+    amax = outcome.grad_amax
+    k = max(1, math.ceil(math.log2(amax * scale / max_finite))) if amax and math.isfinite(amax) and amax > 0 else 1
+    cand = max(scale / 2.0**k, lowest)
+
+    def measure(s):
+        session.rewind()
+        out = session.measure(step, s)
+        say(s, out)
+        return out
+
+    while True:
+        up = cand * 2
+        if up < skip_at:  # the scale above the predicted one first: it must skip for the scaler to come down here
+            outcome = measure(up)
+            if not _backs_off(outcome):  # predicted too far down
+                if outcome.skips or up * 2 >= skip_at:
+                    return up, outcome
+                cand = up
+                continue
+            skip_at = up
+        outcome = measure(cand)
+        if not _backs_off(outcome) or cand / 2 < lowest:
+            return cand, outcome
+        skip_at, cand = cand, cand / 2
 
 
 def _pass_line(step: int, config: AuditConfig, scale: float, outcome) -> str:

@@ -52,7 +52,6 @@ def param_findings(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale:
     if mode != "fp16":
         return out
     fit = fitting_scale(layers, fmt)  # one scale for every gradient: what the report suggests too
-    fit = fit if fit is not None and fit >= 1 else None
     for lay in layers:
         if not lay.param_grad_nonfinite:
             continue
@@ -63,7 +62,9 @@ def param_findings(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale:
         advice = (f"the gradient of {_names(params)} ({lay.type} {lay.name or '(model)'}'s parameter){reach}: "
                   f"the weight gradient is a sum over the batch, computed in {fmt.name} before the float32 .grad, "
                   f"so {scaler} finds it non-finite and skips the step while halving the scale"
-                  + (f"; {init_arg}={fit:g} or lower avoids it" if fit else "; no loss scale >= 1 avoids it: train in bf16"))
+                  + (f"; {init_arg}={fit:g} or lower avoids it" + (" (below 1: a dynamic scaler backs off there too)"
+                                                                   if fit < 1 else "") if fit else
+                     "; the float32 gradient itself is infinite: no loss scale avoids it"))
         out.append(Finding(lay.name, "overflow", advice, SEVERITY["overflow"],
                            scale_code(fit) if scale_code and fit else None))
     return out
@@ -81,16 +82,17 @@ def _names(params: list[str]) -> str:
 
 
 def scale_that_fits(layers: list[LayerStats], fmt: FloatFormat, mode: str, scale: float, backoffs: int,
-                    suggested: float | None) -> float | None:
+                    suggested: float | None, forward_failed: bool = False) -> float | None:
     """The report's ``suggested_loss_scale``, one number for the whole document: the underflow
     findings' choice when they made one; else, when the audited steps skipped, a scale that does
     not -- the one the back-off ended at (measured finite), or, at a fixed scale whose parameter
-    gradients overflow, :func:`fitting_scale` (the one the overflow finding names)."""
-    if mode != "fp16" or suggested is not None:
+    gradients overflow, :func:`fitting_scale` (the one the overflow finding names). After a non-finite
+    forward (``forward_failed``) the gradients overflow as its consequence: no scale cures that, so only
+    the underflow findings' own choice stands (issue #46)."""
+    if mode != "fp16" or suggested is not None or forward_failed:
         return suggested
     if backoffs:
         return scale
     if any(lay.param_grad_nonfinite for lay in layers):
-        fit = fitting_scale(layers, fmt)
-        return fit if fit is not None and fit >= 1 else None
+        return fitting_scale(layers, fmt)
     return None

@@ -11,14 +11,51 @@ format's threshold, modules exceed theirs and none was named, this finding says 
 
 from __future__ import annotations
 
-from ..formats import FloatFormat
+# MODEL_UNITS (ampkit.formats, beside module_limit): the model's output is beyond what its format costs from
+# this many rounding units (12.5% in bf16, 1.6% in fp16): rounding every layer's output costs a deep network a
+# few to ~15 units (torchvision/timm ResNets, MobileNet, HF BERT/GPT-2: ampkit.audit.core's PRECISION_UNITS);
+# regnet_y_400mf's 17.45% in bf16 is 45 units: twice the most seen there
+from ..formats import MODEL_UNITS, FloatFormat
 from .report import SEVERITY, Finding, LayerStats
 
-#: the model's output is beyond what its format costs from this many rounding units (12.5% in bf16, 1.6% in
-#: fp16): rounding every layer's output costs a deep network a few to ~15 units (0.4-5% in bf16, measured on
-#: torchvision/timm ResNets, MobileNet, HF BERT/GPT-2; ampkit.audit.core.PRECISION_UNITS), so twice the most
-#: seen there; regnet_y_400mf's 17.45% in bf16 is 45 units
-MODEL_UNITS = 32
+
+def grown_inside_finding(layers: list[LayerStats], fmt: FloatFormat, mode: str, limit: float, amplification: float,
+                         findings: list[Finding], fp32_code) -> Finding | None:
+    """The finding for an error made between two leaf modules (in their container's own code: attention's
+    softmax over scores a format rounds coarsely, say), or None. In execution order, the first leaf whose
+    output differs from the reference by more than ``limit`` and whose *inputs* already do (at least half
+    its error: it passes the error on, it does not make it), preceded by a leaf at most 1/``amplification``
+    of that input error: the error grew in the code that runs between them, the deepest module holding
+    both. ``fp32_code(name)``: the advice's code for keeping a module in float32."""
+    if mode == "fp8" or any(f.kind in ("precision", "nonfinite") for f in findings):
+        return None
+    leaves = [lay for lay in layers if lay.leaf and lay.rel_error is not None and lay.fwd_nonfinite == 0]
+    for prev, lay in zip(leaves, leaves[1:]):
+        if lay.rel_error <= limit:
+            continue
+        got = lay.input_rel_error
+        if got is None or got * amplification < lay.rel_error or prev.rel_error * amplification > got:
+            return None  # not measured, made by the leaf itself (its own finding), or grown gradually
+        home = _common(prev.name, lay.name)
+        who = home or "(model)"
+        return Finding(home, "precision",
+                       f"its output differs from float32 by {lay.rel_error:.1%} under {mode} ({lay.name}'s, "
+                       f"{lay.rel_error / 2.0 ** -(fmt.mantissa_bits + 1):.0f}x {fmt.name}'s rounding unit; findings from "
+                       f"{limit:.1%}), and the error grows inside {who}'s own code: {prev.name} gives "
+                       f"{prev.rel_error:.2%}, {lay.name} receives {got:.1%} -- what runs between them (a softmax "
+                       f"over scores, a normalization, a difference of close values) amplifies {fmt.name}'s "
+                       f"rounding {got / max(prev.rel_error, 1e-12):.0f}x; keep {who} in float32: {fp32_code(home)}",
+                       SEVERITY["precision"])
+    return None
+
+
+def _common(a: str, b: str) -> str:
+    """The deepest module holding both (dotted names; "" is the root)."""
+    pa, pb = a.split("."), b.split(".")
+    n = 0
+    while n < min(len(pa), len(pb)) - 1 and pa[n] == pb[n]:
+        n += 1
+    return ".".join(pa[:n])
 
 
 def gradual_error_finding(layers: list[LayerStats], fmt: FloatFormat, mode: str, limit: float, unit: float,

@@ -81,6 +81,9 @@ class StepOutcome:
     #: whether a parameter's gradient held inf/NaN: exactly what makes the framework's scaler skip the
     #: step (GradScaler.unscale_, LossScaleOptimizer); None: not measured, ``backward_nonfinite`` stands for it
     params_nonfinite: bool | None = None
+    #: the largest unscaled float32 reference gradient the scaled backward holds (w.r.t. a module's output
+    #: or of a parameter), from which the audit predicts how far a scaler backs off; None: not measured
+    grad_amax: float | None = None
 
     @property
     def skips(self) -> bool:
@@ -105,6 +108,9 @@ class AuditSession(Protocol):
     notes: tuple[str, ...]
     #: what the audited batch was (see above); None: the session does not say
     input: dict | None = None
+    #: the lowest scale the framework's scaler backs off to (tf_keras's LossScaleOptimizer: 1); None: no
+    #: floor (GradScaler, Keras 3), the audit's back-off follows it below 1 (ampkit.audit.driver.back_off)
+    scale_floor: float | None = None
 
     def measure(self, step: int, scale: float) -> StepOutcome:
         """Step ``step``'s fp32 reference and audited pass at loss scale ``scale``, from the same

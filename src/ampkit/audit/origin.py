@@ -44,9 +44,10 @@ def _where(first: dict) -> str:
 
 
 def nonfinite_finding(first: dict, lay: LayerStats | None, fmt: FloatFormat, mode: str, scale: float,
-                      reference_nonfinite: bool, advice) -> Finding:
+                      reference_nonfinite: bool, advice, bf16_unhealthy: str | None = None) -> Finding:
     """The finding for the first inf/NaN (see the module docstring); ``advice``: the backend's
-    :class:`~ampkit.audit.core.Advice`."""
+    :class:`~ampkit.audit.core.Advice`; ``bf16_unhealthy``: why bf16 is no cure on this model (never offered then)."""
+    not_bf16 = f" (not bf16: {bf16_unhealthy})" if mode == "fp16" and bf16_unhealthy else ""
     name, phase = first["name"], first["phase"]
     in_ref = bool(first.get("in_reference", reference_nonfinite))
     cause = first.get("cause")
@@ -66,19 +67,20 @@ def nonfinite_finding(first: dict, lay: LayerStats | None, fmt: FloatFormat, mod
                 f"finite, so this is not a precision problem{because}")
     elif phase == "forward":
         amax = first.get("reference_amax")
-        bf16_fits = mode == "fp16" and (amax is None or (math.isfinite(amax) and amax < BF16.max_finite))
+        bf16_fits = mode == "fp16" and not bf16_unhealthy and (amax is None or (math.isfinite(amax)
+                                                                                and amax < BF16.max_finite))
         reach = (f"float32 computes it up to {amax:.3g}" if amax is not None and amax > fmt.max_finite else
                  f"float32's result is {amax:.3g}, so the overflow is inside {first.get('op')}" if amax is not None else
                  f"its fp32 outputs reach {lay.fwd_amax:.3g}" if lay else "")
         text = (f"the first inf/NaN of the {mode} run appears in the forward of {where}"
                 + (f"; {reach}, {fmt.name}'s max is {fmt.max_finite:g}" if reach else "")
                 + f": run it in float32 ({_fp32(advice, name)})"
-                + (" or train in bf16, which has float32's range" if bf16_fits else ""))
+                + (" or train in bf16, which has float32's range" if bf16_fits else not_bf16))
         code = advice.fp32_hint(name)
     else:
         text = (f"the first inf/NaN appears in the backward of {name or '(model)'} at loss scale {scale:g}: "
                 + (f"{advice.scaler} skips such a step and halves the scale; if it happens every step, lower "
-                   f"{advice.init_arg} or train in bf16" if mode == "fp16" else
+                   f"{advice.init_arg}" + (" or train in bf16" if not bf16_unhealthy else not_bf16) if mode == "fp16" else
                    "bf16 has float32's range, so look for an op whose gradient is infinite (sqrt/log at 0)"))
     return Finding(name, "nonfinite", text, SEVERITY["nonfinite"], code, dict(cause) if cause else None)
 

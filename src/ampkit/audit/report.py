@@ -20,6 +20,8 @@ LAYER_SCHEMA = {"name": str, "type": str, "fwd_amax": OPT_NUM, "fwd_headroom_log
                 "grad_nonfinite": OPT_NUM}
 FINDING_SCHEMA = {"layer": str, "kind": str, "advice": str}
 FIRST_SCHEMA = {"name": str, "phase": str}
+#: how the documents name the root module (the whole model), whose own name is ""
+ROOT = "(model)"
 
 
 @dataclass

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import math
 
-from ..formats import BF16, FP16, LOST_BITS, UNDERFLOW_THRESHOLD, FloatFormat, lost_below
+from ..formats import BF16, FP16, UNDERFLOW_THRESHOLD, FloatFormat, lost_below
 from ..summaries import EMIN, FP8_ROWS, HIST_SAMPLE, NBINS, NOISE_ONLY, SAMPLE, ModuleSummary, TensorSummary  # noqa: F401
+from .whatif_units import NOISE_TO_SPREAD, _r, overflow_at  # noqa: F401 (NOISE_TO_SPREAD: this module's name too)
 
 #: fp8 scalings predicted: tensorwise and rowwise are torchao's float8 recipes; per-channel and
 #: 32-element blocks (the MX formats' block size) are finer scalings
@@ -45,20 +46,14 @@ FP8_LOST = UNDERFLOW_THRESHOLD
 FP8_MIN_SNR_DB = {"e4m3": 20.0, "e5m2": 15.0}
 #: the aggregate share of nonzero gradients a loss scale may lose (flushed or < LOST_BITS bits)
 RANGE_LOST = 0.01
-#: loss scales tried: 2**0 .. 2**24
-SCALE_EXPONENTS = range(0, 25)
-#: a module's rounding noise is large when it is at least this share of the spread of its float32
-#: output (fewer than LOST_BITS bits of the spread survive)
-NOISE_TO_SPREAD = 2.0**-LOST_BITS
+#: loss scales tried: 2**-24 .. 2**40 (a dynamic scaler backs off below 1 when the gradients are large, as
+#: GradScaler does: it has no floor; tiny gradients want scales far above its default)
+SCALE_EXPONENTS = range(-24, 41)
 FORMAT_NAMES = ("fp16", "bf16", "fp8")
 VERDICTS = ("safe", "safe_with_scale", "keep_in_fp32", "unsafe")
 FORMAT_OF = {"fp16": FP16, "bf16": BF16}
 
 
-def overflow_at(fmt: FloatFormat) -> float:
-    """The smallest magnitude that rounds to infinity in ``fmt`` (round to nearest: max_finite plus
-    half a unit in the last place; 65520 for fp16)."""
-    return fmt.max_finite + 2.0 ** (math.floor(math.log2(fmt.max_finite)) - fmt.mantissa_bits - 1)
 
 
 def fp8_ok(stats: dict | None, kind: str) -> bool:
@@ -66,11 +61,6 @@ def fp8_ok(stats: dict | None, kind: str) -> bool:
 
 
 # ------------------------------------------------------------------ the predictions
-def _r(x, digits=6):
-    """A JSON number of ``digits`` significant digits (None for inf/NaN: JSON has neither)."""
-    return None if x is None or not math.isfinite(x) else float(f"{float(x):.{digits}g}")
-
-
 def lost_share_at(mods: list[ModuleSummary], fmt: FloatFormat, scale: float) -> float:
     mods = [m for m in mods if not m.noise_only]  # rounding noise is no gradient to lose
     nz = sum(m.grad.nonzero for m in mods)
@@ -136,12 +126,16 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
                        None)
         first, first_phase = (first_g.name, "backward") if first_g else (None, None)
     rng = [lo, hi] if lo is not None and hi is not None else None
-    by_scale = {str(2**k): _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}
+    by_scale = {f"{2.0**k:g}" if k < 0 else str(2**k): _r(lost_share_at(leaves, fmt, 2.0**k)) for k in SCALE_EXPONENTS}
+    # "safe" only where the default scale itself keeps the gradients (judged there, as the rows are): a
+    # range that leaves the default out, or a real share lost at it, needs a scale (issue #46)
+    default_ok = (lost_share_at(leaves, fmt, default_scale) <= RANGE_LOST and all(
+        m.grad.share_below(lost_below(fmt), default_scale) <= UNDERFLOW_THRESHOLD for m in held))
     if rng is None or len(flagged) > max(3, len(leaves) // 2):
         verdict = "unsafe"
     elif flagged:
         verdict = "keep_in_fp32"
-    elif lo <= default_scale <= hi:
+    elif lo <= default_scale <= hi and default_ok:
         verdict = "safe"
     else:
         verdict = "safe_with_scale"
@@ -149,33 +143,6 @@ def fp16_prediction(mods: list[ModuleSummary], scale: float, default_scale: floa
             "loss_scale_range": rng, "loss_scale": scale, "default_loss_scale": default_scale,
             "keep_in_fp32": flagged, "grad_lost_by_scale": by_scale, "scaled_loss_limit": _r(scale_limit),
             "grad_lost_frac": _r(lost_share_at(leaves, fmt, scale)), "modules": rows}
-
-
-def bf16_prediction(mods: list[ModuleSummary]) -> dict:
-    """bf16: rounding error per module output (relative, and against the output's own spread), underflow."""
-    fmt, rows, flagged = BF16, [], []
-    for m in mods:
-        f, g = m.fwd, m.grad
-        noise = f.noise("bf16") or (None, None)
-        row = {"name": m.name, "type": m.type, "leaf": m.leaf, "rel_error": _r(noise[0], 8),
-               "noise_to_spread": _r(noise[1], 6), "lost_frac": _r(f.share_below(lost_below(fmt))),
-               "grad_lost_frac": _r(g.share_below(lost_below(fmt))), "reasons": []}
-        if m.leaf and m.fwd_low and noise[1] is not None and noise[1] > NOISE_TO_SPREAD:
-            row["reasons"].append("precision")
-        if m.leaf and m.fwd_low and (row["lost_frac"] > UNDERFLOW_THRESHOLD or
-                                     (row["grad_lost_frac"] > UNDERFLOW_THRESHOLD and not m.noise_only)):
-            row["reasons"].append("underflow")
-        inner = m.inner.amax if m.inner is not None else 0.0
-        if (m.fwd_low and (not math.isfinite(f.amax) or f.amax >= overflow_at(fmt))
-                or not math.isfinite(inner) or inner >= overflow_at(fmt)):
-            row["reasons"].append("overflow")
-        if row["reasons"]:
-            flagged.append(m.name)
-        rows.append(row)
-    leaves = sum(1 for m in mods if m.leaf)
-    verdict = "safe" if not flagged else ("unsafe" if len(flagged) > max(3, leaves // 2) else "keep_in_fp32")
-    return {"verdict": verdict, "first_overflow": next((r["name"] for r in rows if "overflow" in r["reasons"]), None),
-            "loss_scale_range": None, "keep_in_fp32": flagged, "modules": rows}
 
 
 def fp8_prediction(mods: list[ModuleSummary]) -> dict:
@@ -227,6 +194,7 @@ def not_measured(reason: str) -> dict:
 def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: float,
             scale_limit: float | None = None) -> dict:
     """``{format: prediction}`` for the formats asked (fp16 at loss scale ``scale``)."""
+    from .whatif_bf16 import bf16_prediction
     if not mods:  # stopped before a step finished: nothing observed, no verdict
         return {f: not_measured("no float32 step finished (the run was stopped first): nothing was observed")
                 for f in formats}
@@ -234,12 +202,20 @@ def predict(mods: list[ModuleSummary], formats, scale: float, default_scale: flo
     for f in formats:
         out[f] = (fp16_prediction(mods, scale, default_scale, scale_limit) if f == "fp16" else
                   bf16_prediction(mods) if f == "bf16" else fp8_prediction(mods))
+    if "fp16" in out:  # fp16's advice offers bf16 only where bf16 is predicted safe (issue #46: one story)
+        out["fp16"]["bf16_verdict"] = (out["bf16"] if "bf16" in out else bf16_prediction(mods))["verdict"]
     bad = float32_nonfinite(mods)
+    bad = "(model)" if bad == "" else bad  # the root module is named, as the audit's documents name it
+    op = next((m.inner_op for m in mods if (m.name or "(model)") == bad and m.inner is not None
+               and not math.isfinite(m.inner.amax)), None)
     for p in out.values():  # float32 itself fails: no format, and no module kept in float32, can help
         p["float32_nonfinite"] = bad
+        if op is not None:
+            p["float32_nonfinite_op"] = op
         if bad is not None:  # no verdict about a format from a float32 run that fails by itself (issue #40)
             p.update(verdict="not_measured", keep_in_fp32=[], reason=(
-                f"the float32 run itself is non-finite (first in {bad or '(model)'}): this is not a precision "
+                f"the float32 run itself is non-finite (first in {bad}{f', made by {op} in its own code' if op else ''}): "
+                "this is not a precision "
                 "problem, so no format is judged; look for an exp/log/sqrt/division out of range or an exploding "
                 "input there"))
     return out
@@ -250,5 +226,5 @@ def float32_nonfinite(mods: list[ModuleSummary]) -> str | None:
     def bad(t: TensorSummary | None) -> bool:
         return t is not None and not math.isfinite(t.amax)
 
-    return next((m.name for m in mods if bad(m.fwd) or bad(m.inner)), None) or \
-        next((m.name for m in reversed(mods) if bad(m.grad)), None)
+    first = next((m.name for m in mods if bad(m.fwd) or bad(m.inner)), None)  # "" (the root) is a name too
+    return first if first is not None else next((m.name for m in reversed(mods) if bad(m.grad)), None)

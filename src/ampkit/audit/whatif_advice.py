@@ -19,6 +19,8 @@ def _code(advice: Advice, names: list[str]) -> str | None:
 
 def fp16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
     rng, flagged, default = p["loss_scale_range"], p["keep_in_fp32"], p["default_loss_scale"]
+    bf16 = advice.bf16_code is not None and p.get("bf16_verdict", "safe") == "safe"  # offered only where predicted safe
+    not_bf16 = f" (not bf16: predicted {p['bf16_verdict']} on this model)" if p.get("bf16_verdict", "safe") != "safe" else ""
     where = f"loss scales {rng[0]:g} to {rng[1]:g} keep every gradient finite and lose at most 1% of them" if rng else ""
     if p["verdict"] == "safe":
         return (f"fp16 is predicted safe: no module's float32 output exceeds 65504 and {advice.scaler}'s default "
@@ -34,7 +36,7 @@ def fp16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
         return (f"fp16 needs {_names(flagged)} kept in float32"
                 + (f" ({first} is the first to overflow 65504)" if first else "")
                 + (f"; then {where}" if rng else "") + (" -- or train in bf16, which has float32's range"
-                                                        if advice.bf16_code else "")), _code(advice, flagged)
+                                                        if bf16 else not_bf16)), _code(advice, flagged)
     why = ("no loss scale keeps the gradients both finite and above fp16's underflow" if rng is None else
            f"{len(flagged)} modules overflow or underflow")
     limit = p.get("scaled_loss_limit")
@@ -43,7 +45,10 @@ def fp16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
         return (f"fp16 is predicted unsafe: the loss is computed in float16 (the output layer's policy), so "
                 f"the loss scale is cast to float16 and must stay below {limit:g}, and below that gradients "
                 f"underflow; compute the output "
-                f"layer ({out}) and the loss in float32, or train in bf16"), advice.fp32_hint(out)
+                f"layer ({out}) and the loss in float32" + (", or train in bf16" if bf16 else not_bf16)), advice.fp32_hint(out)
+    if not bf16:
+        return (f"fp16 is predicted unsafe: {why}; keep {_names(flagged)} in float32 or train in float32{not_bf16}"
+                if flagged else f"fp16 is predicted unsafe: {why}; train in float32{not_bf16}"), _code(advice, flagged)
     return f"fp16 is predicted unsafe: {why}; train in bf16 instead", advice.bf16_code
 
 
@@ -52,9 +57,14 @@ def bf16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
     if p["verdict"] == "safe":
         return ("bf16 is predicted safe: float32's range (nothing overflows or underflows) and every module's "
                 "rounding noise is small against the spread of its output; no loss scaling needed"), advice.bf16_code
-    return (f"bf16 rounds away what matters in {_names(flagged)}: its rounding noise is over 1/16 of the "
-            "output's own spread in float32 (or the values underflow); keep " + ("it" if len(flagged) == 1 else "them")
-            + " in float32"), _code(advice, flagged)
+    grown = [r for r in p["modules"] if r.get("carried_error") is not None and r["name"] in flagged]
+    rest = [n for n in flagged if n not in {r["name"] for r in grown}]
+    parts = [f"a bf16 run's error grows to {r['carried_error']:.1%} inside {r['name'] or '(model)'} (measured in one bf16 "
+             "forward: what the layers before carry in, amplified there)" for r in grown[:_LIST]]
+    if rest:
+        parts.append(f"bf16 rounds away what matters in {_names(rest)}: its rounding noise is over 1/16 of the "
+                     "output's own spread in float32 (or the values underflow)")
+    return "; ".join(parts) + "; keep " + ("it" if len(flagged) == 1 else "them") + " in float32", _code(advice, flagged)
 
 
 def fp8_advice(p: dict, advice: Advice) -> tuple[str, str | None]:

@@ -82,6 +82,9 @@ class FailureStory:
                + (f"; it began upstream in {first['cause']['name']}: {first['cause']['why']}" if first.get("cause")
                   else " — look for log/sqrt/division at 0 or an exploding input") + "."
                if first.get("in_reference") else
+               # a float32 run has no precision to change: no "keep it in float32" there (issue #50)
+               "the run is in float32 already, so this is not a precision problem — look for log/exp/sqrt/division "
+               "out of range or an exploding input there." if self.mode == "fp32" else
                ("Find the layer that produced it" if phase == "loss" or not self.fwd_modules else
                 f"Keep {'this module' if not first.get('op') else name} in float32, or find the cause")
                + f" with `ampkit audit --mode {self.mode if self.mode != 'fp32' else 'bf16'}`.")

@@ -46,6 +46,17 @@ def _from_findings(doc: dict) -> tuple[list[str], list[dict]]:
     return names, why
 
 
+def _float32_fails(doc: dict) -> str | None:
+    """Where the float32 run itself is non-finite, by the audit's or the what-if's word, else None."""
+    for p in (doc.get("what_if") or {}).values():
+        if isinstance(p, dict) and p.get("float32_nonfinite") is not None:
+            return p["float32_nonfinite"] or "(model)"
+    first = doc.get("first_nonfinite") or {}
+    if doc.get("reference_nonfinite") or first.get("in_reference"):
+        return first.get("name") or "(model)"
+    return None
+
+
 def _from_fp8(doc: dict) -> tuple[list[str], list[dict]]:
     names, why = [], []
     for f in doc.get("findings", []):
@@ -65,7 +76,8 @@ def propose_plan(audit, framework: str | None = None, formats: tuple[str, ...] |
     what_if = doc.get("what_if")
     if what_if:
         order = [f for f in (formats or tuple(what_if)) if f in what_if]
-        chosen = next((f for f in order if what_if[f].get("verdict") != "unsafe"), order[0] if order else "bf16")
+        judged = [f for f in order if what_if[f].get("verdict") != "not_measured"]
+        chosen = next((f for f in judged if what_if[f].get("verdict") != "unsafe"), judged[0] if judged else "fp32")
         keep = list(what_if.get(chosen, {}).get("keep_in_fp32") or [])
         default, entry = chosen, ("bf16" if chosen == "fp8" else "fp32")
         evidence.update({"from": "ampkit audit --what-if",
@@ -78,6 +90,10 @@ def propose_plan(audit, framework: str | None = None, formats: tuple[str, ...] |
     else:
         default, entry = doc.get("mode") or "fp16", "fp32"
         keep, why = _from_findings(doc)
+    broken = _float32_fails(doc)
+    if broken:  # no plan makes such a model finite: the evidence says so first
+        evidence["float32_nonfinite"] = (f"the float32 run is non-finite too (first in {broken}): no precision plan "
+                                         "fixes this model, so none is proposed beyond the default")
     if "" in keep or "(model)" in keep:
         evidence["whole_model"] = ("a finding names the whole model, which no island can hold: the plan keeps "
                                    f"the default {default}; consider another mode")

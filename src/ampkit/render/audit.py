@@ -93,7 +93,7 @@ def render(report, con) -> None:
         kinds.setdefault(f.layer, []).append(f.kind)
     for lay in layers:
         mark = ""
-        if origin and origin["name"] == lay.name:
+        if origin and same_module(origin["name"], lay.name):
             mark = f" ← first inf/NaN ({origin['phase']})"
         found = ", ".join(f"[{_KIND_STYLE.get(k, 'white')}]{k}[/]" for k in dict.fromkeys(kinds.get(lay.name, [])))
         table.add_row((lay.name or "(model)") + mark, lay.type, fmt(lay.fwd_amax, ".3g"), _hr(lay.fwd_headroom_log2),
@@ -187,11 +187,11 @@ def page_view(report, doc=None) -> AuditView:
                        "grad_amax": finite(lay.grad_amax), "grad_headroom": finite(lay.grad_headroom_log2),
                        "grad_underflow": finite(lay.grad_underflow_frac) or 0.0,
                        "grad_nonfinite": lay.grad_nonfinite or 0, "rel_error": finite(lay.rel_error),
-                       "first": bool(first and first["name"] == lay.name),
+                       "first": bool(first and same_module(first["name"], lay.name)),
                        "kinds": list(dict.fromkeys(kinds.get(lay.name, [])))})
     findings = [{"layer": f.layer or "(model)", "kind": f.kind, "advice": f.advice,
                  "severity": SEVERITY_LABEL.get(f.severity, "finding"),
-                 "first": bool(first and first["name"] == f.layer and f.kind == "nonfinite")}
+                 "first": bool(first and same_module(first["name"], f.layer) and f.kind == "nonfinite")}
                 for f in report.findings]
     steps = report.steps if isinstance(report.steps, int) and not isinstance(report.steps, bool) else None
     view = AuditView(doc, str(report.workload or "model"), report.mode, str(report.device or "—"),
@@ -303,6 +303,11 @@ def layers_figure(view: AuditView):
     return fig
 
 
+def same_module(a: str | None, b: str | None) -> bool:
+    """Two module names of one document name the same module (the root: ``""`` or ``(model)``)."""
+    return a is not None and b is not None and (a or "(model)") == (b or "(model)")
+
+
 def _short(name: str, limit: int = 22) -> str:
     return name if len(name) <= limit else "…" + name[-(limit - 1):]
 
@@ -326,7 +331,7 @@ def rows(result, per: str | None = None) -> list[dict]:
     for f in doc.get("findings") or []:
         kinds.setdefault(f.get("layer"), []).append(f.get("kind"))
     return [{"workload": doc.get("workload"), **head(doc), "mode": doc.get("mode"), "loss_scale": doc.get("loss_scale"),
-             "index": i, **lay, "first_nonfinite": first.get("name") == lay.get("name") if first else False,
+             "index": i, **lay, "first_nonfinite": same_module(first.get("name"), lay.get("name")) if first else False,
              "findings": list(dict.fromkeys(kinds.get(lay.get("name"), [])))}
             for i, lay in enumerate(doc.get("layers") or [])]
 

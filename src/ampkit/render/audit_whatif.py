@@ -41,7 +41,9 @@ def whatif_figure(view):
         rows = p["modules"]
         keep = set(p.get("keep_in_fp32") or [])
         xs = list(range(len(rows)))
-        bad = [r["name"] in keep or bool(r.get("reasons")) for r in rows]
+        # red is exactly what the verdict names (its keep_in_fp32), each labelled with why (issue #46): a reason
+        # the bar's own measure does not show -- an overflow inside its code, underflowing gradients -- is written
+        bad = [r["name"] in keep for r in rows]
         if fmt == "fp16":
             scale = float(p.get("loss_scale") or 1.0)
             ax.bar([x - 0.2 for x in xs], [_headroom(r.get("fwd_amax")) for r in rows], 0.4,
@@ -66,6 +68,12 @@ def whatif_figure(view):
             ax.bar([x + 0.2 for x in xs], best, 0.4, color="#2ca02c", label="best finer scaling")
             ax.axhline(5, color="black", lw=0.6, ls=":")
             ax.set_ylabel(f"fp8 lost (%)\n— {p['verdict']}", fontsize=8)
+        for x, r, b, bar in zip(xs, rows, bad, ax.patches[:len(rows)]):
+            if b:
+                why = ", ".join(r.get("reasons") or ["kept"]) + (f" ({r['inner_op']})" if r.get("inner_op")
+                                                                 and "overflow" in (r.get("reasons") or []) else "")
+                ax.annotate(why, (x, max(bar.get_height(), 0)), xytext=(0, 2), textcoords="offset points", ha="center",
+                            va="bottom", fontsize=7, color=charts.BAD, rotation=90)
         ax.legend(fontsize=7, frameon=False, loc="upper right")
         step = max(1, math.ceil(len(rows) / 40))
         ax.set_xticks(xs[::step])

@@ -26,7 +26,7 @@ import torch.nn as nn
 from ...audit.ops import Advice, AuditSession, StepOutcome, session_kind
 from ...audit.report import LayerStats, merge_dtypes
 from ...errors import one_line
-from ...formats import UNDERFLOW_THRESHOLD, format_of, lost_below, precision_threshold
+from ...formats import UNDERFLOW_THRESHOLD, format_of, lost_below, module_limit
 from .audit_batch import live_workload, session_inputs
 from .engine import MixedPrecision
 from .engine.contract import audit_findings
@@ -192,8 +192,10 @@ class TorchAuditSession(AuditSession):
             self._param_overflow[name] = max(self._param_overflow.get(name, 0.0), scale)
         if first is None and run.param_bad:  # only a parameter's gradient: what GradScaler alone would see
             first = param_origin(run.param_bad)
+        amax = max([*run.meta["param_amax"].values(), *(st[0] for rows in run.ref_grad.values() for st in rows)],
+                   default=None)
         return StepOutcome(run.forward_nonfinite, run.backward_nonfinite or bool(run.param_bad), run.reference_nonfinite,
-                           first, params_nonfinite=bool(run.param_bad))
+                           first, params_nonfinite=bool(run.param_bad), grad_amax=amax)
 
     def _replay(self, engine: MixedPrecision, step: int) -> None:
         """The measured step's forward again (same randomness), for :func:`.numerics.origin.step_origin`."""
@@ -207,7 +209,7 @@ class TorchAuditSession(AuditSession):
     def record(self) -> None:
         run, meta, layers = self._run, self._run.meta, self._layers
         candidates = {k[0] for k, rows in run.fwd.items() if meta["leaf"].get(k[0], True)
-                      and any(len(r) > 1 and r[0] == 0 and r[1] > precision_threshold(self.fmt) for r in rows)}
+                      and any(len(r) > 1 and r[0] == 0 and r[1] > module_limit(self.fmt) for r in rows)}
         if candidates:  # what error reaches them? (the same step's forward twice more, same randomness)
             inputs = InputProbe(self.model, candidates, self.fmt)
             for engine in (MixedPrecision("fp32", self.dev), MixedPrecision(self.mode, self.dev, init_scale=self._scale)):

@@ -27,6 +27,7 @@ from .numerics.hooks import Recorder, float_tensors
 from .numerics.params import holder as _holder
 from .numerics.replay import same_randomness, snapshot
 from .numerics.summary import summarize
+from .whatif_carried import carried_errors
 from .whatif_inner import InnerOps, autocast_dtypes
 
 #: module types an fp8 recipe converts (torchao's convert_to_float8_training: nn.Linear)
@@ -77,6 +78,7 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         self.fp32 = MixedPrecision("fp32", self.dev)
         self._fp8 = {name for name, m in self.model.named_modules() if isinstance(m, FP8_TYPES)}
         self._dtypes = None   # (module -> outputs low, (module, op) -> low) under fp16 autocast (whatif_inner)
+        self._carried = None  # {leaf: (output error, input error)} of one bf16 forward (whatif_carried)
 
     def observe(self, step: int) -> None:
         """One float32 training step, its forward outputs and output gradients summarized."""
@@ -103,11 +105,15 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
                 with same_randomness(self.dev, self.seed + step), MixedPrecision("fp16", self.dev).autocast():
                     self.workload_obj.loss(self.batch)
             self._dtypes = autocast_dtypes(self.model, fp16_forward) or ({}, {})
+        amplified: list = []
+        if step == 0 and self._carried is None:  # what a bf16 run carries from layer to layer (.whatif_carried)
+            self._carried = carried_errors(self.model, lambda: self.workload_obj.loss(self.batch), self.dev,
+                                           self.seed + step, self.fp32, MixedPrecision("bf16", self.dev))
         # a value float32 computes non-finite inside a module's own code is no format's overflow: where it matters
         # it reaches the module's output or gradient (judged there); where not, the model discards it on purpose
         # (an attention mask of -inf added to the scores, T5's log(0) bucket) -- its finite part is summarized
         inner = InnerOps(self.model, lambda name, op, t: probe.add(name, "inner:" + op, _finite_part(t)),
-                         self._dtypes[1])
+                         self._dtypes[1], lambda name, op, errors: amplified.append((name, op, errors)))
         handles = [m.register_forward_pre_hook(pre(n)) for n, m in self.model.named_modules() if n in fp8]
         try:
             with same_randomness(self.dev, self.seed + step):
@@ -130,6 +136,10 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
             holder = _holder(self._mods, param)
             if holder is not None:
                 holder.param_grad_amax = max(holder.param_grad_amax, amax)
+        for name, op, errors in amplified:  # a softmax's output error per format (.whatif_softmax)
+            mod = self._mods.get(name)
+            if mod is not None:
+                mod.amplify(op, errors)
         for name, part, summary in probe.host():
             mod = self._mods.get(name)
             if mod is None:
@@ -165,11 +175,14 @@ class TorchWhatIfSession(TorchAuditSession, WhatIfSession):
         if not names:
             return
         buffers = snapshot(self.model)
-        for name, (noise, _lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
+        for name, (noise, lost) in noise_shares(self.model, self.workload_obj, self.batch, names, self.dev,
                                                   self.seed + step, buffers, at / self.initial_scale).items():
-            self._mods[name].grad_noise = noise
+            self._mods[name].grad_noise, self._mods[name].grad_signal_lost = noise, lost
 
     def summaries(self) -> list[ModuleSummary]:
+        for name, errs in (self._carried or {}).items():
+            if name in self._mods:
+                self._mods[name].carried["bf16"] = errs
         return [self._mods[n] for n in self._order]
 
 

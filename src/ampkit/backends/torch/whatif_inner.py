@@ -24,6 +24,8 @@ from torch.overrides import TorchFunctionMode
 from .numerics.hooks import ModuleHooks, float_tensors
 from .numerics.origin import op_name
 from .numerics.replay import restore, snapshot
+from .whatif_softmax import OPS as SOFTMAX_OPS
+from .whatif_softmax import format_errors
 
 #: ops whose outputs are summarized when a module's own code runs them (module outputs are summarized
 #: anyway): matmuls, attention, reductions, exp/pow, elementwise sums and scalings, functional activations
@@ -69,11 +71,20 @@ class _ModuleStack(ModuleHooks, TorchFunctionMode):
     def on_op(self, module: str, op: str, tensors: list) -> None:
         pass
 
+    def on_call(self, module: str, op: str, args, kwargs) -> None:
+        """Every op of :data:`~.whatif_softmax.OPS` the module's own code calls, with its arguments."""
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if self.busy or not self.stack or self.stack[-1] in self._builtin:
             return out
         op = op_name(func)
+        if op in SOFTMAX_OPS:
+            self.busy = True
+            try:
+                self.on_call(self.stack[-1], op, args, kwargs)
+            finally:
+                self.busy = False
         if op in INNER_OPS and isinstance(out, (torch.Tensor, tuple, list)):
             tensors = [t for t in float_tensors(out) if t.numel()]
             if tensors:
@@ -89,9 +100,16 @@ class InnerOps(_ModuleStack):
     """``add(module, op, tensor)`` for each tensor an :data:`INNER_OPS` op computes in a module's own
     code that autocast holds in the low format (``low``: from :func:`autocast_dtypes`; unknown: held)."""
 
-    def __init__(self, model: nn.Module, add, low_ops: dict | None):
+    def __init__(self, model: nn.Module, add, low_ops: dict | None, amplified=None):
         super().__init__(model)
         self.add, self.low_ops = add, low_ops or {}
+        self.amplified = amplified  # (module, op, {format: error}) for each softmax its code calls (.whatif_softmax)
+
+    def on_call(self, module, op, args, kwargs):
+        if self.amplified is not None and torch.is_grad_enabled():
+            errors = format_errors(op, args, kwargs)
+            if errors:
+                self.amplified(module, op, errors)
 
     def on_op(self, module, op, tensors):
         if self.low_ops.get((module, op), True):

@@ -200,6 +200,7 @@ class LossScaling:
             raise RuntimeError("a MixedPrecision can be copied or pickled only between steps, not between "
                                "unscale/step and the end of mp.step() (as for torch.amp.GradScaler)")
         state = self.__dict__.copy()
+        state.pop("_loss", None)  # a device tensor of the last step: not the scaler's state
         state["scaler"] = self.scaler.state_dict()
         return state
 
@@ -215,7 +216,12 @@ class LossScaling:
         return m.scale, m.scale_min, m.scale_max
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        self._loss = loss.detach()  # held, never read unless the alarm fires (then one sync): see step()
         return self.scaler.scale(loss)
+
+    def _loss_finite(self) -> bool | None:
+        loss = getattr(self, "_loss", None)
+        return None if loss is None else bool(torch.isfinite(loss).all())
 
     def unscale(self, opt) -> dict | None:
         """``scaler.unscale_(opt)`` once per step (no sync); GradScaler's state for ``opt`` when it
@@ -256,7 +262,7 @@ class LossScaling:
         used = self._mirror.scale
         scale = self._mirror.update(skipped, scaler)
         if self.health is not None:
-            self.health.observe(step, scale, skipped, scale_used=used)
+            self.health.observe(step, scale, skipped, scale_used=used, forward_finite=self._loss_finite)
         return skipped, scale
 
     def get_scale(self) -> float:
