@@ -27,3 +27,13 @@ class PrecisionFront:
         """fp8: each layer fp8 would convert in the prepared model, ``{"name", "shape", "converted",
         "reason"}`` (torch: every Linear; Keras: every Dense/EinsumDense, with its ``"type"``); else []."""
         return list(self._fp8.layers) if self._fp8 else []
+
+    def record(self, path: str | None = None, *, seed: int, model: str | None = None, data: str | None = None):
+        """A :class:`~ampkit.runlog.RunLog` of this run in this engine's mode, for ``ampkit parity
+        --runs``: call ``rec.step(loss)`` after each optimizer step, ``rec.evaluate(accuracy=...)``
+        after an evaluation, and ``rec.save()`` at the end (or use it as a context manager).
+        ``model``/``data`` name what trained, so that runs of different models are not compared."""
+        from .runlog import RunLog
+
+        return RunLog(path, mode=self.mode, seed=seed, model=model, data=data,
+                      framework=getattr(self, "framework_name", None))

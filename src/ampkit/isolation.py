@@ -216,6 +216,37 @@ def _child(conn, target, args, term_is_request: bool = False) -> None:
         os._exit(0)  # skip interpreter teardown: the result is sent
 
 
+#: the environment variable that carries, to the processes ampkit starts, the lines already said
+_SAID_ENV = "AMPKIT_SAID_ONCE"
+#: the prefix of the note a child sends its parent (:func:`tell_parent`) after saying one
+_SAID_PREFIX = "said-once:"
+
+
+def say_once(key: str, line: str) -> None:
+    """Write ``line`` to stderr once for the whole run: not again in this process, in the processes
+    it starts later (an environment variable they inherit), nor -- for a child of
+    :func:`run_isolated` -- in its parent and the processes the parent starts next."""
+    if key in os.environ.get(_SAID_ENV, "").split(os.pathsep):
+        return
+    print(line, file=sys.stderr, flush=True)
+    _mark_said(key)
+    tell_parent(_SAID_PREFIX + key)
+
+
+def _mark_said(key: str) -> None:
+    said = [k for k in os.environ.get(_SAID_ENV, "").split(os.pathsep) if k]
+    if key not in said:
+        os.environ[_SAID_ENV] = os.pathsep.join([*said, key])
+
+
+def _said_in_child(note) -> bool:
+    """True for a child's :func:`say_once` note (recorded here, not a note of progress)."""
+    if isinstance(note, str) and note.startswith(_SAID_PREFIX):
+        _mark_said(note[len(_SAID_PREFIX):])
+        return True
+    return False
+
+
 def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEOUT_S,
                  keep_partial: float | None = None):
     """``target(*args)`` in a fresh process; its failures -> ``UsageError(f"{what}: ...")``.
@@ -244,7 +275,8 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
                 except EOFError:
                     msg = None
                 if msg is not None and msg[0] == "note":  # how far it got (tell_parent): keep waiting
-                    notes.append(msg[1])
+                    if not _said_in_child(msg[1]):
+                        notes.append(msg[1])
                     msg = None
                     continue
                 break

@@ -89,9 +89,12 @@ def parse_mode(name: str, *, allow_auto: bool = True) -> str:
     key = name.strip().lower()
     mode = _ALIASES.get(key)
     if mode is None or (mode == AUTO and not allow_auto):
+        from .suggest import did_you_mean
+
         allowed = ", ".join(MODES + ((AUTO,) if allow_auto else ()))
         raise UsageError(
-            f"unknown precision mode {name!r}; valid modes: {allowed} "
+            f"unknown precision mode {name!r}; {did_you_mean(name, MODES + ((AUTO,) if allow_auto else ()))}"
+            f"valid modes: {allowed} "
             "(aliases: 32, 32-true, float32, 16, 16-mixed, half, float16, mixed_float16, "
             "bf16-mixed, bfloat16, mixed_bfloat16)"
         )

@@ -102,9 +102,10 @@ class AuditConfig:
             raise UsageError("give either --workload or --model, not both")
         if self.model:
             size_kwargs("", None, self.model, self.seq_len, self.image_size)  # sizes are for built-ins only
-        if self.data is not None and (not isinstance(self.data, str) or self.data.count(":") != 1
-                                      or not all(self.data.split(":"))):
-            raise UsageError(f"--data must look like MODULE:FACTORY (e.g. mydata:batches); received {self.data!r}")
+        if self.data is not None:
+            from ..factory import split_spec
+
+            split_spec(self.data, "--data")
         if self.input_shape and math.prod(self.input_shape) > MAX_SAMPLE_ELEMENTS:
             shape = ",".join(map(str, self.input_shape))
             raise UsageError(f"--input-shape {shape} is {math.prod(self.input_shape):,} values per sample; "

@@ -23,7 +23,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
           warmup: int = 5, repeats: int = 1, seq_len: int | None = None, image_size: int | None = None,
           framework: str = "auto", device: str = "auto", timeout: float | None = 1800.0, progress=None,
           explain: bool = False, compile: str = "off", strategy: str | None = None,
-          replicas: int | None = None, plan=None, threads: int | None = None) -> BenchReport:
+          replicas: int | None = None, plan=None, threads: int | None = None, data: str | None = None) -> BenchReport:
     """Train the same model on the same batch in each mode, each mode in a fresh process.
 
     The processes are *spawned* (Python's ``multiprocessing`` "spawn"); they do not re-run the calling
@@ -35,6 +35,9 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
         model: ``"MODULE:FACTORY"`` instead of a workload (a zero-argument factory returning an
             ``ampkit.Workload`` or a model; a bare model needs ``input_shape``).
         input_shape, num_classes: per-sample input shape and classes for a bare model.
+        data: ``"MODULE:FACTORY"`` (or ``"PATH/TO/FILE.py:FACTORY"``) of your data, with ``model``: a
+            real batch of it is timed instead of random inputs (PyTorch); the report's ``input`` says
+            its shape.
         modes: a list or comma string of modes (``auto`` allowed), or ``"all"``.
         batch_size: per-step batch size, ``"auto"`` (the largest that fits; on a CPU with
             ``memory_budget``), or None for the workload's default.
@@ -77,7 +80,7 @@ def bench(workload: str | None = None, *, model: str | None = None, input_shape=
     cfg = BenchConfig(workload=workload, model=model, input_shape=input_shape, num_classes=num_classes, modes=modes,
                       batch_size=batch_size, memory_budget=memory_budget, steps=steps, warmup=warmup, repeats=repeats,
                       seq_len=seq_len, image_size=image_size, device=device, timeout=timeout, explain=explain,
-                      compile=compile, strategy=strategy, replicas=replicas, plan=plan, threads=threads)
+                      compile=compile, strategy=strategy, replicas=replicas, plan=plan, threads=threads, data=data)
     framework = _framework(framework, cfg)
     return shown(progress, f"bench {workload or model or ''}".strip(), "bench", lambda cb, live: driver.run(
         cfg, framework, progress=cb, on_row=live.row if live else None))

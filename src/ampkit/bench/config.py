@@ -74,6 +74,7 @@ class BenchConfig:
     plan: dict | None = None             # --plan PATH: a precision plan, run as one more mode "plan:<default>"
     threads: int | None = None           # --threads N: CPU threads each mode's child times with (ampkit.threads);
     #                                      None: the policy's default (1 on a CPU), filled in by the driver
+    data: str | None = None              # --data MODULE:FACTORY: time a real batch of the user's data (PyTorch)
 
     def __post_init__(self) -> None:
         for flag, value in (("--workload", self.workload), ("--model", self.model)):
@@ -81,6 +82,13 @@ class BenchConfig:
                 raise UsageError(f"{flag} must be a name (a string); received {value!r}")
         if self.workload and self.model:
             raise UsageError("give either --workload or --model, not both")
+        from ..factory import split_spec
+
+        for flag, spec in (("--model", self.model), ("--data", self.data)):
+            if spec is not None:
+                split_spec(spec, flag)
+        if self.data and not self.model:
+            raise UsageError("--data goes with --model (your model fed your data); a built-in workload makes its own batches")
         int_in(self.steps, "--steps", 1, MAX_STEPS)
         int_in(self.warmup, "--warmup", 0, MAX_STEPS)
         int_in(self.repeats, "--repeats", 1, MAX_STEPS)

@@ -119,7 +119,8 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
                        world_size=group.world_size if group else 1, flops_per_sample=probe.flops_per_sample,
                        config=document_config(cfg, auto, probe), note=note, interrupted=interrupted,
                        sample_inputs=probe.sample_inputs, replicas=max((r.replicas for r in rows), default=1),
-                       pairing=pairing, load_change=_load_change(rows) if pairing == INTERLEAVED else None)
+                       pairing=pairing, load_change=_load_change(rows) if pairing == INTERLEAVED else None,
+                       input=probe.input)
 
 
 def _load_change(rows: list[BenchRow]) -> dict | None:

@@ -56,6 +56,7 @@ class ModelProbe:
     #                                                  laid over the backend's environment section
     matmuls: list | None = None              # one step's matmuls at the run's batch, {"m", "n", "k", "calls"}, largest
     #                                          first (what bench compares with the doctor's size table); None: unknown
+    input: dict | None = None                # --data: the user's batch that was timed ({"kind": "data", "shape", ...})
 
 
 class ProbeStepFailed(Exception):

@@ -107,6 +107,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
     #: the doctor's cached verdict read when auto resolved ({"recommended", "measured_at", "threads"}) and
     #: "disagreements": bench/doctor_check's sentences ([] when they agree); None: no doctor verdict cached
     doctor_check: dict | None = None
+    input: dict | None = None     # --data: the user's batch that was timed ({"kind": "data", "from", "shape", "dtype"})
 
     @property
     def failed(self) -> bool:
@@ -120,7 +121,7 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                         flops_per_sample=self.flops_per_sample, config=self.config, note=self.note,
                         interrupted=self.interrupted, sample_inputs=self.sample_inputs, replicas=self.replicas,
                         speedup_definition=SPEEDUP_DEFINITION, doctor_check=self.doctor_check, pairing=self.pairing,
-                        load_change=self.load_change)
+                        load_change=self.load_change, **({"input": self.input} if self.input else {}))
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchReport:
@@ -135,7 +136,8 @@ class BenchReport(Enveloped, ResultDisplay, command="bench"):
                    sample_inputs=d.get("sample_inputs"), replicas=int(d.get("replicas", 1) or 1),
                    doctor_check=d.get("doctor_check") if isinstance(d.get("doctor_check"), dict) else None,
                    pairing=d.get("pairing") or "sequential",
-                   load_change=d.get("load_change") if isinstance(d.get("load_change"), dict) else None)
+                   load_change=d.get("load_change") if isinstance(d.get("load_change"), dict) else None,
+                   input=d.get("input") if isinstance(d.get("input"), dict) else None)
 
 
 def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None = None) -> None:

@@ -9,7 +9,11 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", default=None, metavar="NAME",
                    help="mlp, cnn, resnet50, vit_b_16, bert-base, gpt2 (default: mlp on a CPU, resnet50 on a GPU)")
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY",
-                   help="your own model: a zero-argument factory returning an ampkit.Workload or a torch.nn.Module")
+                   help="your own model: a zero-argument factory returning an ampkit.Workload or a torch.nn.Module "
+                        "(MODULE:FACTORY or PATH/TO/FILE.py:FACTORY)")
+    p.add_argument("--data", default=None, metavar="MODULE:FACTORY",
+                   help="time a real batch of your data (PyTorch): a factory returning a Dataset, a DataLoader, "
+                        "(inputs, targets) tensors or parity's (train, validation); no --input-shape needed")
     p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
                    help="per-sample input shape for a bare model, without the batch dimension")
     p.add_argument("--num-classes", type=int, default=None, metavar="N",
@@ -94,7 +98,7 @@ def run(args) -> int:
         memory_budget=args.memory_budget, steps=args.steps, warmup=args.warmup, device=args.device,
         search_cap=args.max_batch_size, timeout=args.timeout, repeats=args.repeats, seq_len=args.seq_len,
         image_size=args.image_size, explain=args.explain, strategy=args.strategy, replicas=args.replicas,
-        compile=args.compile, plan=_plan(args.plan, framework), threads=args.threads)
+        compile=args.compile, plan=_plan(args.plan, framework), threads=args.threads, data=args.data)
     v.outputs(args, ("json", "JSON", "--json", True), ("csv", "CSV", "--csv", True), ("plot", "plot", "--plot", False))
     if framework in ("auto", "torch", "tensorflow"):  # a registered backend may refuse --model itself, first
         check_findable(cfg.model, "--model")  # a mistyped module: one line before the framework loads (issue #49)

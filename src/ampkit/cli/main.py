@@ -9,6 +9,7 @@ import sys
 
 from .._version import __version__
 from ..errors import UsageError
+from .help import arrange
 
 #: subcommand -> module under ampkit.cli with add_arguments(parser) and run(args) -> int
 COMMANDS = {
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         _module(name).add_arguments(p)
+        arrange(name, p)
     return parser
 
 

@@ -40,6 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--merge", nargs="+", default=None, metavar="PART.json",
                    help="combine partial documents of one grid (shards, a resumed document and more seeds) "
                         "into one document with the verdicts")
+    p.add_argument("--runs", nargs="+", default=None, metavar="RUN.json",
+                   help="compare your own training runs (documents of mp.record(path, seed=...)): grouped by mode, "
+                        "paired by seed against fp32, parity's statistics; one run per mode: side by side, no verdict")
     p.add_argument("--resume", default=None, metavar="PATH",
                    help="grow the grid of the document PATH: add --seeds/--modes, run only the runs it lacks "
                         "(or that raised), recompute the verdicts over all; written back to PATH unless --json")
@@ -60,6 +63,10 @@ def run(args) -> int:
 
     if args.merge:
         return _merge(args)
+    if args.runs:
+        from .parity_runs import run_runs
+
+        return run_runs(args)
     framework = parse_framework(args.framework)
     v.distributed_env("torch")  # the launcher's variables; the driver refuses a group for TensorFlow itself
     if args.dataset is not None and (args.model or args.data):

@@ -80,9 +80,11 @@ class ParityConfig:
         int_in(self.steps, "--steps", 1, MAX_STEPS)
         if self.steps is not None and self.epochs is not None:
             raise UsageError("give --epochs or --steps, not both (--steps counts optimizer steps across epochs)")
+        from ..factory import split_spec
+
         for flag, spec in (("--model", self.model), ("--data", self.data)):
-            if spec is not None and (not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":"))):
-                raise UsageError(f"{flag} must look like MODULE:FACTORY (e.g. mydata:build); received {spec!r}")
+            if spec is not None:
+                split_spec(spec, flag)
         float_in(self.lr, "--lr", 0.0, 10.0, lo_open=True)
         int_in(self.batch_size, "--batch-size", 1, MAX_BATCH)
         if (self.lr is not None or self.batch_size is not None) and self.model is None:

@@ -24,7 +24,9 @@ DATASETS = {
 def check_dataset(name: str) -> str:
     key = (name or "").strip().lower()
     if key not in DATASETS:
-        raise UsageError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
+        from ..suggest import did_you_mean
+
+        raise UsageError(f"unknown dataset {name!r}; {did_you_mean(name, DATASETS)}choose from: {', '.join(DATASETS)}")
     return key
 
 

@@ -64,9 +64,14 @@ class ParityResult:
     nonfinite_seeds: int = 0      # seeds whose training loss or metric became inf/NaN
     loss_nonfinite_seeds: list[int] = field(default_factory=list)  # of those, the seeds whose training loss did
     plan: dict | None = None      # mode "plan:<default>" (--plan): the precision plan it trained with
+    #: --runs: the step-time speedup over fp32 from the runs' own step times {"speedup_vs_fp32", "ci", "steps"}
+    step_time: dict | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d.get("step_time") is None:  # only parity --runs measures it: other documents stay as they were
+            d.pop("step_time", None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityResult:

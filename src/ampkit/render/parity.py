@@ -107,6 +107,8 @@ class ParityView(PageView):
     epochs: int | None
     has_curves: bool
     baseline_not_learned: str | None = None  # the fp32 baseline did not learn: said before any verdict
+    #: a ``parity --runs`` document: every run's training loss, [(mode, seed, losses)], drawn on one chart
+    run_curves: list = None
 
 
 def page_view(report, doc=None) -> ParityView:
@@ -128,10 +130,14 @@ def page_view(report, doc=None) -> ParityView:
     epochs = report.epochs if isinstance(report.epochs, int) and not isinstance(report.epochs, bool) else None
     shard = getattr(report, "shard", None)
     name = str(report.dataset) + (f" (partial: shard {shard})" if shard else "")
+    run_curves = None
+    if str(getattr(report, "note", "") or "").startswith("your runs:"):  # ampkit.parity.runs: the users' own runs
+        run_curves = [(r.mode, run.seed, [finite(v) for v in run.train_loss]) for r in report.results for run in r.runs
+                      if isinstance(run.train_loss, list) and len(run.train_loss) > 1]
     unlearned = getattr(report, "baseline_not_learned", None)
     return ParityView(doc, rows, name, str(report.device or "—"), finite(report.tolerance),
-                      finite(report.alpha), epochs, any(r["acc_curve"] for r in rows),
-                      unlearned if isinstance(unlearned, str) else None)
+                      finite(report.alpha), epochs, any(r["acc_curve"] for r in rows) or bool(run_curves),
+                      unlearned if isinstance(unlearned, str) else None, run_curves)
 
 
 def _curve(runs: list, key: str) -> tuple[list[float], list[float]] | None:
@@ -174,6 +180,8 @@ def figure(view: ParityView):
 
     if not view.has_curves:
         return None
+    if view.run_curves:
+        return _runs_figure(view)
     fig, axes = charts.figure(8.0, 2.8, 2)
     epochs_n = min((len(r["acc_curve"][0]) for r in view.rows if r["acc_curve"]), default=0)
     for ax, key, title in ((axes[0], "acc_curve", "test accuracy"), (axes[1], "loss_curve", "train loss")):
@@ -206,6 +214,30 @@ def plot(report, path: str) -> None:
     """``--plot``: the chart of :func:`figure` with a title, to ``path`` (PNG, PDF, SVG ... by extension)."""
     title = f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}"
     charts.plot(figure, page_view(report), title, path)
+
+
+def _runs_figure(view: ParityView):
+    """``parity --runs``: every run's training loss on one chart (a line per run, a colour per mode),
+    and each mode's final metric, mean ± std over its runs."""
+    fig, axes = charts.figure(8.0, 2.8, 2)
+    labelled = set()
+    for mode, _seed, losses in view.run_curves:
+        xs = [i + 1 for i, v in enumerate(losses) if v is not None]
+        ys = [v for v in losses if v is not None]
+        axes[0].plot(xs, ys, lw=1.2, alpha=0.85, color=charts.color(mode), label=None if mode in labelled else mode)
+        labelled.add(mode)
+    axes[0].set_title("training loss, every run (as logged)")
+    axes[0].set_xlabel("logged step")
+    axes[0].legend(fontsize=8, frameon=False)
+    rows = [r for r in view.rows if r["metric_mean"] is not None]
+    for i, r in enumerate(rows):
+        axes[1].errorbar([i], [r["metric_mean"]], yerr=[r["metric_std"] or 0.0], fmt="o", color=charts.color(r["mode"]),
+                         capsize=5, ms=6)
+    axes[1].set_xticks(range(len(rows)))
+    axes[1].set_xticklabels([f"{r['mode']}\n({r['verdict']})" for r in rows])
+    axes[1].set_xlim(-0.6, len(rows) - 0.4)
+    axes[1].set_title(f"{rows[0]['metric_name'] if rows else 'metric'} at the end (mean ± std over runs)")
+    return fig
 
 # ---------------------------------------------------------------- the notebook and to_pandas()
 sections, headline = one_section("parity")

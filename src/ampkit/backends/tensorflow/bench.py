@@ -197,6 +197,9 @@ def probe(cfg: BenchConfig | dict) -> ModelProbe:
     import keras
 
     cfg = cfg if isinstance(cfg, BenchConfig) else BenchConfig.from_dict(cfg)
+    if cfg.data:
+        raise UsageError(f"--data {cfg.data}: timing your own data is PyTorch-only for now; with --framework tensorflow "
+                         "give --input-shape (the model's inputs are then random)")
     keras.utils.set_random_seed(cfg.seed)
     workload = build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, sizes=_sizes(cfg))
     flops = count_flops(workload.model)

@@ -27,8 +27,15 @@ from .workloads.flops import count_training_flops, matmul_shapes
 
 
 def _build(cfg: BenchConfig, device: torch.device):
+    fed = None
+    if cfg.data:  # --data: a real batch of the user's data, not random inputs
+        from .data_batch import DataBatches, data_workload
+
+        def fed(obj):
+            bs = cfg.batch_size if isinstance(cfg.batch_size, int) else 32  # the timed batch, described
+            return data_workload(obj, cfg.model, DataBatches(cfg.data, bs))
     return build_workload(cfg.workload, cfg.model, cfg.input_shape, cfg.num_classes, device, seed=cfg.seed,
-                          seq_len=cfg.seq_len, image_size=cfg.image_size)
+                          seq_len=cfg.seq_len, image_size=cfg.image_size, fed=fed)
 
 
 def sample_shapes(inputs):
@@ -198,7 +205,8 @@ def probe(cfg: BenchConfig) -> ModelProbe:
     except Exception:  # a user's batch of another shape: the shapes are information, not a check
         shapes = None
     batch = cfg.batch_size if isinstance(cfg.batch_size, int) else workload.batch_size
-    return ModelProbe(workload.name, flops, shapes, workload.batch_size, matmuls=matmul_shapes(workload, batch))
+    return ModelProbe(workload.name, flops, shapes, workload.batch_size, matmuls=matmul_shapes(workload, batch),
+                      input=workload.input if cfg.data else None)
 
 
 def _outputs_per_sample(workload, cfg: BenchConfig, gen) -> int | None:

@@ -183,18 +183,20 @@ class MixedPrecision(PrecisionFront):
 
         return upgrade(opt)
 
-    def callback(self, model=None, *, json_path=None, k: int = 8) -> LossScaleHistory:
+    def callback(self, model=None, *, json_path=None, k: int = 8, seed: int | None = None) -> LossScaleHistory:
         """A :class:`LossScaleHistory` for ``model.fit`` — of ``model``'s Keras when given, else of
         ``mp.flavor`` — that feeds this engine's loss-scale alarm (:meth:`health`) and keeps the last
         ``k`` batches' layer statistics: on the first inf/NaN an ``audit`` document names the layer
-        and phase (written to ``json_path``; without it kept in ``history.watch.record``); :mod:`..integrations.watch`."""
+        and phase (written to ``json_path``; without it kept in ``history.watch.record``); :mod:`..integrations.watch`.
+        The document also carries the run (``"run"``: loss per batch, the ``val_`` metrics fit logs,
+        step times, the mode and ``seed``) for ``ampkit parity --runs``."""
         from ..integrations.watch import watch_fit
 
         if model is not None:
             _need_model(model, "callback(model)")
         flavor = (flavor_of(model) if model is not None else None) or self.flavor
         return watch_fit(history_class(flavor)(health=self._health), json_path=json_path, k=k, mode=self.mode,
-                         flavor=flavor)
+                         flavor=flavor, seed=seed)
 
     def check_model(self, model, optimizer=None) -> list[str]:
         """Warn (and return the warnings) when the model's last layer computes in float16/bfloat16, or

@@ -41,7 +41,7 @@ __all__ = ["watch_fit", "KerasWatch"]
 log = logging.getLogger("ampkit.integrations.keras")
 
 
-def watch_fit(history, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32", flavor=None):
+def watch_fit(history, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32", flavor=None, seed: int | None = None):
     """Give ``history`` (a :class:`LossScaleHistory`) the ring buffer; returns it. ``k=0``: none."""
     if not k:
         return history
@@ -51,7 +51,11 @@ def watch_fit(history, *, json_path=None, k: int = DEFAULT_K, mode: str = "fp32"
         raise UsageError(f"ampkit.keras callback: k (batches kept before a failure) must be an int >= 0, received {k!r}")
     if json_path is not None and not isinstance(json_path, str):
         raise UsageError(f"ampkit.keras callback: json_path must be a file path (str), received {json_path!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise UsageError(f"ampkit.keras callback: seed must be an int (the run's seed, for ampkit parity --runs), "
+                         f"received {seed!r}")
     watch = KerasWatch(json_path=json_path, k=k, mode=mode, flavor=flavor)
+    watch.seed = seed
     history.watch = watch
     for name in ("on_train_begin", "on_train_batch_end", "on_epoch_end", "on_train_end"):
         orig = getattr(history, name)
@@ -81,6 +85,8 @@ class KerasWatch:
         self._undo: list = []
         self._failing = None   # the custom layers' failing calls (set when fit's layers are wrapped)
         self._batch_window, self._epoch_window = TrackerWindow(), TrackerWindow()
+        self.seed: int | None = None  # the run's seed, for the run record (ampkit parity --runs)
+        self._trace = None
 
     # ------------------------------------------------------------------ fit's events
     def on_train_begin(self, history, logs=None):
@@ -98,6 +104,9 @@ class KerasWatch:
         self._n0 = len(history.scales)
         self._last_scale = getattr(history, "_last", None)
         self._batch_window.reset(), self._epoch_window.reset()
+        from ....runlog import RunTrace
+
+        self._trace = RunTrace()
         backend = "tensorflow" if self.legacy else configured_backend()
         if backend != "tensorflow":
             self.record.framework = backend
@@ -133,6 +142,10 @@ class KerasWatch:
         skipped = bool(history.skipped[-1]) if scale is not None else False
         used = self._last_scale if scale is not None else None
         self._last_scale = scale
+        if self._trace is not None:
+            self._trace.step_end()
+            if loss is not None:
+                self._trace.loss_at(self.base + self.steps, loss)
         if self.active:
             self._layers_row(loss, used, scale, skipped)
         else:
@@ -141,6 +154,8 @@ class KerasWatch:
             logs.update(self._batch_window.metrics(self.record))
 
     def on_epoch_end(self, history, epoch, logs=None):
+        if self._trace is not None and isinstance(logs, dict):  # the validation metrics fit logged
+            self._trace.evaluate(self.base + self.steps, {k: v for k, v in logs.items() if k.startswith("val_")})
         if self.record is not None and isinstance(logs, dict):
             logs.update(self._epoch_window.metrics(self.record))
 
@@ -171,6 +186,15 @@ class KerasWatch:
         if self.record is None or not hasattr(self, "steps"):
             return
         self._detach(history.model)
+        if self._trace is not None:
+            from ....runlog import model_name
+
+            try:  # the run record is an addition: it never ends (or follows) the user's fit
+                self.record.extra["run"] = self._trace.run(
+                    mode=self.mode, seed=self.seed, model=model_name(history.model), steps=self.steps,
+                    skipped=len(self.record.skipped), framework=self.record.framework or "tensorflow")
+            except Exception as exc:  # noqa: BLE001
+                log.warning("ampkit.keras callback: no run record (%s: %s)", type(exc).__name__, exc)
         line = self.record.summary_line()
         log.warning(line) if self.record.warnings else log.info(line)
         if self.json_path:

@@ -151,7 +151,10 @@ def check_builtin(name: str) -> str:
     key = (name or "").strip().lower()
     key = {"bert": "bert-base"}.get(key, key)
     if key not in _BUILTIN:
-        raise UsageError(f"unknown workload {name!r} for --framework tensorflow; built-in: {', '.join(TF_WORKLOADS)} "
+        from ....suggest import did_you_mean
+
+        raise UsageError(f"unknown workload {name!r} for --framework tensorflow; {did_you_mean(name, TF_WORKLOADS)}"
+                         f"built-in: {', '.join(TF_WORKLOADS)} "
                          "(or --model MODULE:FACTORY returning a keras.Model or tf_keras.Model)")
     return key
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 
 import accelerate
 import torch
@@ -66,6 +67,7 @@ class AmpkitCallback(CoreViews, TrainerCallback):
         if self.core.read_every is None and self.core.watch.device.type != "cpu":
             self.core.watch.read_every = max(1, min(32, int(args.logging_steps or 32)))
         self.summary, self._engine_checked = None, False
+        self._step_times = [time.perf_counter()]  # the run record's step times (ampkit parity --runs)
         host = scaler_of(kwargs.get("optimizer"))
         if isinstance(host, HostScale):   # DeepSpeed steps inside backward: the scale a step used is the last one after
             self.core.watch.prev_scale_from(host)
@@ -94,6 +96,8 @@ class AmpkitCallback(CoreViews, TrainerCallback):
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         if self.core.watch is not None:
             self.core.watch.end_step(scaler_of(optimizer))
+        if hasattr(self, "_step_times"):
+            self._step_times.append(time.perf_counter())
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # the Trainer has just read its loss from the device: the pending rows come at no extra cost;
@@ -109,6 +113,11 @@ class AmpkitCallback(CoreViews, TrainerCallback):
     def on_train_end(self, args, state, control, lr_scheduler=None, **kwargs):
         if self.core.watch is None:
             return
+        try:  # the run record is an addition: it never ends (or follows) the user's training
+            self.core.record.extra["run"] = run_record(self.core.record, args, state, getattr(self, "_step_times", []),
+                                                       getattr(self.core.watch, "model", None))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: no run record (%s: %s)", self.core.record.source, type(exc).__name__, exc)
         self._say_end(self.core.finish([lr_scheduler] if lr_scheduler is not None else ()))
         self.summary = self.core.summary()
         # kept in the history, before the Trainer's own last entry: log_history[-1] stays the Trainer's
@@ -184,3 +193,26 @@ def _declared(args) -> str:
 def _setting(args) -> str:
     d = _declared(args)
     return "TrainingArguments(fp32 default)" if d == "fp32" else f"TrainingArguments({d}=True)"
+
+
+#: what the Trainer logs beside its metrics (not a metric of the model)
+_NOT_METRICS = ("runtime", "per_second", "epoch", "step", "flos")
+
+
+def run_record(record, args, state, step_times: list[float], model=None) -> dict:
+    """The run as ``ampkit parity --runs`` reads it, from the Trainer's own log: the training loss at
+    each logging step (``logging_steps=1``: every step), the evaluation metrics as logged
+    (``eval_accuracy``, ``eval_loss``), the step times, the mode that ran and ``args.seed``."""
+    history = [e for e in state.log_history if isinstance(e, dict)]
+    losses = [e for e in history if "loss" in e and "step" in e]
+    evals = [{"step": e.get("step"), **{k: v for k, v in e.items() if k.startswith("eval_") and isinstance(v, (int, float))
+                                        and not any(w in k for w in _NOT_METRICS)}}
+             for e in history if any(k.startswith("eval_") for k in e)]
+    from ....runlog import model_name
+
+    return {"mode": record.mode, "seed": int(args.seed), "model": model_name(model) or record.workload, "data": None,
+            "framework": "torch",
+            "steps": int(state.global_step), "loss": [float(e["loss"]) for e in losses],
+            "loss_steps": [int(e["step"]) for e in losses],
+            "step_s": [b - a for a, b in zip(step_times, step_times[1:])], "eval": evals,
+            "skipped_steps": len(record.skipped), "seconds": (step_times[-1] - step_times[0]) if step_times else 0.0}

@@ -26,6 +26,7 @@ import functools
 import logging
 
 import lightning
+import torch
 from lightning.pytorch.callbacks import Callback
 
 from ..engine.scaler_state import enabled, scale_tensor
@@ -75,6 +76,7 @@ class AmpkitCallback(CoreViews, Callback):
         self._schedulers: list = []
         self._declared = ("32-true", "")
         self._resume_state: dict | None = None
+        self._trace = None  # the run record (ampkit.runlog.RunTrace): set at on_fit_start
         self._engine = None
         self._engine_steps = 0
 
@@ -86,6 +88,9 @@ class AmpkitCallback(CoreViews, Callback):
                     world=trainer.world_size, resume=resume)
         if self.core.read_every is None and self.core.watch.device.type != "cpu":
             self.core.watch.read_every = max(1, min(32, int(trainer.log_every_n_steps or 32)))
+        from ....runlog import RunTrace
+
+        self._trace = RunTrace()
 
     def on_train_start(self, trainer, pl_module):
         # a resumed run's loops are restored after on_fit_start: step numbers are the global steps
@@ -135,13 +140,36 @@ class AmpkitCallback(CoreViews, Callback):
         if self._stepped or engine_stepped:
             self._stepped = False
             self.core.watch.end_step(self._scaler)
+            if self._trace is not None:
+                self._trace.step_end()
             if _logging_step(trainer):   # the trainer's logging cadence
+                if self._trace is not None:  # the loss the trainer logs now (one host read at its cadence)
+                    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+                    if loss is not None and hasattr(loss, "item"):
+                        self._trace.loss_at(trainer.global_step, loss.detach())
                 metrics = self.core.tracker_metrics()
                 if metrics:
                     pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
+    def on_validation_end(self, trainer, pl_module):
+        if self._trace is not None and not trainer.sanity_checking:  # the metrics as the module logged them
+            self._trace.evaluate(trainer.global_step, {k: v for k, v in trainer.callback_metrics.items()
+                                                       if not k.startswith("amp/")})
+
     def on_train_end(self, trainer=None, pl_module=None):
         """The Trainer calls it; Fabric users call ``fabric.call("on_train_end")`` at the end of their loop."""
+        if trainer is not None and self._trace is not None and self.core.record is not None:
+            import os
+
+            from ....runlog import model_name
+
+            try:  # the run record is an addition: it never ends (or follows) the user's training
+                seed = int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed() % 2**31))
+                self.core.record.extra["run"] = self._trace.run(
+                    mode=self.core.record.mode, seed=seed, model=model_name(pl_module), steps=trainer.global_step,
+                    skipped=len(self.core.record.skipped), framework="torch")
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s: no run record (%s: %s)", self.core.record.source, type(exc).__name__, exc)
         self._end(_step_schedulers(trainer) if trainer is not None else [])
         if trainer is not None and trainer.logger is not None and self.summary:
             s = self.summary

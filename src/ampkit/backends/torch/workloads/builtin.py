@@ -104,7 +104,9 @@ def check_builtin(name: str) -> str:
     aliases = {"vit-b-16": "vit_b_16", "bert": "bert-base", "bert-base": "bert-base"}
     key = aliases.get(key, key)
     if key not in _FACTORIES:
-        raise UsageError(f"unknown workload {name!r}; built-in workloads: {', '.join(BUILTIN)} "
+        from ....suggest import did_you_mean
+
+        raise UsageError(f"unknown workload {name!r}; {did_you_mean(name, BUILTIN)}built-in workloads: {', '.join(BUILTIN)} "
                          "(or --model MODULE:FACTORY for your own)")
     if key in ("resnet50", "vit_b_16"):
         _need("torchvision", key)
