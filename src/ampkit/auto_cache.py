@@ -12,7 +12,7 @@ measurement on this machine instead of a capability table.
   only when its stored fingerprint equals the current one, so a cache copied from another machine,
   or left from another torch version, is ignored. The thread count is not part of it: an entry
   records the count it was measured at (``threads``; :mod:`ampkit.threads`), and ``auto`` follows
-  it at any count, saying so in its reason where the count differs (:func:`ampkit.doctor.auto.choose`).
+  it at any count, saying so in its reason where the count differs (:func:`ampkit.auto.choose`).
 * Plain JSON, never pickle; written to a temporary file in the same folder and renamed over the old
   one (atomic on POSIX and Windows). A missing, unreadable, corrupt or foreign file is treated as
   "nothing cached": reading never raises, writing failures are swallowed (``store`` returns None).

@@ -88,7 +88,7 @@ def cpu_capability_choice(info: dict | None = None) -> tuple[str, str]:
 def auto_for_cpu(info: dict | None = None) -> tuple[str, str]:
     """``auto`` on a CPU from its instructions alone, labelled as the guess it is.
 
-    The backends resolve ``auto`` from a measurement first (:mod:`ampkit.doctor.auto`); this is the
+    The backends resolve ``auto`` from a measurement first (:mod:`ampkit.auto`); this is the
     fallback where nothing was or can be measured."""
     return labelled_guess(*cpu_capability_choice(info))
 

@@ -11,8 +11,13 @@ SEVERITY = {"nonfinite": 0, "overflow": 1, "underflow": 2, "contract": 3, "preci
 #: the words of each rank: a precision note never reads like an overflow
 SEVERITY_LABEL = {0: "error", 1: "error", 2: "warning", 3: "warning", 4: "note"}
 
-#: the doctor's threshold (ampkit.doctor.verdicts.ACCEL_THRESHOLD): faster/slower only beyond it
+#: the doctor's threshold (ampkit.doctor.verdicts.ACCEL_THRESHOLD, ampkit.auto): faster/slower only beyond it
 THRESHOLD = 1.10
+#: a training step's median ratio must show at least this gain for the doctor (and auto's quick check) to recommend a mode
+TRAINING_GAIN = 1.05
+#: the reason of a --quick doctor with no measurement to report (no mode recommended), and of auto with nothing cached
+NOT_MEASURED = ("not measured: --quick times nothing and no measured verdict is cached for this environment; "
+                "`ampkit doctor` measures (a few seconds) and auto follows it")
 
 
 def describe(verdict: str | None) -> str:

@@ -72,15 +72,7 @@ def _climbs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     return sorted((mod, dep) for mod, deps in graph.items() if _in_backend(mod) for dep in deps if forbidden(dep))
 
 
-#: the engines' `auto` measures with the doctor's rounds (doctor.auto.resolve / quick_check)
-TODO_AUTO = ("TODO(#47): backends' resolve_auto and quick_auto call ampkit.doctor.auto (the engines' auto measures with the "
-             "doctor's rounds); the doctor's measuring rounds leave doctor/ in a follow-up")
-
-
-@pytest.mark.parametrize("command", [
-    "audit", "bench", "parity", "plan", "cli", "render", "report",
-    pytest.param("doctor", marks=pytest.mark.xfail(strict=True, reason=TODO_AUTO)),
-])
+@pytest.mark.parametrize("command", ["audit", "bench", "doctor", "parity", "plan", "cli", "render", "report"])
 def test_backends_import_only_the_protocol_of_a_command(command):
     found = [f"{mod} imports {dep}" for mod, dep in _climbs(_graph()) if _command(dep) == command]
     assert not found, found

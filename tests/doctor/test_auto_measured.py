@@ -19,12 +19,12 @@ import torch
 import torch.nn as nn
 
 import ampkit
+from ampkit import auto as doctor_auto
 from ampkit import auto_cache
 from ampkit.backends.torch import devices, doctor_ops
 from ampkit.cpu import cpu_emulation_note, cpu_mode_support
-from ampkit.doctor import auto as doctor_auto
-from ampkit.doctor.measure import Plan
 from ampkit.doctor.verdicts import ACCEL_THRESHOLD, TRAINING_GAIN, evaluate
+from ampkit.rounds import Plan
 
 CPU = torch.device("cpu")
 SLOWER = {"bf16": {"verdict": "slower", "speedup": 0.55, "speedup_ci": [0.5, 0.6], "training_speedup": 0.7,

@@ -10,9 +10,10 @@ import sys
 import pytest
 from test_verdicts_planted import make_work_for
 
-from ampkit.doctor import measure
-from ampkit.doctor.measure import Plan, Work, round_ratios, run_rounds
-from ampkit.doctor.sequential import (
+from ampkit import rounds
+from ampkit.doctor.verdicts import ACCEL_THRESHOLD, evaluate
+from ampkit.rounds import Plan, Work, round_ratios, run_rounds
+from ampkit.rounds_sequential import (
     ACCELERATED,
     NO_DIFFERENCE,
     corrected_agrees,
@@ -22,7 +23,6 @@ from ampkit.doctor.sequential import (
     planned_looks,
     settle,
 )
-from ampkit.doctor.verdicts import ACCEL_THRESHOLD, evaluate
 from ampkit.stats import CONFIDENCE, FASTER, SLOWER, Estimate, classify, ratio_estimate
 
 T = ACCEL_THRESHOLD
@@ -78,8 +78,8 @@ def test_the_correction_matters_a_95_percent_look_would_decide_where_the_correct
 
 def test_run_rounds_looks_at_the_corrected_confidence(monkeypatch):
     seen = []
-    real = measure.mode_decision
-    monkeypatch.setattr(measure, "mode_decision", lambda k, t, thr, conf: seen.append(conf) or real(k, t, thr, conf))
+    real = rounds.mode_decision
+    monkeypatch.setattr(rounds, "mode_decision", lambda k, t, thr, conf: seen.append(conf) or real(k, t, thr, conf))
     run_rounds(["fp32", "bf16"], scripted({"fp32": FLAT, "bf16": FLAT}), Plan(min_rounds=3, max_rounds=9), threshold=T)
     assert seen and seen == [pytest.approx(1 - 0.05 / 8)] * len(seen)  # 7 looks after rounds 3..9, and the screen's
 
@@ -227,11 +227,11 @@ def test_costly_training_steps_wait_for_a_kernel_look_and_a_slower_mode_never_bu
         w.training = {n: (_LateOp(mode, n, calls), fl) for n, (_, fl) in w.training.items()}
         return w
     seen = []
-    real = measure.mode_decision
-    monkeypatch.setattr(measure, "mode_decision", lambda k, t, thr, conf: seen.append(conf) or real(k, t, thr, conf))
+    real = rounds.mode_decision
+    monkeypatch.setattr(rounds, "mode_decision", lambda k, t, thr, conf: seen.append(conf) or real(k, t, thr, conf))
     series = run_rounds(["fp32", "fp16", "bf16"], work_for, Plan(max_rounds=9), threshold=T)
     fp16, bf16 = series["fp16"], series["bf16"]
-    assert fp16.stopped == "decided: slower" and fp16.screened == measure.KERNELS_ALONE and len(fp16.rounds) == 3
+    assert fp16.stopped == "decided: slower" and fp16.screened == rounds.KERNELS_ALONE and len(fp16.rounds) == 3
     assert {name for mode, name in calls if mode == "fp16"} == {"matmul", "conv"}  # training never built
     assert round_ratios(series["fp32"], fp16, "kernels") == pytest.approx([1 / 1.4] * 3)
     assert bf16.stopped == f"decided: {ACCELERATED}" and "train" in {n for m, n in calls if m == "bf16"}

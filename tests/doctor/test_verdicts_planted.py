@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from ampkit.doctor.measure import Plan, Series, Work, estimate, run_rounds
 from ampkit.doctor.verdicts import ACCEL_THRESHOLD, evaluate, recommend
+from ampkit.rounds import Plan, Series, Work, estimate, run_rounds
 from ampkit.stats import FASTER, SAME, SLOWER, classify, ratio_estimate, resample_rounds
 
 OPS = {"kernels": ("matmul", "conv"), "training": ("train_convnet", "train_transformer")}

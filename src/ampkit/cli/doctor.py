@@ -51,8 +51,8 @@ def run(args) -> int:
 
 def _render(document, con) -> None:
     """Each framework's report; after a finished one, whether ``auto`` follows its measurement now."""
+    from ..auto import doctor_entry
     from ..auto_cache import cache_path
-    from ..doctor.auto import doctor_entry
     from ..doctor.report import DoctorSet
     from ..render import doctor as render_doctor
 

@@ -1,6 +1,6 @@
 """The doctor, once for every framework: capability and a self-test per mode, interleaved rounds
 against fp32, verdicts and one recommendation (:func:`ampkit.doctor.verdicts.evaluate`), the report,
-and the verdict cached for ``auto`` (:func:`ampkit.doctor.auto.remember_for_auto`).
+and the verdict cached for ``auto`` (:func:`ampkit.auto.remember_for_auto`).
 
 The backend supplies only :class:`~ampkit.doctor.ops.DoctorOps` (and ``target``, ``mode_support``,
 ``environment`` from :class:`~ampkit.backends.base.EnvironmentOps`).
@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..auto import cached_verdict, remember_for_auto
 from ..cpu import cpu_emulation_note
+from ..rounds import Plan
 from ..threads import resolve as resolve_threads
-from .auto import cached_verdict, remember_for_auto
 from .config import DoctorConfig
-from .measure import Plan
 from .report import DoctorReport
 from .sizes import CPU_SIZES, GPU_SIZES
 from .verdicts import evaluate

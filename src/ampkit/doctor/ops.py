@@ -11,27 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ..rounds import Work
 
 if TYPE_CHECKING:
     from ..target import Target
-    from ..timing import Clock
-
-
-@dataclass
-class Work:
-    """One mode's ops: ``{name: (callable, flops per call or None)}`` per kind. A callable with a true
-    ``builds_on_first_call`` attribute builds itself on its first call (a traced training step: only
-    a mode that gets that far pays for it) and is warmed up by a second call."""
-
-    kernels: dict[str, tuple[Callable[[], object], float | None]]
-    training: dict[str, tuple[Callable[[], object], float | None]]
-    clock: Clock | None = None  # None: the host's clock (ampkit.timing.HOST)
-    notes: dict[str, str] = field(default_factory=dict)  # op -> why it was not timed
-    #: ``at_size(n)``: a Work whose one kernel is an ``n``-square matmul in the mode's math, for
-    #: ``speedup_by_size`` (:mod:`ampkit.doctor.sizes`); None: the backend measures no size table
-    at_size: Callable[[int], Work] | None = None
 
 
 @runtime_checkable

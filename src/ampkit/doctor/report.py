@@ -24,7 +24,7 @@ class ModeReport:
     speedup: float | None = None
     speedup_ci: list[float] | None = None  # 95% interval of speedup over the paired rounds
     rounds: int | None = None              # interleaved rounds measured
-    #: why its rounds ended (doctor.sequential): "decided: slower" | "decided: accelerated" | "decided:
+    #: why its rounds ended (ampkit.rounds_sequential): "decided: slower" | "decided: accelerated" | "decided:
     #: no measurable difference" | "cap" | "cap: time budget"; fp32: "baseline"; None: not measured
     stopped: str | None = None
     selftest: str = "skip"  # pass | fail | skip

@@ -2,7 +2,7 @@
 
 The doctor's ``speedup_by_size`` and ``bench --explain``'s size table come from here, the same way:
 for each size (ascending) fp32 and the mode run the doctor's interleaved rounds
-(:func:`ampkit.doctor.measure.run_rounds`) on an ``n``-square matmul, giving a speedup and its 95%
+(:func:`ampkit.rounds.run_rounds`) on an ``n``-square matmul, giving a speedup and its 95%
 interval. A size whose one call would take longer than ``max_call_s`` (predicted from the size
 below it: a matmul's time grows as n³) is left out, with the reason, so that an emulated mode
 (fp16 on a CPU without AVX512-FP16: seconds per 1024² matmul) does not hold up the run.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .measure import Plan, Work, estimate, run_rounds
+from ..rounds import Plan, Work, estimate, run_rounds
 
 CPU_SIZES = (64, 256, 1024)
 GPU_SIZES = (256, 1024, 4096)

@@ -18,25 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..rounds import KERNELS_ALONE, Plan, Series, estimate, op_table, round_ratios, run_rounds
 from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
-from ..words import THRESHOLD
-from .measure import KERNELS_ALONE, Plan, Series, estimate, op_table, round_ratios, run_rounds
+from ..words import NOT_MEASURED, THRESHOLD, TRAINING_GAIN
 from .report import ModeReport
 from .sizes import measure_sizes, size_words
 
 #: the low end of the interval must clear this for "accelerated"; the high end below 1/this is "slower"
 ACCEL_THRESHOLD = THRESHOLD
-#: the training step's median ratio must show at least this gain for a recommendation
-TRAINING_GAIN = 1.05
 #: between two accelerated modes the measurement cannot tell apart, the first of these wins
 PREFERENCE = ("bf16",)
 #: what a slower mode's training figure is: the doctor's steps are small (a conv net of two layers, one
 #: transformer block), and an emulated mode loses more on larger convolutions (fp16 convolution backward on a
 #: CPU without AVX512-FP16 never reaches oneDNN: a ResNet-50 step measured 20-86x slower where this step said 3.2x, #45)
 LOWER_BOUND = "its training step is small: a lower bound on how much slower a ResNet-50-class step is"
-#: the reason of a --quick doctor with no measurement to report (no mode recommended)
-NOT_MEASURED = ("not measured: --quick times nothing and no measured verdict is cached for this environment; "
-                "`ampkit doctor` measures (a few seconds) and auto follows it")
 #: the reason of an emulated mode whose self-test the doctor deferred (``emulated_selftest=False``)
 EMULATED_DEFERRED = ("its emulated self-test is deferred (it cannot change the recommendation, and loading "
                      "the emulation takes seconds): `ampkit doctor --thorough` runs it")

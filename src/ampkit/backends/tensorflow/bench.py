@@ -10,7 +10,7 @@ import time
 
 from ...bench.config import BenchConfig
 from ...bench.ops import BenchSession, Measured, MeasureRequest, ModelProbe, ProbeStepFailed, SizeWork
-from ...errors import ModeUnavailableError
+from ...errors import ModeUnavailableError, UsageError
 from ...host_memory import HostPeak, rss_bytes
 from ...workload_sizes import size_kwargs
 from .environment import grow_gpu_memory, import_tensorflow, tf_environment

@@ -78,11 +78,11 @@ def auto_fingerprint(cpu: bool = False) -> dict:
 
 
 def resolve_auto(cpu: bool = False) -> tuple[str, str]:
-    """``auto`` for Keras here, from a measurement wherever one exists (:mod:`ampkit.doctor.auto`): the
+    """``auto`` for Keras here, from a measurement wherever one exists (:mod:`ampkit.auto`): the
     TensorFlow doctor's cached verdict for this environment; else, on the CPU, a quick fp32-vs-bf16
     matmul check (cached for next time); else (a GPU nobody measured) the capability rule, labelled
     as a guess. ``cpu``: resolve for the CPU even where TensorFlow sees a GPU."""
-    from ...doctor.auto import resolve
+    from ...auto import resolve
 
     gpu = None if cpu else _first_gpu()
     fp = auto_fingerprint(cpu=cpu)

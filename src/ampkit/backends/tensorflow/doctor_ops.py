@@ -60,9 +60,9 @@ def size_work(mode: str, n: int) -> Work:
 
 def quick_auto(on_cpu: bool = True) -> dict:
     """fp32 against bf16 matmuls with the doctor's rounds and thresholds (on the CPU when ``on_cpu``,
-    even where TensorFlow sees a GPU): a cache entry for :mod:`ampkit.doctor.auto`, in well under a
+    even where TensorFlow sees a GPU): a cache entry for :mod:`ampkit.auto`, in well under a
     second. Matmul only: a Keras training step would first have to be traced (seconds)."""
-    from ...doctor.auto import quick_check
+    from ...auto import quick_check
 
     tf = import_tensorflow()
     scope = tf.device("/CPU:0") if on_cpu else contextlib.nullcontext()

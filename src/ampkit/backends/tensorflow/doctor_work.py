@@ -1,7 +1,7 @@
 """What doctor times for TensorFlow/Keras, per mode: kernels (a matmul and a convolution in the
 mode's compute dtype) and short training steps through the Keras engine (a small conv net and a
 small transformer block built under the mode's policy, one compiled ``tf.function`` step each),
-sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.doctor.measure` (the plan
+sized for the device. Interleaving, rounds and statistics: :mod:`ampkit.rounds` (the plan
 of rounds: :mod:`ampkit.doctor.driver`); the kernels themselves: :mod:`.doctor_ops` (shared with the
 quick check behind ``auto``).
 

@@ -159,10 +159,10 @@ def capability_auto(device) -> tuple[str, str]:
 
 def resolve_auto(device) -> tuple[str, str]:
     """Pick the training mode for ``device`` with the reason in words, from a measurement wherever
-    one exists (:mod:`ampkit.doctor.auto`): the doctor's cached verdict for this environment; else,
+    one exists (:mod:`ampkit.auto`): the doctor's cached verdict for this environment; else,
     on a CPU, a quick fp32-vs-bf16 check (cached for next time); else (a GPU nobody measured) the
     capability rule, labelled as a guess."""
-    from ...doctor.auto import resolve
+    from ...auto import resolve
 
     measure = None
     if device.type == "cpu":

@@ -188,12 +188,12 @@ def quick_training_work(mode: str, device: torch.device) -> Work:
 
 def quick_auto(device: torch.device) -> dict:
     """fp32 against bf16 on ``device`` with the doctor's rounds and thresholds, on one thread (as the
-    doctor times): a cache entry for :mod:`ampkit.doctor.auto` (well under a second on a CPU).
+    doctor times): a cache entry for :mod:`ampkit.auto` (well under a second on a CPU).
 
     It leaves no trace in the caller's process: the global random state is restored (the caller's
     seeded initialisation stays the same with and without ``auto``), gradients are on even inside
     the caller's ``no_grad``, the thread count is restored."""
-    from ...doctor.auto import quick_check
+    from ...auto import quick_check
 
     with (measuring_threads(device), torch.random.fork_rng(devices=[]), torch.inference_mode(False),
           torch.enable_grad()):

@@ -1,7 +1,7 @@
 """What doctor times for PyTorch, per mode: kernels (a matmul and a convolution in the mode's math)
 and short training steps through the engine (a small conv net and a small transformer block),
 sized for the device. The interleaving, the rounds and the statistics are in
-:mod:`ampkit.doctor.measure` (the plan of rounds: :mod:`ampkit.doctor.driver`); this module only
+:mod:`ampkit.rounds` (the plan of rounds: :mod:`ampkit.doctor.driver`); this module only
 builds the work (the ops themselves, which need no engine, are in :mod:`.doctor_ops`, shared with the
 quick check behind ``auto``).
 """

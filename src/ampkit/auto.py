@@ -6,12 +6,13 @@ Every framework resolves ``auto`` the same way (:func:`resolve`):
    this environment, ``auto`` is its ``recommended`` mode, and the reason quotes what it measured
    ("the doctor measured bf16 0.55x fp32 ... on this CPU (cached 2025-06-01): fp32").
 2. **A quick check** where measuring is cheap (a CPU): fp32 against bf16 in interleaved rounds with
-   the doctor's own machinery (:func:`ampkit.doctor.measure.run_rounds`, :mod:`ampkit.stats`) and its
+   the doctor's own machinery (:func:`ampkit.rounds.run_rounds`, :mod:`ampkit.stats`) and its
    thresholds. First a small matmul; only when bf16's matmul interval clears
-   :data:`~ampkit.doctor.verdicts.ACCEL_THRESHOLD` (a CPU with real bf16 instructions, so every op is
+   :data:`~ampkit.words.THRESHOLD` (a CPU with real bf16 instructions, so every op is
    cheap) a short training step confirms it as the doctor's would (:data:`TRAINING_GAIN`). An
-   emulated bf16 leaves at the first look (three rounds, :mod:`.sequential`). Under a second in all; the result is cached for the next
-   call (``source: "quick"``) until the doctor measures fully.
+   emulated bf16 leaves at the first look (three rounds, :mod:`ampkit.rounds_sequential`). Under a
+   second in all; the result is cached for the next call (``source: "quick"``) until the doctor
+   measures fully.
 3. **A capability guess** where nothing is cached and measuring is not cheap (a GPU), labelled as
    such in the reason: "capability guess (...); run `ampkit doctor` to measure"
    (:func:`ampkit.cpu.labelled_guess`).
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import auto_cache
-from ..cpu import doctor_command, labelled_guess
-from ..errors import one_line
-from ..stats import FASTER, SLOWER, Estimate, classify
-from .measure import Plan, Work, estimate, run_rounds
-from .verdicts import ACCEL_THRESHOLD, TRAINING_GAIN
+from . import auto_cache
+from .cpu import doctor_command, labelled_guess
+from .errors import one_line
+from .rounds import Plan, Work, estimate, run_rounds
+from .stats import FASTER, SLOWER, Estimate, classify
+from .words import NOT_MEASURED, TRAINING_GAIN
+from .words import THRESHOLD as ACCEL_THRESHOLD
 
 #: the quick check's rounds: small time boxes, a few rounds (a decided mode leaves at the first look, round 3)
 QUICK_KERNELS = Plan(min_rounds=3, max_rounds=7, budget_s=0.3, op_box_s=0.02, max_reps=5)
@@ -127,8 +129,6 @@ def cached_verdict(fp: dict, where: str, reports: dict) -> tuple[str | None, str
     """What a ``--quick`` doctor recommends: the measured verdict cached for ``fp`` (the doctor's or
     auto's quick check), dated and with its thread count, when its mode passed this run's self-test;
     else None and why (not measured, or the cached mode failing here now)."""
-    from .verdicts import NOT_MEASURED
-
     entry = auto_cache.load(fp)
     if entry is None:
         return None, NOT_MEASURED

@@ -7,7 +7,7 @@ high end is below 1/T, *no measurable difference* when the interval lies within 
 in rounds and stopping at the first round whose interval decides would, at 95% per look, decide
 wrongly more often than one time in twenty. So every look reads the interval at the
 **Bonferroni-corrected** confidence ``1 - 0.05 / K``, ``K`` = the looks the plan allows (the screen
-look; the kernel look where training steps are costly to build, :meth:`ampkit.doctor.measure._Rounds.kernel_look`,
+look; the kernel look where training steps are costly to build, :meth:`ampkit.rounds._Rounds.kernel_look`,
 counted whether it is taken or not; then one after every round from ``first_look`` to ``max_rounds``): K looks at alpha/K each give
 a false decision in the whole sequence with probability at most alpha (the union bound), whatever
 the number of looks actually taken.
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..stats import CONFIDENCE, FASTER, SLOWER, Estimate, ratio_estimate
+from .stats import CONFIDENCE, FASTER, SLOWER, Estimate, ratio_estimate
 
 #: a mode's decision, as ``Series.stopped`` and the report's ``"stopped"`` say it
 ACCELERATED, NO_DIFFERENCE = "accelerated", "no measurable difference"

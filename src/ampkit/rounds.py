@@ -9,8 +9,8 @@ callable that has finished when it returns (or is timed by the backend's clock).
    a machine that slows down over the run does not favour whichever mode comes first),
 3. keeps, per op and round, the fastest of its reps (on a shared CPU other jobs only ever add time),
 4. pairs each mode's round with the fp32 of the same round (:mod:`ampkit.stats`), and
-5. lets each mode leave as soon as its verdict is decided (:mod:`.sequential`: the interval rule of
-   :mod:`.verdicts` at a confidence corrected for looking after every round), and stops the rest at
+5. lets each mode leave as soon as its verdict is decided (:mod:`ampkit.rounds_sequential`: the interval rule of
+   :mod:`ampkit.doctor.verdicts` at a confidence corrected for looking after every round), and stops the rest at
    ``max_rounds`` (the cap), or after ``min_rounds`` once the time budget is spent (decided modes
    leave from ``first_look`` on, undecided ones get the rounds as before).
 
@@ -30,11 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import one_line
-from ..stats import SLOWER, Estimate, ratio_estimate
-from ..timing import HOST, Clock
-from .ops import Work
-from .sequential import (
+from .errors import one_line
+from .rounds_sequential import (
     ACCELERATED,
     NO_DIFFERENCE,
     SCREEN_DROP,
@@ -45,10 +42,28 @@ from .sequential import (
     pair_settled,
     planned_looks,
 )
+from .stats import SLOWER, Estimate, ratio_estimate
+from .timing import HOST, Clock
 
 KINDS = ("kernels", "training")
 #: ``Series.screened`` of a mode :meth:`_Rounds.kernel_look` decided: all its kernels, no training step
 KERNELS_ALONE = "matmul/conv"
+
+
+@dataclass
+class Work:
+    """One mode's ops: ``{name: (callable, flops per call or None)}`` per kind. A callable with a true
+    ``builds_on_first_call`` attribute builds itself on its first call (a traced training step: only
+    a mode that gets that far pays for it) and is warmed up by a second call. What a backend's
+    ``doctor_work`` returns (:class:`ampkit.doctor.ops.DoctorOps`) and what ``auto``'s quick check times."""
+
+    kernels: dict[str, tuple[Callable[[], object], float | None]]
+    training: dict[str, tuple[Callable[[], object], float | None]]
+    clock: Clock | None = None  # None: the host's clock (ampkit.timing.HOST)
+    notes: dict[str, str] = field(default_factory=dict)  # op -> why it was not timed
+    #: ``at_size(n)``: a Work whose one kernel is an ``n``-square matmul in the mode's math, for
+    #: ``speedup_by_size`` (:mod:`ampkit.doctor.sizes`); None: the backend measures no size table
+    at_size: Callable[[int], Work] | None = None
 
 
 @dataclass
@@ -60,10 +75,10 @@ class Plan:
     budget_s: float = 5.0      # for all rounds together, after warm-up
     op_box_s: float = 0.06     # reps of one op in one round fit this box (at least one rep)
     max_reps: int = 5         # the fastest of up to 5 back-to-back calls a round (8 before #41)
-    #: the first look (:mod:`.sequential`): a mode may leave decided from this round on
+    #: the first look (:mod:`ampkit.rounds_sequential`): a mode may leave decided from this round on
     first_look: int = 3
     #: False: no screen look and no early stop, every mode to the cap or the budget (the rounds as
-    #: they were before :mod:`.sequential`; what a test compares the sequential verdicts with)
+    #: they were before :mod:`ampkit.rounds_sequential`; what a test compares the sequential verdicts with)
     sequential: bool = True
     #: the screen look's matmul size where every screened Work can be sized (``Work.at_size``); None:
     #: the screen times the main op itself. An emulated mode is as many times slower at 256² as at
@@ -135,7 +150,7 @@ def estimate(base: Series, other: Series, kind: str) -> Estimate | None:
 def run_rounds(modes: list[str], work_for: Callable[[str], Work], plan: Plan, *, threshold: float,
                say: Callable[[str], None] | None = None, now: Callable[[], float] = time.perf_counter) -> dict[str, Series]:
     """Interleaved rounds of fp32 and ``modes``, each mode leaving as soon as its verdict is decided
-    (:mod:`.sequential`); a mode whose work fails gets a Series with ``error``. Every Series says why
+    (:mod:`ampkit.rounds_sequential`); a mode whose work fails gets a Series with ``error``. Every Series says why
     its rounds stopped (``stopped``)."""
     say = say or (lambda msg: None)
     series: dict[str, Series] = {}
