@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import time
 
@@ -52,6 +53,7 @@ def load_factory(spec: str, flag: str = "--model"):
     where, attr = split_spec(spec, flag)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    _import_frameworks_of(where)  # their import time is not the user's module's (a torch import alone can take seconds)
     t0 = time.perf_counter()
     try:
         module = _import_file(where, spec, flag) if is_path(where) else importlib.import_module(where)
@@ -145,6 +147,31 @@ def _no_attribute(module, where: str, attr: str, part: str, spec: str, flag: str
                  and getattr(v, "__module__", None) == module.__name__)
     listed = f"its callables: {', '.join(own[:20])}" if own else "it defines no function or class"
     return f"module {where!r} has no attribute {attr!r} (from {flag} {spec}); {did_you_mean(part, own)}{listed}"
+
+
+_FRAMEWORKS = re.compile(r"^\s*(?:import|from)\s+(torch|tensorflow|keras|tf_keras|jax)\b", re.M)
+
+
+def _import_frameworks_of(where: str) -> None:
+    """Import the frameworks the user's module imports at its top (read from its source, not run), so that
+    the slow-import line times the user's own code; any doubt leaves the module to import them itself."""
+    try:
+        if is_path(where):
+            origin = where
+        else:
+            import importlib.util
+
+            found = importlib.util.find_spec(where) if "." not in where else None
+            origin = found.origin if found else None
+        if not origin or not str(origin).endswith(".py"):
+            return
+        with open(origin, encoding="utf-8", errors="replace") as f:
+            names = dict.fromkeys(_FRAMEWORKS.findall(f.read(200_000)))
+        for name in names:
+            if name not in sys.modules:
+                importlib.import_module(name)
+    except Exception:  # the real import below says what is wrong
+        return
 
 
 def _note_slow_import(module, where: str, spec: str, flag: str, seconds: float) -> None:

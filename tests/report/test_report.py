@@ -72,7 +72,12 @@ def second_machine(doctor: dict) -> dict:
                                   speedup_ci=[speedup * 0.95, speedup * 1.05], rounds=5, selftest="pass",
                                   verdict=verdict, reason=f"measured {speedup}x fp32")
     doc["modes"]["fp32"].update(verdict="usable")
-    doc.update(recommended="bf16", reason="bf16 measured 3.0x fp32 and needs no loss scaling", quick=False)
+    # a recommendation other than this machine's (its --quick doctor says the cached verdict, which may be bf16)
+    rec = "fp16" if doctor.get("recommended") == "bf16" else "bf16"
+    if rec == "fp16":
+        doc["modes"]["fp16"].update(verdict="recommended")
+        doc["modes"]["bf16"].update(verdict="usable")
+    doc.update(recommended=rec, reason=f"{rec} measured {doc['modes'][rec]['speedup']}x fp32", quick=False)
     return doc
 
 

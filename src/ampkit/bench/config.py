@@ -172,8 +172,15 @@ def _modes(modes) -> tuple[str, ...]:
 
     if not isinstance(modes, str) and not (isinstance(modes, (list, tuple)) and all(isinstance(m, str) for m in modes)):
         raise UsageError(f"--modes must be a comma-separated string or a list of modes; received {modes!r}")
-    text = modes if isinstance(modes, str) else ",".join(modes)
-    return tuple(parse_mode_list(text, allow_auto=True))
+    parts = modes.split(",") if isinstance(modes, str) else list(modes)
+    # a plan's own row ("plan:<default>", added beside the modes once the plan is read) stays as it is when a
+    # config is rebuilt (dataclasses.replace runs this check again)
+    plans = {i: m.strip() for i, m in enumerate(parts) if m.strip().startswith("plan:")}
+    text = ",".join(m for i, m in enumerate(parts) if i not in plans)
+    parsed = list(parse_mode_list(text, allow_auto=True)) if text.strip() else []
+    for i in sorted(plans):
+        parsed.insert(min(i, len(parsed)), plans[i])
+    return tuple(parsed)
 
 
 def _input_shape(shape) -> tuple[int, ...] | None:

@@ -268,11 +268,15 @@ def _count_overflowing_steps(counter, use_engine, steps=12):
 
 @pytest.mark.filterwarnings("ignore::ampkit.LossScaleWarning")
 def test_the_loss_scale_alarm_adds_no_sync(count_syncs):
-    """Issue #22: the alarm decides from the host mirror; the step that fires it costs what any other does."""
+    """Issue #22: the alarm decides from the host mirror: every step costs what the hand loop's does,
+    except the one step that fires it, which reads the held loss once (issue #50: a finite loss with
+    overflowing gradients is a scale problem, never a forward one) -- one read in the whole run."""
     hand, _ = _count_overflowing_steps(count_syncs, use_engine=False)
     engine, mp = _count_overflowing_steps(count_syncs, use_engine=True)
-    assert engine == hand and len(set(engine)) == 1
+    assert len(set(hand)) == 1 and len(engine) == len(hand)
     assert mp.health()["status"] == "collapsed" and mp.health()["fired_at"] == 10
+    extra = [e - h for e, h in zip(engine, hand)]
+    assert extra == [1 if i == mp.health()["fired_at"] - 1 else 0 for i in range(len(extra))]
     assert mp._watch.grads is not None  # the watch did record the first step
 
 
