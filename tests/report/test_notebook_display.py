@@ -240,14 +240,9 @@ def test_a_class_with_its_own_repr_keeps_it():
 
 
 def test_the_trainer_callbacks_record_shows_its_summary_and_audit_section():
-    from ampkit.integrations.record import StepRow, TrainRecord
+    from render.golden_views import record  # the same failing fp16 record the goldens are drawn from
 
-    rec = TrainRecord(source="test", trainer="trainer 1.0", k=3)
-    rec.set_modules([("a", "Linear"), ("b", "ReLU"), ("c", "Linear")], ["a", "c"])
-    rec.scaler, rec.mode = True, "fp16"
-    for step in range(1, 5):
-        rec.add(StepRow(step, 0.5, [1.0, 2.0, 3.0], [0.1, 0.1], 8.0, 8.0, False))
-    rec.add(StepRow(5, float("nan"), [1.0, float("inf"), float("nan")], [float("nan")] * 2, 8.0, 4.0, True))
+    rec = record()
     text = repr(rec)
     assert text.startswith("<ampkit test: 5 steps in fp16, 1 skipped") and "first inf/NaN: b (forward)" in text
     assert len(text) < 200
