@@ -29,7 +29,7 @@ from . import auto_cache
 from .cpu import doctor_command, labelled_guess
 from .errors import one_line
 from .rounds import Plan, Work, estimate, run_rounds
-from .stats import FASTER, SLOWER, Estimate, classify
+from .stats import FASTER, SLOWER, Estimate, classify, ratio_text
 from .words import NOT_MEASURED, TRAINING_GAIN
 from .words import THRESHOLD as ACCEL_THRESHOLD
 
@@ -44,7 +44,7 @@ _MEMO: dict[tuple[str, str], dict] = {}
 
 # ---------------------------------------------------------------- the reason in words
 def _x(v: float) -> str:
-    return f"{v:.2f}x"
+    return f"{ratio_text(v)}x"
 
 
 def measured_words(entry: dict) -> str:

@@ -50,8 +50,16 @@ class Estimate:
 
     def words(self) -> str:
         """``1.52x [1.40, 1.61]`` (or ``1.52x`` with one round)."""
-        ci = f" [{self.low:.2f}, {self.high:.2f}]" if self.low is not None else ""
-        return f"{self.point:.2f}x{ci}"
+        ci = f" [{ratio_text(self.low)}, {ratio_text(self.high)}]" if self.low is not None else ""
+        return f"{ratio_text(self.point)}x{ci}"
+
+
+def ratio_text(v: float) -> str:
+    """A speedup as a number: two decimals, or two significant digits below 0.1 (an emulated mode
+    can run hundreds of times slower than fp32: ``0.0039``, never ``0.00``)."""
+    if v is None or not math.isfinite(v) or v == 0 or abs(v) >= 0.095:
+        return f"{v:.2f}" if v is not None else "—"
+    return f"{v:.{1 - math.floor(math.log10(abs(v)))}f}"
 
 
 def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,

@@ -150,3 +150,17 @@ def test_quick_with_an_empty_cache_recommends_nothing_and_says_not_measured(cach
     from ampkit.doctor.report import DoctorReport
 
     assert DoctorReport.from_dict(doc).recommended is None  # the document reads back
+
+
+@pytest.mark.parametrize("n", sorted({1, threads.cpu_limit()}))
+def test_every_interleaved_mode_times_at_the_count_it_reports(n, tmp_path, monkeypatch):
+    """The count is read inside each mode's live child, during its timed blocks (the row's ``threads``),
+    not copied from the config: each interleaved child once restored the machine's default count right
+    after entering its scope, so every mode timed on all CPUs while the document said 1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny45.py").write_text("import torch.nn as nn\n\n\ndef net():\n"
+                                        "    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))\n")
+    report = ampkit.bench(model="tiny45:net", input_shape=[8], num_classes=4, modes="fp32,bf16", batch_size=4,
+                          steps=4, warmup=1, framework="torch", device="cpu", threads=n)
+    assert report.pairing == "interleaved" and report.environment["cpu"]["threads"] == n
+    assert [(r.mode, r.status, r.threads) for r in report.results] == [("fp32", "ok", n), ("bf16", "ok", n)]

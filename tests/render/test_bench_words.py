@@ -101,3 +101,27 @@ def test_an_emulated_fp8_row_says_emulated_everywhere_never_a_bare_ok():
 
     cell = environment(True).from_string('{% from "_sections.html.j2" import bench_section %}{{ bench_section(v, page=False) }}')
     assert '<span class="v v-flagged">ok, emulated</span>' in cell.render(v=view)  # the page's status cell
+
+
+def test_a_mode_hundreds_of_times_slower_never_reads_zero():
+    """An emulated fp16 matmul measured 0.0039x fp32 read "0.00x [0.00, 0.00]" in the doctor's table
+    and reason: two significant digits below 0.1, two decimals elsewhere (every figure above unchanged)."""
+    from rich.console import Console
+
+    from ampkit.doctor.verdicts import recommend
+    from ampkit.render import bench as render_bench
+    from ampkit.stats import Estimate, ratio_text
+
+    assert [ratio_text(v) for v in (0.0039, 0.087, 0.1, 1.234, 12.5)] == ["0.0039", "0.087", "0.10", "1.23", "12.50"]
+    assert Estimate(0.0039, 0.0036, 0.0042, 2).words() == "0.0039x [0.0036, 0.0042]"
+    rep = _report()
+    rep.results[2].speedup_vs_fp32, rep.results[2].speedup_ci = 0.0039, [0.0036, 0.0042]
+    buf = io.StringIO()
+    render_bench.render(rep, Console(file=buf, width=200, color_system=None))
+    assert "0.0039x" in buf.getvalue() and "0.0036-0.0042x" in buf.getvalue() and "0.00x" not in buf.getvalue()
+    from ampkit.doctor.report import ModeReport
+
+    reports = {"fp32": ModeReport(True, speedup=1.0, selftest="pass", verdict="usable"),
+               "fp16": ModeReport(True, False, 0.0039, [0.0036, 0.0042], selftest="pass", verdict="slower")}
+    mode, why = recommend(reports, quick=False)
+    assert mode == "fp32" and "fp16 0.0039x [0.0036, 0.0042]" in why and "0.00x" not in why

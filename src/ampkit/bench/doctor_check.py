@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+from ..stats import ratio_text
+
 #: a row without verdict words (an older one-run document) reads slower/faster beyond these
 _SLOWER, _FASTER = 1 / 1.10, 1.10
 _CATEGORIES = ("casts", "matmul_conv", "elementwise_norm", "optimizer", "loss_scaling", "other", "host_idle")
@@ -46,7 +48,7 @@ def bench_says(row: dict) -> str | None:
 
 
 def _x(v) -> str:
-    return f"{v:.2f}x" if v < 10 else f"{v:.0f}x"
+    return f"{ratio_text(v)}x" if v < 10 else f"{v:.0f}x"
 
 
 def _measured(row: dict) -> str:

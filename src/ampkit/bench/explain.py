@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from ..breakdown import CATEGORIES, HOST_IDLE, WORDS
+from ..stats import ratio_text
 from ..words import row_label
 
 #: a size-table speedup at least this large counts as "gains" (the doctor's threshold)
@@ -35,7 +36,7 @@ def _ms(row, cat: str) -> float:
 
 
 def _x(r: float) -> str:
-    return f"{r:.2f}x" if r < 10 else f"{r:.0f}x"
+    return f"{ratio_text(r)}x" if r < 10 else f"{r:.0f}x"
 
 
 def representative_size(matmuls: list[dict]) -> tuple[float, str] | None:

@@ -136,7 +136,7 @@ class BenchSession:
     #: the workload's default batch (what runs when the config names none)
     default_batch: int = 32
     #: what describes the row before anything runs: ``device_name``, ``emulated`` (fp8 emulation),
-    #: ``replicas`` (devices in sync), ``compiled``
+    #: ``replicas`` (devices in sync), ``compiled``; ``threads``, the CPU threads the timed steps ran on
     facts: dict
 
     def trial(self, batch_size: int) -> tuple[bool, int | None]:

@@ -71,6 +71,8 @@ class BenchRow:
     plan: dict | None = None            # mode "plan:<default>" (--plan): the precision plan it ran
     rounds: int | None = None           # interleaved: rounds timed (all repeats), each a block of steps
     round_ms: list = field(default_factory=list)  # interleaved: each round's fastest step (ms; null: not run)
+    threads: int | None = None          # CPU threads the timed steps ran on, read in the mode's process (null: a GPU)
+    clock: str | None = None            # how a step was timed: "thread_cpu" (a CPU at one thread), "wall", "cuda_events"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -34,7 +34,7 @@ def fill_measured(row: BenchRow, request: MeasureRequest, batch_size: int, step_
                   m: Measured, facts: dict, *, compile_s: float | None = None) -> None:
     """The row of a finished run: the session's facts, the timing of ``step_s``, the peak, the
     losses (a non-finite one makes it an error), the compile counters, the breakdown."""
-    for key in ("device_name", "emulated", "replicas", "compiled"):
+    for key in ("device_name", "emulated", "replicas", "compiled", "threads", "clock"):
         if key in facts:
             setattr(row, key, facts[key])
     gpu = request.target.accelerator

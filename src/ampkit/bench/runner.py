@@ -18,16 +18,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import one_line
+from ..host_memory import SEARCH_ENV
 from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
 from .ops import MeasureRequest
 from .report import BenchRow, derive_relative
 from .rows import search_batch
 from .session import measure_mode
-
-# Large allocations are mmapped and returned on free, so a child's RSS falls after each trial
-# of --batch-size auto and peaks measured by RSS do not carry over (glibc's dynamic threshold
-# would otherwise keep freed blocks on the heap).
-_CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 class TrialFailed(Exception):
@@ -82,7 +78,7 @@ def search_in_children(spec: str, request: MeasureRequest, start: int, progress=
 
     def trial(b: int) -> tuple[bool, int | None]:
         short = replace(cfg, batch_size=b, memory_budget=None, steps=2, warmup=1)
-        got = run_child(spec, replace(request, config=short))
+        got = run_child(spec, replace(request, config=short), search=True)
         if got.status not in ("ok", "oom"):
             raise TrialFailed(got)
         return got.status == "ok", got.peak_memory_bytes
@@ -105,15 +101,17 @@ def mode_progress(progress, mode: str):
     return lambda kind, done, total: progress({"mode": mode, "kind": kind, "done": done, "total": total})
 
 
-def spawn(target, args: tuple, duplex: bool = False):
+def spawn(target, args: tuple, duplex: bool = False, search: bool = False):
     """A started spawned child running ``target(conn, *args)`` -> (process, the parent's end of the
-    pipe). Started with SIGINT blocked and without re-running the caller's script, under the
-    child's allocator setting (:data:`_CHILD_ENV`)."""
+    pipe). Started with SIGINT blocked and without re-running the caller's script; a child that
+    searches ``--batch-size auto`` (``search``) under the search's allocator setting
+    (:data:`ampkit.host_memory.SEARCH_ENV`), every other one under the allocator's own."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=duplex)
     proc = ctx.Process(target=target, args=(send, *args), daemon=True)
-    saved = {k: os.environ.get(k) for k in _CHILD_ENV}
-    os.environ.update(_CHILD_ENV)
+    env = SEARCH_ENV if search else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         with sigint_blocked(), main_not_rerun():  # a script calling ampkit.bench at its top level is not re-run
             proc.start()
@@ -127,13 +125,13 @@ def spawn(target, args: tuple, duplex: bool = False):
     return proc, recv
 
 
-def run_child(spec: str, request: MeasureRequest, progress=None) -> BenchRow:
+def run_child(spec: str, request: MeasureRequest, progress=None, search: bool = False) -> BenchRow:
     """Measure ``request`` in a fresh spawned process: the backend at ``spec`` (``"module:Class"``,
     :func:`ampkit.registry.load_backend`) measures the mode there (:func:`serve_mode`) and
     sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
     row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
     mode, timeout = request.mode, request.config.timeout
-    proc, recv = spawn(serve_mode, (spec, request))
+    proc, recv = spawn(serve_mode, (spec, request), search=search or request.config.batch_size == "auto")
     row = None
     deadline = time.monotonic() + timeout if timeout else None
     try:

@@ -14,12 +14,14 @@ row (:mod:`.rows`), with ``--explain``'s size table. Any failure on the way beco
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
 
 from ..breakdown import explain_steps
+from ..host_memory import heap_for_timing
 from ..isolation import die_with_parent, run_exit_hooks
 from .compiled import compiled_warmup
 from .ops import MeasureRequest
@@ -67,6 +69,7 @@ class SessionRun:
                 if batch is None:
                     self.failed = True
                     return False
+                heap_for_timing()  # the timed steps under the allocator a training process has, not the search's
             self.batch_size = batch
             s.begin(batch)
             return True
@@ -182,12 +185,16 @@ def serve_session(conn, spec: str, request: MeasureRequest) -> None:
         conn.send_bytes(json.dumps(msg).encode())
 
     run = None
+    threads = contextlib.ExitStack()
     try:
         from ..registry import load_backend
 
         backend = load_backend(spec)
-        # on config.threads CPU threads (ampkit.threads), the whole life of the child
-        backend.bench_threads(request.target, request.config.threads).__enter__()
+        # on config.threads CPU threads (ampkit.threads), the whole life of the child: the scope is
+        # held open until the child ends (a bare ``.__enter__()`` on a temporary restored the count
+        # at once, when the context manager was collected, and every interleaved mode timed on the
+        # machine's default count while its row said 1)
+        threads.enter_context(backend.bench_threads(request.target, request.config.threads))
         run = SessionRun(backend, request,
                          lambda kind, done, total: send({"type": "progress", "kind": kind, "done": done, "total": total}))
         ok = run.open()
@@ -214,6 +221,7 @@ def serve_session(conn, spec: str, request: MeasureRequest) -> None:
     finally:
         if run is not None:
             run.close()
+        threads.close()
         conn.close()
         run_exit_hooks()
         os._exit(0)

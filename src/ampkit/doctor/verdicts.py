@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..rounds import KERNELS_ALONE, Plan, Series, estimate, op_table, round_ratios, run_rounds
-from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate
+from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_estimate, ratio_text
 from ..words import NOT_MEASURED, THRESHOLD, TRAINING_GAIN
 from .report import ModeReport
 from .sizes import measure_sizes, size_words
@@ -59,7 +59,7 @@ def ratio_words(s: float) -> str:
 
 
 def _est_words(est: Estimate) -> str:
-    ci = f" (95% interval {est.low:.2f}-{est.high:.2f}x, {est.n} rounds)" if est.low is not None else ""
+    ci = f" (95% interval {ratio_text(est.low)}-{ratio_text(est.high)}x, {est.n} rounds)" if est.low is not None else ""
     return ratio_words(est.point) + ci
 
 
@@ -266,8 +266,8 @@ def recommend(reports: dict[str, ModeReport], quick: bool,
         return mode, why
     if quick:
         return None, NOT_MEASURED
-    measured = [f"{m} {r.speedup:.2f}x {_ci(r.speedup_ci)}"
-                + (f" (training {r.training_speedup:.2f}x {_ci(r.training_speedup_ci)})" if r.training_speedup else "")
+    measured = [f"{m} {ratio_text(r.speedup)}x {_ci(r.speedup_ci)}"
+                + (f" (training {ratio_text(r.training_speedup)}x {_ci(r.training_speedup_ci)})" if r.training_speedup else "")
                 for m, r in reports.items() if m != "fp32" and r.speedup is not None]
     if not measured:
         return "fp32", "no low-precision mode is supported and working here"
@@ -279,7 +279,7 @@ def recommend(reports: dict[str, ModeReport], quick: bool,
 
 
 def _ci(ci) -> str:
-    return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    return f"[{ratio_text(ci[0])}, {ratio_text(ci[1])}]" if ci else ""
 
 
 def _tell_apart(series: dict[str, Series], *, faster: str, slower: str) -> bool:

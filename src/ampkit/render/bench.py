@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify
+from ..stats import FASTER, SAME, SLOWER, SMALL, Estimate, classify, ratio_text
 from ..words import CATEGORIES, HOST_IDLE, THRESHOLD, describe
 from . import bench_compile, charts
 from .output import (
@@ -48,7 +48,7 @@ def _status(r) -> str:
 
 def _speedup(r) -> str:
     if r.speedup_vs_fp32 is not None:
-        return fmt(r.speedup_vs_fp32, ".2f") + "x"
+        return ratio_text(r.speedup_vs_fp32) + "x"
     return "none claimed" if r.flags else "—"
 
 
@@ -124,7 +124,7 @@ def render(report, con) -> None:
     line("step ms p50", lambda r: fmt(r.step_ms.get("p50"), ".2f"))
     line("step ms p90", lambda r: fmt(r.step_ms.get("p90"), ".2f"))
     line("speedup vs fp32", _speedup)
-    line("95% interval", lambda r: f"{r.speedup_ci[0]:.2f}-{r.speedup_ci[1]:.2f}x" if r.speedup_ci and r.mode != "fp32"
+    line("95% interval", lambda r: f"{ratio_text(r.speedup_ci[0])}-{ratio_text(r.speedup_ci[1])}x" if r.speedup_ci and r.mode != "fp32"
          else "—")
     line("vs fp32", _verdict)
     line("peak memory", lambda r: fmt_bytes(r.peak_memory_bytes))
@@ -157,7 +157,8 @@ def render(report, con) -> None:
             con.print(f"{r.mode} ran for {r.resolved_from}: {r.resolved_reason}", markup=False, highlight=False)
             if r.speedup_verdict == "slower" and r.mode != "fp32":  # auto's choice lost to fp32 in this very run
                 con.print(f"  {r.resolved_from} chose {r.mode} from the figure above, but in this run {r.mode} measured "
-                          f"{r.speedup_vs_fp32:.2f}x fp32 [{r.speedup_ci[0]:.2f}, {r.speedup_ci[1]:.2f}]: slower than fp32 "
+                          f"{ratio_text(r.speedup_vs_fp32)}x fp32 [{ratio_text(r.speedup_ci[0])}, "
+                          f"{ratio_text(r.speedup_ci[1])}]: slower than fp32 "
                           "on this workload", markup=False, highlight=False, style="yellow")
     for r in res:
         if r.status == "ok" and r.flags:
@@ -166,7 +167,7 @@ def render(report, con) -> None:
     for r in res:
         if r.status == "ok" and not r.flags and r.mode != "fp32" and r.speedup_verdict in ("no measurable difference",):
             con.print(f"  {r.mode}: no measurable difference from fp32 (interval "
-                      f"{r.speedup_ci[0]:.2f}-{r.speedup_ci[1]:.2f}x holds 1)", markup=False, highlight=False)
+                      f"{ratio_text(r.speedup_ci[0])}-{ratio_text(r.speedup_ci[1])}x holds 1)", markup=False, highlight=False)
     for r in res:
         if r.emulated and r.status == "ok":  # fp8 without fp8 hardware: numerics and memory, not speed
             con.print(f"  {r.mode}: emulated (torchao or Keras float8; this hardware has no fp8): its loss and memory are real, "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..cpu import cpu_features
+from ..stats import ratio_text
 from .output import PageView, check_per, csv_of, finite, fmt_bytes, one_section, verdict_row
 
 _VERDICT_STYLE = {"recommended": "bold green", "usable": "green", "slower": "yellow",
@@ -47,7 +48,7 @@ def render_variants(report, con) -> None:
 def _speedup(x, ci) -> str:
     if x is None:
         return "—"
-    return f"{x:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    return f"{ratio_text(x)}x" + (f" [{ratio_text(ci[0])}, {ratio_text(ci[1])}]" if ci else "")
 
 
 def _verdict_cell(m, style: str) -> str:

@@ -3,6 +3,7 @@ notebook display, with the filters that print numbers the same way in all three.
 
 from __future__ import annotations
 
+from ..stats import ratio_text
 from .output import finite, fmt_bytes
 
 _FILTERS = {}
@@ -28,12 +29,12 @@ def pct(x, digits: int = 1) -> str:
 
 @_filter
 def times(x) -> str:
-    return "—" if x is None else f"{x:.2f}×"
+    return "—" if x is None else f"{ratio_text(x)}×"
 
 
 @_filter
 def interval(ci) -> str:
-    return "—" if not ci or None in ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+    return "—" if not ci or None in ci else f"[{ratio_text(ci[0])}, {ratio_text(ci[1])}]"
 
 
 @_filter

@@ -120,6 +120,9 @@ class KerasSession(BenchSession):
         from .flavor import flavor_of
 
         model, times = self.workload.model, []
+        if timed and not self.gpu:  # the pools the timed steps really ran on (0: TensorFlow's own choice)
+            self.facts["threads"] = import_tensorflow().config.threading.get_intra_op_parallelism_threads() or None
+        self.facts["clock"] = "wall"  # TensorFlow runs ops on its own pools' threads: this thread's clock would miss them
         for _ in range(n):
             before = loss_scale_of(model.optimizer)
             t = time.perf_counter()

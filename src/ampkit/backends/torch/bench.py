@@ -117,6 +117,10 @@ class TorchSession(BenchSession):
                                baseline_rss=self.baseline, mp=mp).__enter__()
 
     def steps(self, n: int, timed: bool, on_step=None) -> list[float]:
+        if timed and self.device.type == "cpu":  # the count the timed steps really ran at, read here
+            self.facts["threads"] = torch.get_num_threads()
+        if timed:
+            self.facts["clock"] = self.run.clock
         try:
             return self.run.steps(n, timed, on_step)
         except torch._dynamo.exc.BackendCompilerFailed as exc:
