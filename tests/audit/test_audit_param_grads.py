@@ -136,3 +136,16 @@ def test_the_back_off_follows_gradscaler_below_1_computed_not_stepped(monkeypatc
     doc = rep.to_dict()
     assert (doc["suggested_loss_scale"], doc["loss_scale"], doc["skipped_steps"]) == (0.015625, 0.015625, 22)
     assert not [f for f in rep.findings if f.kind in ("nonfinite", "overflow")]  # the back-off cured it: nothing to find
+
+
+def test_a_gradient_overflow_below_1_is_never_called_a_forward_one():
+    """The same loss x1e5 at a fixed scale 1: every activation is finite, the weight gradient alone overflows. The
+    first inf/NaN is the backward's, and no finding or note speaks of the forward (issue #50)."""
+    rep = ampkit.audit(model(), batch(), scaled_loss(1e5), mode="fp16", loss_scale=1.0, device="cpu")
+    assert rep.first_nonfinite == {"name": "0", "phase": "backward", "param": "0.weight", "step": 0, "op": None,
+                                   "in_reference": False}
+    assert all(lay.fwd_nonfinite == 0 for lay in rep.layers)
+    assert {f.kind for f in rep.findings} == {"nonfinite", "overflow"}
+    assert not [f.advice for f in rep.findings if "forward" in f.advice] and "forward" not in (rep.note or "")
+    assert "appears in the backward of 0 at loss scale 1" in next(f.advice for f in rep.findings if f.kind == "nonfinite")
+    assert rep.suggested_loss_scale == 0.00390625 and real_step_skips(1.0, 1e5) and not real_step_skips(0.00390625, 1e5)
