@@ -246,6 +246,7 @@ def test_the_engines_alarm_never_calls_a_finite_forward_an_overflow():
             mp.step(opt, zero_grad=True)
     msg = str(caught[0].message)
     assert "the loss is finite" in msg and "forward pass" not in msg, msg
+    assert "Switch to bf16" not in msg and "--mode bf16 --device cpu` shows it healthy" in msg  # bf16 not claimed
 
 
 def test_cli_a_model_float32_fails_on_is_a_finding_with_exit_1(tmp_path, capsys):

@@ -143,6 +143,9 @@ def test_always_overflowing_gradients_warn_once_at_the_tenth_skipped_step():
     assert "(since step 1)" in msg and "No step has been taken yet" in msg
     assert 'ampkit.MixedPrecision("bf16")' in msg  # this CPU runs bf16 (the test machine: AVX-512 or emulated)
     assert "`ampkit audit --model MODULE:FACTORY --mode fp16 --device cpu`" in msg
+    # the alarm cannot know whether bf16 is healthy on the model: bf16 only once its own audit says so (#50)
+    assert "Switch to bf16" not in msg and "once `ampkit audit --model MODULE:FACTORY --mode bf16 --device cpu` shows it healthy" in msg
+    assert "the loss itself is inf/NaN" in msg  # the loss times inf: the forward's fault, said so
     assert alarms[0].filename == __file__  # the warning points at the user's mp.step line
     h = mp.health()
     assert h["status"] == "collapsed" and h["messages"] == [msg] and h["fired_at"] == 10

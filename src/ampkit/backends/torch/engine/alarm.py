@@ -3,9 +3,10 @@
 fp16 only (the other modes have no loss scale to collapse). :class:`~.scaling.LossScaling` feeds it
 once per step with the values it already holds on the host — the step's number, the scale after the
 update, whether the step was skipped, the scale the step ran with — so the alarm adds no host-device
-sync. The warning's advice is written when it fires (:class:`TorchAdvice`): bf16 where this device
-runs it, the ``ampkit audit`` command line for the model given to ``prepare``, and the init_scale
-that fits (the last from :mod:`ampkit.health`).
+sync. The warning's advice is written when it fires (:class:`TorchAdvice`): the ``ampkit audit``
+command line for the model given to ``prepare``, bf16 as something to audit first where this device
+runs it (the alarm cannot know whether bf16 is healthy on the model), and the init_scale that fits
+(the last from :mod:`ampkit.health`).
 """
 
 from __future__ import annotations
@@ -36,15 +37,17 @@ class TorchAdvice:
             bf16, why = mode_support("bf16", torch.device(self.device))
         except Exception as exc:  # pragma: no cover - a device that cannot be asked
             bf16, why = False, str(exc)
-        if bf16:
-            first = ('Switch to bf16, which this device runs and which needs no loss scaling: '
-                     'ampkit.MixedPrecision("bf16").')
-        else:
-            first = f"bf16 needs no loss scaling but this device cannot run it ({why}); use it on one that can."
         target = f"--model {self.model}" if self.model else "--model MODULE:FACTORY"
-        return (f"{first} Find the layer that overflows with "
-                f"`ampkit audit {target} --mode fp16 --device {self.device}` "
-                "(add --input-shape for a bare model).")
+
+        def audit(mode: str) -> str:
+            return f"`ampkit audit {target} --mode {mode} --device {self.device}`"
+
+        # the alarm cannot know whether bf16 trains this model well (its precision is coarser): it is offered
+        # only as something to check, never as the cure (issue #50)
+        later = (f'bf16 needs no loss scaling and this device runs it: consider ampkit.MixedPrecision("bf16") once '
+                 f"{audit('bf16')} shows it healthy on this model." if bf16 else
+                 f"bf16 needs no loss scaling but this device cannot run it ({why}).")
+        return f"Find the layer that overflows with {audit('fp16')} (add --input-shape for a bare model). {later}"
 
 
 def engine_health(device, min_scale_warning, consecutive_skip_warning) -> LossScaleHealth:
