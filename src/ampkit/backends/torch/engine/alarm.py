@@ -5,8 +5,7 @@ once per step with the values it already holds on the host — the step's number
 update, whether the step was skipped, the scale the step ran with — so the alarm adds no host-device
 sync. The warning's advice is written when it fires (:class:`TorchAdvice`): bf16 where this device
 runs it, the ``ampkit audit`` command line for the model given to ``prepare``, and the init_scale
-that fits (the last from :mod:`ampkit.health`).
-"""
+that fits (the last from :mod:`ampkit.health`)."""
 
 from __future__ import annotations
 
