@@ -37,13 +37,6 @@ def configured_backend() -> str:
 KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
 
 
-def keras_backend() -> str:
-    """The backend of the imported Keras 3 (imports Keras: on the TensorFlow backend, TensorFlow too)."""
-    import keras
-
-    return keras.backend.backend()
-
-
 def refuse_cli_backend() -> None:
     """The CLI's ``--framework tensorflow`` needs Keras on TensorFlow: under another Keras backend,
     one line that says so and what works, before anything is imported (never a segfault)."""

@@ -8,8 +8,6 @@ import sys
 
 from ..tfimport import import_tensorflow
 
-_LOW = ("float16", "bfloat16")
-
 
 class MatchedRandomness:
     """While :meth:`active`, Keras random draws come from ``(seed, k)``, k counting the draws since
