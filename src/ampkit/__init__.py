@@ -1,9 +1,4 @@
-"""ampkit: mixed-precision training you can check, measure and trust.
-
-``import ampkit`` stays cheap and needs no framework: every name below loads on first use
-(``ampkit.MixedPrecision`` imports torch; ``ampkit.keras`` imports Keras), so importing one module
-of the package (a backend's protocol, ``ampkit.backends.base``) loads no other.
-"""
+"""ampkit: mixed-precision training you can check, measure and trust."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Command packages that are also the library function of the same name.
-
-``ampkit.audit`` and ``ampkit.parity`` are both a package (what the command shares between
-frameworks) and the public function users call. A module cannot be called, so the package's
-module object is given a subclass of ModuleType whose ``__call__`` forwards to the function —
-the documented way to customise a module (Python's "Customizing module attribute access").
-Its public types (``__all__``) load from the package's own modules on first use, so that
-importing its protocol (``ampkit.audit.ops``) stays light.
-"""
+"""Command packages that are also the library function of the same name."""
 
 from __future__ import annotations
 

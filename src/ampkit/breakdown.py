@@ -1,16 +1,4 @@
-"""``bench --explain``'s measurement: a profiled step grouped into categories, the same way for every framework.
-
-A backend profiles a few extra steps after the timed ones (torch.profiler, TensorFlow's profiler)
-and hands over the time of each op it saw, already sorted into a category by the op's name and
-where it ran (inside the optimizer's step, inside the loss scaler). Here, framework-neutral:
-
-- :data:`CATEGORIES`: ``matmul_conv``, ``elementwise_norm``, ``casts``, ``optimizer``,
-  ``loss_scaling``, ``other`` and, on a GPU, ``host_idle``;
-- :func:`from_op_times`: milliseconds per category per step -> a :class:`Breakdown` whose shares
-  sum to 1. On a CPU the step's wall time not covered by any op (Python, the autograd engine's own
-  bookkeeping) is ``other``; on a GPU the categories are device time and ``host_idle`` is the part
-  of the step's wall time the device had no kernel running (it waited for the host).
-"""
+"""``bench --explain``'s measurement: a profiled step grouped into categories, the same way for every framework."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Which NVIDIA compute capability runs which precision mode, and how an engine settles its mode.
-
-The facts both backends share: each asks its framework for the GPU's compute capability and the
-answers come from here. Imports no framework (like :mod:`ampkit.precision`).
-"""
+"""Which NVIDIA compute capability runs which precision mode, and how an engine settles its mode."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Range checks the frozen configs run once, at construction: the same rule for the CLI and the library.
-
-Each message names the CLI flag and states the bounds ("--seeds must be >= 1 and at most 1,000;
-received 0"), so a library caller reads the same sentence a CLI user does. Imports nothing heavy:
-a config is checked before any framework loads.
-"""
+"""Range checks the frozen configs run once, at construction: the same rule for the CLI and the library."""
 
 from __future__ import annotations
 

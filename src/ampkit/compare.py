@@ -1,11 +1,4 @@
-"""How far a computation is from its reference: the one relative-error rule of every audit path.
-
-Both frameworks' audits (the per-layer output and input errors, the parameter gradients, ``--fp8``,
-``--compile``, the what-if's rounding noise) compare a tensor with its float32 reference through
-:func:`relative_error`. A backend computes the two norms on its own tensors (an adapter of a few
-lines: :func:`array_relative_error` here for NumPy-convertible data; PyTorch's beside its numerics)
-and leaves the rule to this module, so that zero and non-finite references read the same everywhere.
-"""
+"""How far a computation is from its reference: the one relative-error rule of every audit path."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What this CPU can do for low precision, and the GPU rules that need no framework.
-
-Read from ``/proc/cpuinfo`` (no framework import); each backend adds its own view of the same
-features to its environment section. Small functions, cached, nothing heavy at import time.
-"""
+"""What this CPU can do for low precision, and the GPU rules that need no framework."""
 
 from __future__ import annotations
 

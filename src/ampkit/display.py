@@ -1,24 +1,4 @@
-"""Result objects in a notebook: rich HTML, a one-line ``repr`` and a DataFrame.
-
-Every result object (doctor, bench, parity, audit, the callbacks' record, and any later one such as
-the precision plan) adopts this with one line, its base class and its command::
-
-    @dataclass
-    class PlanReport(ResultDisplay, command="plan"):
-        ...
-
-and gains ``_repr_html_`` (Jupyter shows it as the last expression of a cell: the verdict line, the
-table, the chart as inline SVG, findings and advice -- the same section ``ampkit report`` shows for
-its document), a ``repr`` of one line under 200 characters (command, subject, modes, verdict) in
-place of the dataclass's field dump, ``to_pandas()`` (one row per mode, seed or layer) and
-``to_json(path)`` (the document ``--json`` writes, for ``ampkit report``).
-
-What a result looks like is its command's presenter's (:data:`ampkit.render.PRESENTERS`, the one
-registry; :mod:`ampkit.render.notebook` asks it); a result without one gets a generic table of its
-rows, so a new result type displays before it has a presenter of its own. This module holds the
-mixin and nothing per command, and imports nothing heavy: the presenters, jinja2, matplotlib and
-pandas load when a result is first shown or exported.
-"""
+"""Result objects in a notebook: rich HTML, a one-line ``repr`` and a DataFrame."""
 
 from __future__ import annotations
 

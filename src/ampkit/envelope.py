@@ -1,13 +1,4 @@
-"""The envelope of every JSON document ampkit writes, and the checks its readers run.
-
-Every document starts with ``"ampkit_version"``, ``"command"`` and ``"environment"``; the command's
-body follows. :func:`envelope` writes that header for all four commands; :func:`open_envelope` reads
-it back. The body's schema is declared once, beside its class (``SCHEMA`` in ``doctor/report.py``,
-``bench/report.py``, ...): each ``from_dict`` runs :func:`check` on what it reads, so a malformed
-document is refused with one :class:`DocumentError` that says where and what. Only the keys the
-contract promises are checked (and their types): documents may carry extra keys, and keys that an
-older ampkit did not write take their defaults.
-"""
+"""The envelope of every JSON document ampkit writes, and the checks its readers run."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The environment section every report starts with: what a user pastes into a bug report.
-
-The framework-neutral part (ampkit, Python, platform, CPU, NVML's view of the GPUs); each backend
-adds its framework's versions, build and device on top of :func:`base_environment`.
-"""
+"""The environment section every report starts with: what a user pastes into a bug report."""
 
 from __future__ import annotations
 

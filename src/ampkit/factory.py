@@ -1,8 +1,5 @@
 """``--model MODULE:FACTORY`` (or ``PATH/TO/FILE.py:FACTORY``) and ``--input-shape``: importing and calling a
-user's factory.
-
-Framework-neutral: what the factory returns is checked by the backend that asked for it.
-"""
+user's factory."""
 
 from __future__ import annotations
 

@@ -4,25 +4,7 @@ Framework-neutral and host-only: it is fed values the caller already has on the 
 index, the loss scale after the step's update, whether the step was skipped), so it never adds a
 host-device sync. ``ampkit.MixedPrecision`` feeds it from its host mirror of GradScaler's scale,
 the Keras engine's callback from the values it logs, the trainer callbacks from the trainer's own
-scaler at the syncs the trainer already makes.
-
-What users report most (pytorch #40497, fairseq #512, Lightning #18828, accelerate #3979): the scale
-halves step after step — every update thrown away — and nothing says so. The alarm fires **once**,
-the first time either
-
-* the scale falls below ``min_scale_warning`` (default 1.0), or
-* ``consecutive_skip_warning`` (default 10) steps in a row are skipped,
-
-with one :class:`LossScaleWarning` that says what happened, since which step, and what to do.
-
-``status`` (in :meth:`LossScaleHealth.report`):
-
-* ``"collapsed"``: right now the scale is below ``min_scale_warning`` or the current run of skipped
-  steps is at least ``consecutive_skip_warning`` long;
-* ``"warning"``: the alarm fired earlier but the run has recovered since (the scale is back above the
-  threshold and steps are being taken);
-* ``"ok"``: the alarm never fired.
-"""
+scaler at the syncs the trainer already makes."""
 
 from __future__ import annotations
 

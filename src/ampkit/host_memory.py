@@ -1,11 +1,4 @@
-"""Host memory and out-of-memory errors, the same for every framework.
-
-Peak host memory is the kernel's own peak RSS of the process (VmHWM, reset at the start of the region)
-where Linux offers it; elsewhere the resident set size sampled by a thread every 10 ms (like
-optimum-benchmark's poller: often enough for a training step's activations, rarely enough not to
-slow the step it measures — a 2 ms poller cost about 3% here), minus a baseline taken before the
-model was built, so the figure counts weights, optimizer state and activations.
-"""
+"""Host memory and out-of-memory errors, the same for every framework."""
 
 from __future__ import annotations
 
@@ -87,7 +80,7 @@ class HostPeak:
 
     Where Linux keeps the peak itself (``VmHWM``, resettable through ``/proc/self/clear_refs``), it is
     read at the end: exact, and nothing runs beside the steps being timed. Elsewhere a thread samples
-    the RSS every ``interval_s`` (see the module docstring). Measured on a 2-core CPU, torchvision
+    the RSS every ``interval_s`` (see docs/internals.md). Measured on a 2-core CPU, torchvision
     ResNet-18, batch 16: bench/hand-loop 0.944 with the 10 ms poller, see docs/results.md for after.
     """
 

@@ -1,21 +1,4 @@
-"""Running a user's code where its failures cannot take ampkit down.
-
-Importing ``--model MODULE:FACTORY`` and probing the model run user code: it may segfault, call
-``sys.exit()``, raise ``KeyboardInterrupt`` at import, hang, or print. :func:`run_isolated` runs
-``target(*args)`` in a fresh spawned process and returns its (picklable) result; every way the
-child can fail becomes one :class:`~ampkit.errors.UsageError` line naming what was run:
-
-* an exception (``UsageError`` keeps its own message), ``SystemExit``, ``KeyboardInterrupt``;
-* death by a signal (SIGSEGV, SIGABRT, SIGKILL from the out-of-memory killer) or a silent exit;
-* running past ``timeout`` seconds (the child is killed).
-
-The child's stdout is its stderr, so a printing model cannot corrupt ``--json -``. A Ctrl-C or
-SIGTERM of ampkit itself terminates the child and propagates — or, for a run that can end early
-with what it has (``keep_partial``), first asks the child to stop (SIGUSR1): the child's loop sees
-:func:`stop_requested` between units of work, returns what finished, and the parent raises
-:class:`PartialResult` with it. A second Ctrl-C, or no answer within the grace period, stops the
-child at once.
-"""
+"""Running a user's code where its failures cannot take ampkit down."""
 
 from __future__ import annotations
 

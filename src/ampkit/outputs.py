@@ -1,18 +1,4 @@
-"""Output files: checked before any work starts, written atomically, stdout kept for one document.
-
-* :func:`check_output` refuses (exit 2, one line) a path that the run could not write at its end:
-  an empty name, a folder, a missing or read-only folder, an extension the writer cannot produce,
-  ``-`` where stdout makes no sense, one of the run's own input files — so a long run never fails
-  at the last moment. It is the one check of every command's output paths (``cli/validate.outputs``
-  for doctor, bench, parity and audit; ``ampkit report`` for ``--html``/``--markdown``), and
-  :func:`check_output_dir` the one of an output folder (``report --plots``).
-* :func:`atomic_path` / :func:`atomic_write` write to a unique temporary name in the target's own
-  folder and rename it over the target only when complete (``os.replace`` is atomic within one
-  file system): a reader never sees half a file, an interrupted write leaves nothing behind.
-* :func:`reserve_stdout` moves file descriptor 1 to stderr for the rest of the run (children
-  inherit it), keeping a private copy for the JSON document: whatever user code prints — in this
-  process or in any child — cannot corrupt ``--json -``.
-"""
+"""Output files: checked before any work starts, written atomically, stdout kept for one document."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""The precision plan format (framework-neutral; no framework imported): the engines read it, `ampkit plan` (``ampkit.plan``) writes it.
-
-A plan::
-
-    {"kind": "ampkit-plan", "version": 1, "framework": "torch",
-     "default": "fp16", "modules": {"encoder.attn": "fp32", "*.norm": "fp32", "LayerNorm": "fp32"},
-     "evidence": {...}}
-
-* ``default``: the mode everything runs in (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8``);
-* ``modules``: PATTERN -> MODE. A pattern is a qualified module/layer name (``encoder.attn``), a glob
-  over those names (``*.attn``, ``blocks.*.norm``) or a class name (``LayerNorm``). MODE ``fp32``
-  keeps the module in float32 (autocast off inside it, its inputs cast to float32); under an
-  ``fp8`` default, ``bf16`` keeps a Linear out of fp8 (it runs in the bf16 region like the rest);
-* ``framework``: ``torch``, ``tensorflow`` or null (either): a plan names one model's modules;
-* ``evidence``: what the plan was derived from (free-form; ``ampkit audit --plan`` and ``ampkit plan``
-  fill it in).
-
-Every bad plan is a :class:`~ampkit.errors.UsageError` of one line naming the entry.
-"""
+"""The precision plan format (framework-neutral; no framework imported): the engines read it, `ampkit plan` (``ampkit.plan``) writes it."""
 
 from __future__ import annotations
 
@@ -49,7 +31,7 @@ def pattern_matches(pattern: str, name: str, class_name: str | None = None) -> b
 
 @dataclass
 class Plan:
-    """A checked precision plan (see the module docstring). Build one with :func:`load_plan`."""
+    """A checked precision plan (see docs/internals.md). Build one with :func:`load_plan`."""
 
     default: str
     modules: dict[str, str] = field(default_factory=dict)

@@ -1,10 +1,4 @@
-"""The one precision vocabulary of ampkit, parsed once into an immutable description.
-
-Every command and both frameworks use the same mode names (CONTRACT.md, "Precision modes").
-Nothing else in ampkit re-parses mode strings: they call :func:`parse_mode` /
-:func:`get_precision` and consume the :class:`Precision` they get back.
-This module imports no framework, so the CLI can parse arguments before paying for ``import torch``.
-"""
+"""The one precision vocabulary of ampkit, parsed once into an immutable description."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""Progress of a long library call in a notebook: one display in the cell that updates in place.
-
-``ampkit.bench(...)``, ``ampkit.parity(...)`` and the doctor called from a Jupyter kernel show one
-output -- a line per mode with an HTML ``<progress>`` bar -- and update it as steps finish, instead
-of a line per step. ``progress=False`` turns it off; a callable is called as before (the commands'
-own messages); outside a kernel nothing is shown (a script's output stays as it was).
-
-Why IPython's ``display(..., display_id=True)`` and ``handle.update(...)`` rather than rich's Live
-display or ``tqdm.auto``: both of those update in place in Jupyter only through ipywidgets (rich's
-Live renders into an ``ipywidgets.Output``; ``tqdm.notebook`` draws a widget and falls back to a
-text line per refresh without it). Widgets need the ipywidgets package and a widget manager in the
-front end, and an nbclient / nbconvert run saves a widget reference rather than the bar. An
-updated display is plain IPython messaging (``update_display_data``): it needs no extra package and
-no JavaScript, JupyterLab, VS Code and nbclient all replace the output in place, and the saved
-notebook (and its HTML export) holds the last state. HF Transformers' ``NotebookProgressCallback``
-works the same way.
-"""
+"""Progress of a long library call in a notebook: one display in the cell that updates in place."""
 
 from __future__ import annotations
 

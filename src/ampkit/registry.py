@@ -1,11 +1,4 @@
-"""The backend registry: which framework runs, and its backend (:class:`~ampkit.backends.base.Backend`).
-
-Each backend is a folder (``backends/torch/``, ``backends/tensorflow/``) holding everything that
-imports its framework; nothing outside these folders imports torch or TensorFlow. A backend's
-framework is imported only when it is asked for, so ``import ampkit`` and ``ampkit --help`` need
-neither. The registry sits at the bottom of the house: the drivers import it, and it imports no
-backend (a backend is loaded by its ``"module:Class"`` spec, the same string a child process gets).
-"""
+"""The backend registry: which framework runs, and its backend (:class:`~ampkit.backends.base.Backend`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
 """A training run's record for ``ampkit parity --runs``: the mode and seed it trained with, its
-per-step training loss and step times, and its evaluation metrics as the loop logs them.
-
-Framework-neutral (plain floats): the engines hand one out (``mp.record(path, seed=...)``), and a
-loop of any kind can make one. The document is plain JSON (``"command": "run"``)::
-
-    rec = mp.record("fp32-seed0.json", seed=0, model="mynet", data="mydata")
-    for x, y in loader:
-        ...
-        rec.step(loss)                   # the step's loss (read on the host: one sync per step)
-    rec.evaluate(accuracy=acc, loss=val_loss)
-    rec.save()                           # or `with mp.record(...) as rec:`
-"""
+per-step training loss and step times, and its evaluation metrics as the loop logs them."""
 
 from __future__ import annotations
 
@@ -50,7 +39,7 @@ class RunLog:
         self._t0 = self._last
 
     def step(self, loss, *, skipped: bool = False) -> None:
-        """One optimizer step done: its training loss and (measured here) its time since the last."""
+        """One optimizer step done: its training loss (read on the host: one sync per step) and its time since the last."""
         now = self._clock()
         self.loss.append(_num(loss))
         self.step_s.append(now - self._last)

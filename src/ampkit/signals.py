@@ -1,12 +1,4 @@
-"""SIGTERM behaves like Ctrl-C: the run stops, keeps what finished, and exits non-zero.
-
-``timeout``, Slurm and Kubernetes stop a program with SIGTERM, whose default action kills it on
-the spot — the rows that finished would be lost. :func:`install` turns SIGTERM into
-:class:`Terminated`, a ``KeyboardInterrupt``, so every path that keeps finished work on Ctrl-C
-(bench's mode loop, parity's seed loop, doctor's framework loop) keeps it on SIGTERM too; the
-children are stopped by those paths. :func:`exit_code` is 130 after SIGINT and 143 after SIGTERM
-(128 + the signal number, as shells report them).
-"""
+"""SIGTERM behaves like Ctrl-C: the run stops, keeps what finished, and exits non-zero."""
 
 from __future__ import annotations
 

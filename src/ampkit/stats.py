@@ -1,23 +1,4 @@
-"""The statistics every verdict uses, once for doctor (both frameworks), bench and parity.
-
-Speedups come from *paired* timings: in round ``r`` the fp32 time and the mode's time were taken
-next to each other, so ``ratio_r = t_fp32_r / t_mode_r`` cancels whatever the machine was doing
-in that round (another job on a shared CPU, clock drift). The point estimate is the median of
-the ratios, taken on the log scale (so 2x and 0.5x are symmetric, and with an even count the
-middle two are averaged geometrically); a median, not a mean, because on a shared machine a round
-that another job disturbed is an outlier that should not move the verdict. The interval is a
-**bootstrap percentile interval** of that median: the rounds are resampled with replacement
-``resamples`` times with a seeded generator, so the same timings always give the same interval
-(and a test can plant timings and get an exact answer). With 7 rounds it spans about the 2nd to
-the 6th smallest ratio; with 3 it is the range. It is clamped to contain the point estimate.
-With fewer than two rounds there is no spread to estimate: the interval is None.
-
-A decision reads the interval, never the point: :func:`classify` says "faster" only when the low
-end clears the threshold, "slower" only when the high end is below 1/threshold.
-
-Parity's statistics over seeds live here too: the paired non-inferiority t-test and its three-way
-decision (:func:`paired_decision`), and the TOST equivalence test (:func:`tost`).
-"""
+"""The statistics every verdict uses, once for doctor (both frameworks), bench and parity."""
 
 from __future__ import annotations
 

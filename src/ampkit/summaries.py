@@ -1,15 +1,5 @@
 """What a backend measures for the what-if, written once for every framework: the summary of one float32
-tensor and of one module (:mod:`ampkit.audit.whatif` judges them).
-
-:func:`summarize` takes NumPy-convertible data and a framework's ``cast``: the round trip of a float32
-array through a low-precision dtype (``"fp16"``, ``"bf16"``, ``"e4m3"``, ``"e5m2"``) and back, done
-by the framework's own dtype casts (PyTorch's ``.to(dtype)``, ``ml_dtypes``'s ``astype``: both round
-to nearest even). It counts the elements, the nonzero ones and the amax, the binary exponents of
-the nonzero finite values (``np.frexp``: exact), the fp16 and bf16 rounding errors of a strided
-sample, and optionally the fp8 quantization of a matmul operand under each scaling. Non-finite
-values count in the amax (NaN propagates) and, when inf, among the nonzero values; the histogram
-holds finite values only. Nothing of the tensor is kept.
-"""
+tensor and of one module (:mod:`ampkit.audit.whatif` judges them)."""
 
 from __future__ import annotations
 
@@ -39,7 +29,7 @@ FP8_ROWS = 128
 
 @dataclass
 class TensorSummary:
-    """What is kept of one tensor (merged over calls and steps): see the module's docstring."""
+    """What is kept of one tensor (merged over calls and steps): see docs/internals.md."""
 
     count: int = 0
     nonzero: int = 0

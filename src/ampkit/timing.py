@@ -3,8 +3,7 @@
 A *clock* times calls: :data:`HOST` with perf_counter, for work that has finished when the call
 returns (CPU work, TensorFlow's ``.numpy()``); a backend supplies one for its accelerator (PyTorch's
 CUDA clock records events and synchronises once, outside the timed region). Warm-up calls are
-excluded everywhere.
-"""
+excluded everywhere."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""``--seq-len`` and ``--image-size``: the input size of the built-in workloads (bench and audit).
-
-A sequence model (bert-base, gpt2) takes ``--seq-len``; an image model (cnn, resnet50, vit_b_16)
-takes ``--image-size`` (square images). A flag that does not apply to the workload that would run,
-or a value the model cannot take, is a usage error (exit 2) before anything is built: a user who
-asked for a smaller input must not get the default size silently.
-"""
+"""``--seq-len`` and ``--image-size``: the input size of the built-in workloads (bench and audit)."""
 
 from __future__ import annotations
 

@@ -1,30 +1,4 @@
-"""The typed protocol every framework backend implements: small operations, never a whole command.
-
-Each command's flow -- validation, the default workload, ``auto``, isolating user code, repeats,
-the report -- is written once, in a neutral driver (``ampkit.<command>.driver``). A driver asks its
-backend only for small operations with typed inputs and outputs:
-
-- :class:`EnvironmentOps` (here): the device, the environment section, mode support, ``auto``, the
-  default and built-in workloads;
-- :class:`ampkit.doctor.ops.DoctorOps`, :class:`ampkit.bench.ops.BenchOps`,
-  :class:`ampkit.parity.ops.ParityOps`, :class:`ampkit.audit.ops.AuditOps`: each command's own.
-
-A new framework is one folder beside ``torch/`` and ``tensorflow/`` whose package defines a class
-deriving from :class:`Backend` with these methods (``tests/numpy_backend.py`` is one in plain numpy),
-registered by name (:func:`ampkit.registry.register_backend`). Nothing outside a backend folder
-imports a framework.
-
-Capabilities are declared, never probed: an optional operation (:data:`OPTIONAL`) is part of the
-protocol with a default that says what a backend without it gets -- ``--strategy`` refused,
-no size table, parity not spread over processes, no audit session of a kind (the one table
-``audit_sessions``, keyed by :func:`ampkit.audit.ops.session_kind`; ``--compile``, the contract
-findings and the ``input`` record are the session's, :class:`ampkit.audit.ops.AuditSession`) -- so
-a driver calls it like any other, without ``getattr``/``hasattr`` on the backend.
-
-Dependencies point one way: a backend imports from the command packages only their protocol and
-types (``ops``, ``config``, ``report``) and neutral helpers; never a driver, a runner, a command's
-library entry or the registry (:mod:`ampkit.registry`) (``tests/architecture/test_direction.py``).
-"""
+"""The typed protocol every framework backend implements: small operations, never a whole command."""
 
 from __future__ import annotations
 

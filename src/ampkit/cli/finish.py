@@ -1,9 +1,4 @@
-"""The end every command shares: parse -> config -> driver -> :func:`finish`.
-
-Show the report, write ``--json`` (and ``--csv``/``--plot`` where the command has them), say what an
-interrupted run kept, and return the exit code: the signal's (130/143) when interrupted, 1 when the
-report says it failed (or ``--timeout`` stopped it: ``report.error``) or an output could not be written (its fallback is named), else 0.
-"""
+"""The end every command shares: parse -> config -> driver -> :func:`finish`."""
 
 from __future__ import annotations
 

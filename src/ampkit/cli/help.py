@@ -1,9 +1,4 @@
-"""``ampkit COMMAND --help``: the flags in groups and examples to copy, for every command.
-
-The commands' modules add their flags as they always did; :func:`arrange` moves each flag into its
-group afterwards (a flag no group names stays under "other options", so a new flag is never lost)
-and adds the examples below the flags.
-"""
+"""``ampkit COMMAND --help``: the flags in groups and examples to copy, for every command."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""One document for a multi-process run: the ranks' records merged by rank 0.
-
-Under data parallelism a non-finite value made by one rank reaches the others through the
-collectives: the gradient all-reduce hands every rank the NaN/inf gradients of the rank whose
-forward overflowed (they see it only in their *backward*, on whichever module's gradient they read
-first), and the next step's weights are non-finite everywhere. So the origin is the rank that went
-non-finite earliest, and at that step in its own forward pass or loss rather than only in
-gradients; a rank that only received it is marked ``"received"``, never named as the origin.
-When every rank saw it first in gradients at the same step, the all-reduce has made them
-indistinguishable: the document says so and names no rank (``"rank": null``).
-
-Each rank's callback writes its first failure to its own file (``<stem>.rank<N>.json``) while the
-run goes on; at the end of training every rank hands its document to rank 0 (one collective), which
-writes the run's document to ``json_path``: the origin rank's record, ``first_nonfinite`` with
-``"rank"``, and ``"ranks"``: per rank its first non-finite value and role.
-"""
+"""One document for a multi-process run: the ranks' records merged by rank 0."""
 
 from __future__ import annotations
 

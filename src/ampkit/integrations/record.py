@@ -6,13 +6,7 @@ torch watch of the HuggingFace and Lightning callbacks, the Keras callback), at 
 happen; it never touches a device. On the first step with a non-finite loss, module output or
 gradient it names the first module and phase that went non-finite and writes an ``audit``
 document (``ampkit report`` reads it) holding the last K steps; at the end of training it writes
-the summary into the same document.
-
-Under a loss scaler, a step whose forward pass and loss are finite but whose scaled gradients
-overflow is the scaler's business (it skips the step and backs the scale off): it goes into the
-ledger and the health alarm, not into a failure document. Without a scaler every non-finite
-gradient is applied to the weights, so it is a failure.
-"""
+the summary into the same document."""
 
 from __future__ import annotations
 

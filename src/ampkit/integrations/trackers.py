@@ -1,21 +1,4 @@
-"""What the trainer callbacks hand to experiment trackers, at the trainer's own logging cadence.
-
-Each logging event of the trainer (HuggingFace ``on_log``, Lightning's logging steps, Keras's
-batch and epoch ``logs``) gets, from values the callback holds already (no device read of its
-own):
-
-* ``amp/loss_scale`` — the loss scale after the last recorded step (only when a scaler exists);
-* ``amp/skipped_steps`` — skipped optimizer steps since the start of the run (a resumed run
-  continues the count of its checkpoint);
-* ``amp/skipped_in_window`` — skipped steps since the previous logging event;
-* ``amp/first_nonfinite`` — only in the window in which the run's first inf/NaN was found: the
-  global step (1-based) it happened at (the module, phase and rank are in the document and
-  ``cb.summary``; trackers take numbers).
-
-They go through the trainer's channel, so every tracker the user configured receives them (the
-HuggingFace ``report_to`` integrations, every Lightning logger, Keras's ``CSVLogger`` and
-``TensorBoard``); no entry of the trainer's own history is replaced.
-"""
+"""What the trainer callbacks hand to experiment trackers, at the trainer's own logging cadence."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Mixed precision for Keras — Keras 3 (on TensorFlow, torch or JAX) or Keras 2 (``tf_keras``):
-``ampkit.keras.MixedPrecision`` and friends.
-
-The public name of :mod:`ampkit.backends.tensorflow.engine.mixed_precision`. Importing this module imports
-Keras (and, on Keras's TensorFlow backend, TensorFlow); ``import ampkit`` does not.
-"""
+``ampkit.keras.MixedPrecision`` and friends."""
 
 from ..backends.tensorflow.engine.mixed_precision import LossScaleHistory, MixedPrecision, float32_output, loss_scale_of
 from ..backends.tensorflow.engine.policy import GlobalPolicyFound

@@ -1,10 +1,5 @@
 """Precision plans: which modules of a model keep float32 (or stay out of fp8) while the rest runs
-in a mode -- a JSON document the engines apply and ``ampkit audit --plan`` / ``ampkit plan`` propose.
-
-* :mod:`.document` -- the document: :class:`Plan`, :func:`load_plan` (a path, a dict or a Plan),
-  checking, and matching its patterns against a model's module names (framework-neutral);
-* :mod:`.propose` -- a plan from an audit document (its findings, its first inf/NaN, its what-if).
-"""
+in a mode -- a JSON document the engines apply and ``ampkit audit --plan`` / ``ampkit plan`` propose."""
 
 from ..plan_format import KIND, MODULE_MODES, VERSION, Plan, load_plan, pattern_matches
 from .propose import propose_plan

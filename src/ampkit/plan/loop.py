@@ -1,24 +1,4 @@
-"""``ampkit plan``: the whole loop, from diagnosis to a plan that is proven faster and not worse.
-
-1. **Order** the candidate modes (``--modes``, default fp8, bf16, fp16 where each runs here) by a
-   measurement on this device: one bench of fp32 and every candidate on the user's model, fastest
-   first (the doctor's rule decides "faster": the speedup interval's low end clears 1.10x).
-2. For each candidate, fastest first, until one is accepted or the budget is spent:
-
-   a. **audit** the mode on the model and propose a plan (:func:`.propose.propose_plan`);
-   b. **bench** the plan next to fp32 (and, when it has islands, next to the plain mode: the price
-      of the islands), with the speedup's interval;
-   c. a short **parity** of the plan against fp32 (with ``--data``; else not measured) and its
-      equivalence verdict;
-   d. accept the plan when it is faster than fp32 and trains finite and parity is not
-      ``not_equivalent``; else record why not and go on.
-
-3. When no candidate is faster (a CPU without native low precision), the first candidate that
-   trains finite and is not ``not_equivalent`` is written anyway, and the report says honestly that
-   no mode is faster here, with the figures; when none trains, the plan is plain fp32.
-
-Every stage runs through the commands' own drivers (each isolated in its child process).
-"""
+"""``ampkit plan``: the whole loop, from diagnosis to a plan that is proven faster and not worse."""
 
 from __future__ import annotations
 

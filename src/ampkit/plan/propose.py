@@ -1,20 +1,5 @@
 """A precision plan proposed from an audit document: the smallest set of modules to keep in float32
-(or, in fp8, out of fp8) that removes the audit's findings.
-
-Generic over what the audit names: whichever module a finding, the first inf/NaN or a what-if
-prediction names (a leaf or the module whose own forward made the value) is the one kept.
-
-* a real audit (``mode`` fp16/bf16): each finding whose fix is float32 for that module (a forward
-  overflow, a non-finite forward output, outputs lost to underflow, a precision finding; not the
-  loss-scale findings, which a scale fixes, nor contract/compile findings) and the first non-finite
-  forward output unless the fp32 reference is non-finite there too;
-* ``--mode fp8``: each converted Linear with fp8 advice is kept out of fp8 (``bf16``);
-* ``--what-if``: the ``keep_in_fp32`` modules of the first format predicted (``--formats`` order)
-  that is not ``unsafe``; the other formats' lists go to the evidence.
-
-A module inside another proposed module is dropped (the outer island holds it): the smallest set.
-The root module (the whole model) is never an island: the evidence says so, and the default stays.
-"""
+(or, in fp8, out of fp8) that removes the audit's findings."""
 
 from __future__ import annotations
 
@@ -67,7 +52,7 @@ def _from_fp8(doc: dict) -> tuple[list[str], list[dict]]:
 
 
 def propose_plan(audit, framework: str | None = None, formats: tuple[str, ...] | None = None) -> Plan:
-    """The plan an audit proposes (see the module docstring). ``audit``: an audit report or its
+    """The plan an audit proposes (see docs/internals.md). ``audit``: an audit report or its
     document (``to_dict()``); ``framework`` is written into the plan (else the document's)."""
     doc = audit.to_dict() if hasattr(audit, "to_dict") else dict(audit)
     framework = framework or doc.get("framework")

@@ -1,12 +1,6 @@
 """How each command's document is shown: one presenter per command, each with the same functions
 (:data:`FUNCTIONS`) -- the console table, the CSV, the page section, the notebook's sections and
-line, the rows of ``to_pandas()``, the verdict sentences and the figure.
-
-:data:`PRESENTERS` is the one registry: the report page (:mod:`ampkit.report`), the notebook
-display (:mod:`.notebook`, which :class:`ampkit.display.ResultDisplay` calls) and the CLI find a
-command's presenter here. The presenters import no command module (the shared words and numbers
-are in :mod:`ampkit.words` and :mod:`ampkit.formats`), so this package sits below the result
-classes that show through it."""
+line, the rows of ``to_pandas()``, the verdict sentences and the figure."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
 """What every chart ampkit draws shares: style, one colour per mode, bar panels, and the two ways
-out -- a file (``bench/parity --plot``, the report's ``--plots``) and an inline ``<svg>`` (the report's page).
-
-matplotlib's object API only: no pyplot, no global state. Each command's chart is a function in its
-presentation module (:mod:`ampkit.render.bench`, ``parity``, ``audit``) taking that command's page
-view; :func:`draw` runs it under the shared style.
-"""
+out -- a file (``bench/parity --plot``, the report's ``--plots``) and an inline ``<svg>`` (the report's page)."""
 
 from __future__ import annotations
 

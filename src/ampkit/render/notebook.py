@@ -1,14 +1,4 @@
-"""One result object in a notebook cell: the ``ampkit report`` page's section for its command.
-
-:class:`ampkit.display.ResultDisplay` calls :func:`html` (``_repr_html_``), :func:`line`
-(``repr``) and :func:`rows` (``to_pandas()``). Each goes through the result's presenter
-(:data:`ampkit.render.PRESENTERS`): the section, the verdict rows and the chart are the page's own
-(the section macros in ``templates/_sections.html.j2``, the charts of :mod:`ampkit.render.charts`),
-so a cell and the page never disagree. The page's stylesheet comes
-along scoped to the ``.ampkit-nb`` block (the page styles ``body`` and ``table``; a notebook
-output must not restyle JupyterLab around it). No script, no URL: it shows the same in JupyterLab,
-VS Code, an nbconvert HTML export and a browser without JavaScript.
-"""
+"""One result object in a notebook cell: the ``ampkit report`` page's section for its command."""
 
 from __future__ import annotations
 

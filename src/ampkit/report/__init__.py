@@ -1,12 +1,4 @@
-"""``ampkit report``: doctor, bench, parity and audit documents -> one self-contained page.
-
-Framework-neutral on purpose: it reads JSON documents only, so it runs where torch or
-TensorFlow (or neither) is installed. matplotlib draws the charts, Jinja2 fills the templates.
-
-    from ampkit.report import load_all, build, html, markdown
-    report = build(load_all(["doctor.json", "bench.json"]))
-    page = html(report)
-"""
+"""``ampkit report``: doctor, bench, parity and audit documents -> one self-contained page."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Reading the JSON documents that doctor, bench, parity and audit write: files -> typed reports.
-
-The schema is the report classes' own: each document goes through ``DoctorReport.from_dict``,
-``BenchReport.from_dict``, ``ParityReport.from_dict``, ``AuditReport.from_dict`` (or
-``DoctorSet.from_dict`` for a ``doctor --framework all`` document), which check the keys the
-contract promises (:mod:`ampkit.envelope`). This module reads the files and parses the JSON; every
-problem is a :class:`~ampkit.errors.UsageError` that names the file and what is wrong with it, so
-the command line prints one line and exits 2.
-"""
+"""Reading the JSON documents that doctor, bench, parity and audit write: files -> typed reports."""
 
 from __future__ import annotations
 

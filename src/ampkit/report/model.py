@@ -1,11 +1,4 @@
-"""From loaded documents to what the page shows: environments, their differences, per-command views.
-
-Documents are grouped by environment: the fields that make one machine or image differ from
-another (framework and its version, CUDA, cuDNN, driver, GPU, CPU and its low-precision ISA,
-Python, platform, ampkit). Fields that change from run to run on one machine (free memory,
-the device a command ran on) are left out of the identity, so a doctor, a bench and an audit
-run on one machine land in one group.
-"""
+"""From loaded documents to what the page shows: environments, their differences, per-command views."""
 
 from __future__ import annotations
 

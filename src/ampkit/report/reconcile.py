@@ -1,15 +1,4 @@
-"""When the doctor and bench of one environment disagree, the report's verdicts say so.
-
-The rule is bench's own (:mod:`ampkit.bench.doctor_check`), so that the page and the terminal
-name the same disagreements in the same words: the doctor recommends a mode bench did not measure
-faster than fp32 (slower, or no measurable difference: the recommendation claimed a gain), the
-doctor recommends fp32 while bench measured a mode faster, or the doctor calls a mode slower that
-bench measured faster. Each becomes one verdict row ("doctor vs bench mlp: bf16") in words, with
-the reasons measured (thread counts, the doctor's size table, bench's ``--explain`` categories),
-else a pointer to ``--explain``. Agreeing documents add nothing. Documents of different frameworks
-are never compared (a Keras bench says nothing about the torch doctor), nor a ``--quick`` doctor
-(it measured nothing itself).
-"""
+"""When the doctor and bench of one environment disagree, the report's verdicts say so."""
 
 from __future__ import annotations
 

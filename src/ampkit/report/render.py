@@ -1,8 +1,4 @@
-"""Rendering a :class:`~ampkit.report.model.Report` through Jinja2 templates: HTML, Markdown, text.
-
-The HTML page is self-contained: styles inline, charts inline SVG, no script, no URL.
-The Markdown uses the same model and links PNG charts when a plots folder is given.
-"""
+"""Rendering a :class:`~ampkit.report.model.Report` through Jinja2 templates: HTML, Markdown, text."""
 
 from __future__ import annotations
 

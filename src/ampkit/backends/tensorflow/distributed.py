@@ -1,15 +1,4 @@
-"""Keras under ``tf.distribute`` for ``ampkit bench --strategy mirrored [--replicas N]``.
-
-``MirroredStrategy`` over all local GPUs (or the first N); on a CPU, ``--replicas N`` splits the CPU
-into N logical devices first, which is how a strategy is tested without GPUs (it must happen before
-TensorFlow initialises: each bench mode runs in a fresh child, so it does). The batch the bench
-feeds ``train_on_batch`` is the global batch; Keras splits it over the replicas in order.
-
-``MultiWorkerMirroredStrategy`` (several processes, ``TF_CONFIG``) needs nothing else from ampkit:
-build and compile inside ``strategy.scope()`` and ``mp.scope()`` as with ``MirroredStrategy``;
-ampkit's LossScaleOptimizer combines its finite flag with the strategy's own all-reduce (collectives),
-so every worker skips the same steps. The bench runs one process: it does not start workers.
-"""
+"""Keras under ``tf.distribute`` for ``ampkit bench --strategy mirrored [--replicas N]``."""
 
 from __future__ import annotations
 

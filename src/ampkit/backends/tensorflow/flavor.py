@@ -1,24 +1,4 @@
-"""Which Keras: Keras 3 (``keras``) or Keras 2 (``tf_keras``), and the mixed-precision API of each.
-
-TensorFlow >= 2.16 ships Keras 3 as ``tf.keras``; Keras 2 lives on as the ``tf_keras`` package,
-and ``TF_USE_LEGACY_KERAS=1`` makes ``tf.keras`` resolve to it. The two differ where mixed
-precision lives:
-
-=====================  =======================================  =============================================
-                       Keras 3                                  Keras 2 (tf_keras)
-=====================  =======================================  =============================================
-global policy          ``keras.config.set_dtype_policy``         ``mixed_precision.set_global_policy``
-loss-scale optimizer   ``keras.optimizers.LossScaleOptimizer``   ``mixed_precision.LossScaleOptimizer``
-custom loop            ``scale_loss`` + ``apply`` (unscales)     ``get_scaled_loss`` + ``get_unscaled_gradients``
-                                                                 + ``apply_gradients``
-current scale          ``dynamic_scale`` (after the first step)  ``loss_scale``
-=====================  =======================================  =============================================
-
-A :class:`Flavor` answers those questions for one of them; :func:`flavor_of` tells which one built
-an object (a model, a layer, an optimizer, a symbolic tensor) from its class, and
-:func:`get_flavor` turns a user's choice (a name, the module itself, or ``None`` for what
-``tf.keras`` resolves to) into one. Nothing here imports a Keras until it is asked for.
-"""
+"""Which Keras: Keras 3 (``keras``) or Keras 2 (``tf_keras``), and the mixed-precision API of each."""
 
 from __future__ import annotations
 

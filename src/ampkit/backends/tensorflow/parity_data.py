@@ -1,10 +1,5 @@
 """A caller's data for Keras parity: ``(inputs, targets)`` arrays or batched ``tf.data.Dataset``s,
-and the checks that run before any training (:func:`prepare`).
-
-Arrays are visited in :func:`ampkit.parity.core.loader_order` (the same order as PyTorch's parity);
-a ``tf.data`` pipeline keeps its own order, and is rebuilt for every run by calling the data
-factory again after seeding, so its shuffling repeats exactly in every mode of a seed.
-"""
+and the checks that run before any training (:func:`prepare`)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
 """``bench --explain`` for Keras on TensorFlow: a few ``train_on_batch`` steps under
 ``tf.profiler.experimental`` (the XPlane trace it writes), grouped into
-:data:`ampkit.breakdown.CATEGORIES`.
-
-Each TensorFlow op the executor ran is an event ``"<scope>/<name>:<OpType>"`` on a ``tf_Compute``
-thread of the host plane; :func:`category` sorts it by its op type and its scope (ops under the
-optimizer's name scope, ``IsFinite``/``All`` and the unscaling division of a LossScaleOptimizer).
-What this can only approximate, said in the row: executor threads may run ops in parallel (the
-shares are of summed op time, scaled to the step), and the profiler records no shapes, so the
-model's matmul shapes come from its layers (Dense kernels times the batch) and their times are
-split by FLOPs.
-
-Imported only when ``--explain`` is given.
-"""
+:data:`ampkit.breakdown.CATEGORIES`."""
 
 from __future__ import annotations
 

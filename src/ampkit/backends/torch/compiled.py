@@ -1,12 +1,4 @@
-"""torch.compile for ``bench --compile`` (and the engine's tests): availability, compiling, dynamo's counters.
-
-- :func:`compile_unavailable`: why inductor (torch.compile's default backend) cannot work here, or None:
-  on a CPU it builds C++ kernels (a C++ compiler: ``$CXX``, ``g++``, ``c++`` or ``clang++``), on CUDA
-  Triton kernels (the ``triton`` package).
-- :class:`DynamoCounters`: ``torch._dynamo.utils.counters`` cleared at entry, read at exit: graph
-  breaks (the sum of ``counters["graph_break"]``, reasons kept), recompiles (frames dynamo compiled
-  beyond the first of each: ``frames.total`` less one, less the resume frames its breaks made).
-"""
+"""torch.compile for ``bench --compile`` (and the engine's tests): availability, compiling, dynamo's counters."""
 
 from __future__ import annotations
 

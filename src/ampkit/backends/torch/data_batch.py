@@ -1,11 +1,5 @@
 """``--data MODULE:FACTORY`` as a workload's batches: bench times, and the audit audits, a real batch
-of the user's data instead of random inputs.
-
-What the factory may return is what parity and the audit take: a torch ``Dataset``, a
-``DataLoader`` (its batch size kept), ``(inputs, targets)`` tensors or arrays, or parity's
-``(train, validation)`` pair (its train part). A batch of another size than the data gives (the
-probe's 2, ``--batch-size``) is its first samples, repeated in order when the data holds fewer.
-"""
+of the user's data instead of random inputs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""PyTorch devices and what they can do: parsing ``--device``, CUDA capability, mode support.
-
-Small functions, nothing heavy at import time. Every answer that says "no" carries the reason.
-"""
+"""PyTorch devices and what they can do: parsing ``--device``, CUDA capability, mode support."""
 
 from __future__ import annotations
 

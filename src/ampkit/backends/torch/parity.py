@@ -1,8 +1,4 @@
-"""Parity for PyTorch: each (seed, mode) run trains through ``ampkit.MixedPrecision``.
-
-The data order, the statistics and the verdicts are :mod:`ampkit.parity.core`'s and the flow is
-:mod:`ampkit.parity.driver`'s, shared with Keras.
-"""
+"""Parity for PyTorch: each (seed, mode) run trains through ``ampkit.MixedPrecision``."""
 
 from __future__ import annotations
 

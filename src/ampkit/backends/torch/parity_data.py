@@ -1,12 +1,5 @@
 """A caller's data for PyTorch parity: tensors, ``Dataset``s or ``DataLoader``s as one kind of feed,
-and the checks that run before any training (:func:`prepare`).
-
-Every feed yields ``(inputs, targets)`` batches on the device in :func:`ampkit.parity.core.loader_order`
-for a given seed and epoch, so every mode of a seed sees the same order. A ``DataLoader``'s own
-sampler is replaced by that order (its dataset, batch size, collate function and workers are kept);
-a loader over an ``IterableDataset`` is iterated as it is, with torch's generator seeded per seed
-and epoch.
-"""
+and the checks that run before any training (:func:`prepare`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Parity's seeds x modes grid under torchrun: the runs spread over the ranks, the results to rank 0.
-
-Each rank joins the process group (gloo on CPU, nccl on CUDA, each rank on ``cuda:LOCAL_RANK``)
-and trains its share of the grid (:func:`ampkit.parity.grid.share`). No run waits on another
-rank: a rank posts each finished run to the group's store (torch.distributed's TCPStore, the one
-torchrun's agent or rank 0 hosts) as a JSON line, and a heartbeat every few seconds. Rank 0, its
-own runs done, collects the others' and writes the one document. A rank that stops answering --
-killed, crashed, its node lost -- is found by its silent heartbeat within ``AMPKIT_PARITY_TIMEOUT``
-seconds (default 600): the run it was in, and those it had not reached, become rows marked failed,
-never a hang. When the launcher stops the group (torchrun does, once a rank has died), rank 0
-writes what it holds: the dead rank's run is marked failed, the runs it could not reach are left
-for ``--resume``.
-"""
+"""Parity's seeds x modes grid under torchrun: the runs spread over the ranks, the results to rank 0."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """``bench --explain`` for PyTorch: a few training steps under ``torch.profiler``, grouped into
-:data:`ampkit.breakdown.CATEGORIES`.
-
-Every op the profiler records is reduced to an :class:`OpTime` (name, self time, the names of the
-ops around it, input shapes, device time) and sorted by :func:`category`: first by where it ran
-(inside the loss scaler's unscale/update, inside ``Optimizer.step``/``zero_grad``), then by its
-name. Self times are used so that nothing counts twice (``aten::linear`` -> ``aten::addmm``: the
-work is ``addmm``'s). On a CPU the categories are host self time; on a GPU they are the kernel
-time each op launched, and the rest of the step's wall time is ``host_idle``.
-
-Imported only when ``--explain`` is given (torch.profiler is never entered otherwise).
-"""
+:data:`ampkit.breakdown.CATEGORIES`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""TF32 flags: turn TF32 math on or off for a region and restore exactly what was there.
-
-torch >= 2.9 has per-backend ``fp32_precision`` settings and raises when the legacy
-``allow_tf32`` flags and the new API are mixed (pytorch #179445), so this module uses the
-new API when it exists and the legacy flags only on older torch, never both.
-"""
+"""TF32 flags: turn TF32 math on or off for a region and restore exactly what was there."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Proof that TF32 is really on (or really off): a matmul's error against a float64 reference.
-
-TF32 keeps 10 mantissa bits, so a 1024x1024 random matmul lands around 1e-4..1e-3 relative
-error; IEEE float32 (23 bits) lands around 1e-6. The two ranges do not overlap.
-"""
+"""Proof that TF32 is really on (or really off): a matmul's error against a float64 reference."""
 
 from __future__ import annotations
 

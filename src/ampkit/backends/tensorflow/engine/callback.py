@@ -1,21 +1,4 @@
-"""The Keras engine's ``fit`` callback: the loss scale after every batch, the skipped steps, the alarm.
-
-:class:`LossScaleHistory` (one class per Keras: each Keras's ``fit`` takes only its own callbacks)
-records the scale after each training batch and counts a step as skipped when the scale went down
-(Keras's LossScaleOptimizer halves it exactly when it skips a step for inf/NaN gradients). It feeds
-the values it read anyway to :class:`ampkit.health.LossScaleHealth`, which warns once
-(:class:`ampkit.LossScaleWarning`) when the scale collapses. Under a ``tf.distribute`` strategy the
-scale is one mirrored value: ampkit's LossScaleOptimizer skips on every replica together, so one
-history speaks for all.
-
-At ``on_train_begin`` it refuses, in one line, to train a model that computes in float16 through an
-optimizer without loss scaling (its small gradients would underflow to zero, silently), and gives a
-Keras 3 LossScaleOptimizer that ``compile`` made itself ampkit's cross-replica skip (:mod:`.scaling`).
-
-Extending it: ``history.hooks`` is a list of callables ``hook(history, step, scale, skipped)`` run
-after each recorded batch. ``step`` is the trainer's global step, 1-based: the optimizer's
-``iterations`` when ``fit`` began (read once) plus the batches of this ``fit``.
-"""
+"""The Keras engine's ``fit`` callback: the loss scale after every batch, the skipped steps, the alarm."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""The precision contract of a Keras model: is the declared mixed precision what the model really does?
-
-``ampkit.keras.MixedPrecision.verify(model)`` walks every layer (nested models flattened) and says,
-at most once per layer, where it breaks the contract of the mode:
-
-* **variables**: every floating variable float32 (the master weights; under a mixed policy Keras
-  keeps them float32 and casts for compute);
-* **compute dtype**: the policy's (``float16`` for fp16, ``bfloat16`` for bf16, ``float32`` for
-  fp32/tf32); a layer in float32 under a mixed policy is fine (kept in float32 on purpose), a layer in
-  another low precision is not;
-* **the output layer**: computes in float32 (logits and softmax in float16 lose precision and can
-  overflow);
-
-and, once for the model, whether no layer computes in the mode's low precision at all (the model was
-built outside ``mp.scope()``), and whether a float16-computing layer trains through an optimizer without
-dynamic loss scaling (``optimizer=`` or the compiled ``model.optimizer``).
-
-Each finding is ``{"where", "expected", "actual", "advice"}`` (:data:`ampkit.health` style plain values).
-"""
+"""The precision contract of a Keras model: is the declared mixed precision what the model really does?"""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
 """fp8 training for ``ampkit.keras.MixedPrecision("fp8")``: Keras 3's own float8 training
-(``model.quantize("float8")``), not a copy of it.
-
-``model = mp.prepare(model)`` (a built model, before ``compile``) quantizes the model's eligible
-``Dense``/``EinsumDense`` layers with ``model.quantize("float8", filters=...)``; everything else
-computes under the ``mixed_bfloat16`` policy, as in Keras's float8 training guide. By default the
-first and last eligible layers stay in bfloat16 (the input projection and the logits carry the most
-sensitive numerics; torch's fp8 does the same); ``fp8_skip_first_last=False`` converts them too.
-
-What Keras's float8 layer computes (``Dense._float8_call``): inputs and kernel are quantized to
-float8_e4m3fn and dequantized back with delayed (amax-history) scales, the output gradient to
-float8_e5m2, and the matmul itself runs in the compute dtype. That is fp8's numerics everywhere;
-fp8's speed only where XLA rewrites the quantize-dequantize-matmul pattern into an fp8 GEMM (an
-NVIDIA GPU with compute capability >= 8.9). Elsewhere (a CPU, an older GPU) fp8 here is
-**emulated**: ``mp.emulated`` is True and nothing claims a speed.
-
-Keras 2 (``tf_keras``) and a Keras 3 without float8 quantization have no fp8 training: the mode is
-refused in one line. Keras's torch and JAX backends are not offered (ampkit checks fp8 on the
-TensorFlow backend only). The doctor's fp8 self-test: :mod:`..doctor_fp8`.
-"""
+(``model.quantize("float8")``), not a copy of it."""
 
 from __future__ import annotations
 

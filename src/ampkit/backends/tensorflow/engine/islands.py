@@ -1,19 +1,4 @@
-"""A precision plan on a Keras model, through per-layer dtype policies (Keras 3 and tf_keras).
-
-``ampkit.keras.MixedPrecision(mode, keep_fp32=[...])`` / ``MixedPrecision.from_plan(plan)``; then
-``model = mp.prepare(model)`` on the built model (before ``compile``): each plan entry is resolved
-against the model's layers, by ``layer.name``, by ``layer.path`` (Keras 3), by a glob over those, or by
-class name (an entry matching nothing is one :class:`~ampkit.errors.UsageError` naming it), and
-
-* a layer kept in ``fp32`` -- and every layer inside it -- gets the ``float32`` dtype policy (Keras 3:
-  the ``dtype_policy`` setter; tf_keras: ``Layer._set_dtype_policy``, what its ``dtype=`` argument
-  calls). Keras then casts its inputs to float32 and reads its (already float32) variables as float32:
-  its own computation, sublayers and ops of its ``call`` alike, runs in float32. Its outputs stay
-  float32; the next layer under the mixed policy casts them to its compute dtype.
-* under an ``fp8`` default, a layer in any entry stays out of ``model.quantize("float8")``.
-
-``mp.verify(model)`` reports a kept layer that computes in float16/bfloat16 (check ``"plan"``).
-"""
+"""A precision plan on a Keras model, through per-layer dtype policies (Keras 3 and tf_keras)."""
 
 from __future__ import annotations
 

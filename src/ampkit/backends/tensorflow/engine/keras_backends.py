@@ -1,17 +1,4 @@
-"""Keras 3 on its other backends (``KERAS_BACKEND=torch`` or ``jax``): what ``ampkit.keras`` does there.
-
-Keras 3 runs on TensorFlow, PyTorch or JAX; its dtype policies and ``LossScaleOptimizer`` are the
-same on each, so ``mp.scope()``, ``mp.optimizer`` and ``fit`` work as they are. What differs is the
-custom loop: TensorFlow differentiates with ``GradientTape``, PyTorch with ``loss.backward()``,
-JAX with ``jax.grad`` over ``model.stateless_call``. :func:`train_step` is the step for the backend
-that runs; none of them imports TensorFlow. What is TensorFlow's only — ``tf.distribute``, the
-TF32 switch (mode ``tf32``), ``ampkit bench/doctor/audit --framework tensorflow`` — is refused in
-one line that says what runs (:func:`refuse_cli_backend`).
-
-:func:`configured_backend` reads the backend Keras will use *without importing Keras* (its
-``KERAS_BACKEND`` variable, else ``keras.json`` in ``KERAS_HOME`` or ``~/.keras``), so the CLI can
-refuse before TensorFlow and torch meet in one process (that segfaults).
-"""
+"""Keras 3 on its other backends (``KERAS_BACKEND=torch`` or ``jax``): what ``ampkit.keras`` does there."""
 
 from __future__ import annotations
 
@@ -48,13 +35,6 @@ def configured_backend() -> str:
 
 #: the backends Keras 3 itself accepts for KERAS_BACKEND
 KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
-
-
-def keras_backend() -> str:
-    """The backend of the imported Keras 3 (imports Keras: on the TensorFlow backend, TensorFlow too)."""
-    import keras
-
-    return keras.backend.backend()
 
 
 def refuse_cli_backend() -> None:

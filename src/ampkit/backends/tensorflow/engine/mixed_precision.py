@@ -1,23 +1,4 @@
-"""``ampkit.keras.MixedPrecision``: the same modes for Keras (public as ``ampkit.keras``).
-
-* fp32 — policy ``float32``, TF32 execution off inside the scope.
-* tf32 — policy ``float32``, TF32 execution on (GPUs with compute capability >= 8.0; TensorFlow only).
-* fp16 — policy ``mixed_float16`` (float16 compute, float32 variables) and the optimizer wrapped
-  in a dynamic loss-scale optimizer (Keras 3: ampkit's, whose skip decision holds across replicas,
-  :mod:`.scaling`; tf_keras: its own).
-* bf16 — policy ``mixed_bfloat16``, no loss scaling.
-
-The previous global dtype policy and TF32 setting are restored when the scope ends. A global
-policy the user set before (TensorFlow's tutorial) is reported in one line and taken into account
-(:mod:`.policy`).
-
-Keras 3 and Keras 2 (``tf_keras``) both work (see :mod:`..flavor`), and Keras 3 on its torch and
-JAX backends too (:mod:`.keras_backends`; no TensorFlow imported there). ``keras=`` chooses the one
-whose policy the scope sets and whose callback :meth:`MixedPrecision.callback` returns; by default
-the one ``tf.keras`` resolves to (tf_keras under ``TF_USE_LEGACY_KERAS=1``). Under any
-``tf.distribute`` strategy a step is skipped on every replica when any replica's gradients are
-non-finite, in ``fit`` and in ``strategy.run`` custom loops.
-"""
+"""``ampkit.keras.MixedPrecision``: the same modes for Keras (public as ``ampkit.keras``)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The user's own global dtype policy, found when ``ampkit.keras.MixedPrecision`` is made.
-
-TensorFlow's mixed-precision tutorial starts with ``tf.keras.mixed_precision.set_global_policy(
-"mixed_float16")`` (Keras 3: ``keras.mixed_precision.set_global_policy`` / ``keras.config.
-set_dtype_policy``; tf_keras under ``TF_USE_LEGACY_KERAS=1``). A user who then adds ampkit has two
-policies; models built outside ``mp.scope()`` keep computing in the user's. So:
-
-* the policy found is reported in one line (a :class:`GlobalPolicyFound` warning);
-* ``auto`` adopts it (``mixed_float16`` -> fp16, ``mixed_bfloat16`` -> bf16);
-* an explicit mode that differs says that it overrides it inside ``mp.scope()`` — and, since models
-  built outside the scope still compute in float16, ``mp.optimizer`` scales the loss all the same.
-
-:func:`float16_layers` is the other half: whatever set it, a layer that computes in float16 needs
-a loss-scaling optimizer (``train_step`` adds one, ``check_model``/``verify`` report its absence).
-"""
+"""The user's own global dtype policy, found when ``ampkit.keras.MixedPrecision`` is made."""
 
 from __future__ import annotations
 

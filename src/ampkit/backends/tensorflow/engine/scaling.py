@@ -1,23 +1,4 @@
-"""Dynamic loss scaling for Keras 3 that holds under every ``tf.distribute`` strategy.
-
-Keras 3's ``LossScaleOptimizer`` (3.15) decides whether to skip a step from the *first* replica's
-gradients only, before they are combined (its comment assumes they were all-reduced already; in
-Keras 3 they are not yet). An inf on replica 1 then goes into the all-reduced update: every weight
-turns NaN and the scale stays where it was. :class:`AmpkitLossScaleOptimizer` (made by
-:func:`loss_scale_optimizer_class`) combines the finite flag across replicas first — an all-reduce
-of one float per replica, in the replica context, so ``MirroredStrategy`` and
-``MultiWorkerMirroredStrategy`` (collectives, no merge call) alike — and every replica then skips
-or applies the same step and halves or keeps the same scale.
-
-It is a ``keras.optimizers.LossScaleOptimizer`` (``compile`` and Keras's own checks see one), with
-the same arguments, state and serialization (registered as ``ampkit>AmpkitLossScaleOptimizer``).
-On the torch and JAX backends Keras's own path runs unchanged (no replicas to combine there).
-
-:func:`ensure_built` builds an optimizer before the first custom-loop step: inside a
-``tf.function`` under ``strategy.run`` Keras 3 cannot build lazily (its variables would be made
-inside a ``cond`` branch), and an unbuilt optimizer scales the loss by a constant that the traced
-function would keep forever.
-"""
+"""Dynamic loss scaling for Keras 3 that holds under every ``tf.distribute`` strategy."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""The Keras callback's look inside the layer that failed, on the failing batch itself (issue #46).
-
-The watch (:mod:`.watch`) names the first layer whose output went non-finite -- often one that
-received the inf/NaN (an attention's output projection after scores that overflowed in the
-attention's own ``call``). A layer whose own code computes between its sublayers is a class the user
-wrote (:func:`..numerics.origin.is_custom`); for each of those the watch's ``call`` wrapper keeps the
-inputs of a call whose output is non-finite, in shape-less float32 variables, under a ``tf.cond`` on
-the amax it computes anyway: on a clean batch that is one branch on a scalar per custom layer, no
-copy. After the failing batch (``on_train_batch_end``, where the watch reads its statistics anyway),
-the custom layers that kept inputs are called once more, eagerly, on them with every operation
-recorded (:class:`..numerics.origin.OpRecorder`), innermost first: the first operation that made an
-inf/NaN from finite inputs names the layer (its own code, or the sublayer it ran in) and the op; the
-same call with the layer's policy set to float32 says whether float32 fails there too.
-"""
+"""The Keras callback's look inside the layer that failed, on the failing batch itself (issue #46)."""
 
 from __future__ import annotations
 
@@ -25,7 +12,7 @@ MAX_ARGS = 3
 
 
 class FailingCalls:
-    """The inputs of each custom layer's non-finite call in one batch (see the module docstring)."""
+    """The inputs of each custom layer's non-finite call in one batch (see docs/internals.md)."""
 
     def __init__(self, tf, layers: list, names: list[str], legacy: bool) -> None:
         self.tf, self.layers, self.names, self.legacy = tf, layers, names, legacy

@@ -1,31 +1,4 @@
-"""The pre-failure ring buffer of ``ampkit.keras.MixedPrecision.callback()`` for ``model.fit``.
-
-What the trainer callbacks of ``ampkit.integrations`` keep for torch, for Keras (3 on TensorFlow,
-and tf_keras): per training batch, each layer's output amax and each layer's gradient norm; on the
-first non-finite loss, layer output or gradient (a gradient overflow under loss scaling is the
-loss-scale optimizer's business: a skipped step in the ledger) it names the first layer and phase
-and writes an ``audit`` document (``ampkit report`` reads it) with the last K batches; at the end
-of ``fit`` the summary (steps, skipped, scale min/max/final, warnings) goes to the log and, with
-``json_path``, into the same document.
-
-How: at ``on_train_begin`` each layer's ``call`` is wrapped (instance attribute) to assign its
-output's amax to a float32 ``tf.Variable``, and the optimizer's ``apply_gradients`` to assign each
-layer's gradient norm (divided by the loss scale under a loss-scale optimizer); the train function
-is made anew so that the next trace sees them. Inside ``fit``'s ``tf.function`` these are a few ops
-per layer, no host read; ``on_train_batch_end`` reads them in one ``tf.stack`` (the batch end where
-:class:`~..engine.callback.LossScaleHistory` reads the scale anyway). The wrappers are removed at
-``on_train_end``. Where the first failure is made inside a custom layer's own code, the inputs
-of that layer's failing call are kept and it is called again after the batch (:mod:`.failing_calls`):
-the document names the layer and the op. Under a ``tf.distribute`` strategy and on Keras 3's torch/JAX backends the layer
-statistics stay off: the record is fed what the loss-scale history reads anyway (each batch's loss,
-the loss scale, the skipped steps), so the document holds the run's steps, skips and a first
-non-finite loss; one visible line, and the document's ``not_watched``, say what it cannot see.
-
-Step numbers are the trainer's global step, 1-based (the optimizer's ``iterations`` when ``fit``
-began, plus this ``fit``'s batches). The ``amp/`` tracker values (:mod:`ampkit.integrations.trackers`)
-go into ``fit``'s ``logs`` at each batch end and epoch end, so ``keras.callbacks.CSVLogger``,
-``TensorBoard`` and ``History`` record them (list the ampkit callback before them).
-"""
+"""The pre-failure ring buffer of ``ampkit.keras.MixedPrecision.callback()`` for ``model.fit``."""
 
 from __future__ import annotations
 
@@ -162,7 +135,7 @@ class KerasWatch:
     def _layers_row(self, loss, used, scale, skipped) -> None:
         tf = self._tf
         flags = self._failing.flags() if self._failing is not None else []
-        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars + flags]).numpy().tolist()
+        vals = tf.stack([v.read_value() for v in self._fvars + self._gvars + flags]).numpy().tolist()  # the batch's one host read
         n, ng = len(self._fvars), len(self._gvars)
         fwd = [None if (v == v and v < 0) else v for v in vals[:n]]
         grad = [None if (v == v and v < 0) else v for v in vals[n:n + ng]]

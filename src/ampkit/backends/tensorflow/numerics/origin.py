@@ -1,18 +1,4 @@
-"""Where inside a Keras layer an inf/NaN is made: the operation, its inputs' range, the layer that grew them.
-
-The audit watches the model's top-level layers. A custom layer's ``call`` computes between its
-sublayers (attention scores ``q @ k^T``, a residual sum, an exp): the first non-finite row is that
-layer, but which of its operations made it, and what would fix it, needs a look inside.
-
-How: TensorFlow's op callbacks (``tensorflow.python.framework.op_callbacks``, what
-``tf.debugging.enable_check_numerics`` is built on) see every operation run eagerly, with its
-inputs and outputs; each sublayer's ``call`` is wrapped (instance attribute, removed after) so that
-an operation is known to run in the layer's own code or in a sublayer's. The cost is nothing until
-a failure: only when the audited pass holds an inf/NaN is the failing layer called once more,
-eagerly, on the inputs it received in that pass (and once in float32 for the reference's value of
-the same operation), reading each operation's output once to the host. ``--what-if`` records the
-same inside custom layers only (a class not from Keras itself): one host read per operation there.
-"""
+"""Where inside a Keras layer an inf/NaN is made: the operation, its inputs' range, the layer that grew them."""
 
 from __future__ import annotations
 
@@ -31,7 +17,7 @@ def _amax(t) -> float | None:
     if dtype is None or not getattr(dtype, "is_floating", False) or not hasattr(t, "numpy"):
         return None
     try:
-        a = np.asarray(t.numpy(), dtype=np.float32)
+        a = np.asarray(t.numpy(), dtype=np.float32)  # one host read per recorded operation
     except Exception:  # a symbolic tensor (graph construction): not recorded
         return None
     if not a.size:

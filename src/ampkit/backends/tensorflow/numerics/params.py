@@ -1,16 +1,4 @@
-"""The gradients a real Keras step checks: each trainable variable's, watched like the layers' outputs.
-
-``LossScaleOptimizer`` (Keras 3 and tf_keras) skips a step and halves the scale when any *variable*
-gradient is inf/NaN. A kernel gradient is a sum over the batch, computed in float16 (the layer's
-compute dtype) before the cast to the float32 variable, so it can overflow at a scale where every
-layer output and every gradient w.r.t. one is finite: ResNet50 (32x32, batch 8) at scales 256 and
-512 has ``conv1_conv/kernel``'s gradient inf and nothing else.
-
-The audit's tape asks for the variables' gradients along with the layers' outputs' (one backward);
-of each it keeps three numbers, computed in TensorFlow and read in one host transfer: its largest
-magnitude (float32), its count of inf/NaN, and whether it holds any. Each variable belongs to the
-top-level layer that owns it (a nested model's variables to the nested model's layer row).
-"""
+"""The gradients a real Keras step checks: each trainable variable's, watched like the layers' outputs."""
 
 from __future__ import annotations
 
@@ -73,7 +61,7 @@ class ParamGrads:
             ref = _dense(ref, tf)
             diff = g / scale - ref
             rows.append(tf.stack([amax, bad, tf.reduce_sum(diff * diff), tf.reduce_sum(ref * ref)]))
-        return tf.stack(rows).numpy().astype(np.float64)
+        return tf.stack(rows).numpy().astype(np.float64)  # one host transfer for every variable
 
     def bad_names(self, reduced: np.ndarray, layer: int) -> list[str]:
         """The variables of ``layer`` whose gradient held inf/NaN."""

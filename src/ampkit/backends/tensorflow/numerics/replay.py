@@ -1,19 +1,4 @@
-"""The same random numbers in the float32 reference and the audited pass of a Keras audit.
-
-An audit compares each layer's output in the mode against float32, both run as training runs
-(``training=True``): dropout, noise and augmentation layers then draw random numbers. Seeding both
-passes alike is not enough. Each model has its own seed generators (Keras 3 ``SeedGenerator``,
-tf_keras ``RandomGenerator``), and TensorFlow draws a random tensor *in the layer's compute dtype*:
-``stateless_dropout`` on a float16 input draws float16 uniforms from other bits of the same Philox
-stream than on float32, so the masks of the two passes are unrelated (about half of them differ).
-
-:class:`MatchedRandomness` replaces, while active, the random draws of both Kerases by draws from
-one counter: the k-th draw of a pass uses the stateless seed ``(seed, k)``, and every floating draw
-is made in float32 and then cast to the dtype asked for. Started with the same seed before each
-pass, the two passes (which call their layers in the same order) see the same masks and noise;
-the numerics of the layers themselves (``x * 1/(1-rate)`` in the compute dtype) are the mode's.
-The models' own seed-generator states are neither read nor advanced.
-"""
+"""The same random numbers in the float32 reference and the audited pass of a Keras audit."""
 
 from __future__ import annotations
 
@@ -22,8 +7,6 @@ import inspect
 import sys
 
 from ..tfimport import import_tensorflow
-
-_LOW = ("float16", "bfloat16")
 
 
 class MatchedRandomness:

@@ -1,14 +1,4 @@
-"""Keras workloads: built inside the active dtype policy, last layer kept in float32.
-
-Built-in workloads are Keras 3; a ``--model MODULE:FACTORY`` may return a Keras 3 or a Keras 2
-(``tf_keras``) model, and ``KerasWorkload.flavor`` says which (see :mod:`..flavor`).
-
-A bare model says what it needs (:func:`model_head`): its per-sample input shape (``model.input_shape``
-without the batch dimension, when fully defined), its classes (the output's last dimension) and its
-loss — a model ending in softmax (``keras.applications`` do) outputs probabilities, so its loss is
-cross-entropy with ``from_logits=False``; one ending in sigmoid gets binary cross-entropy. A flag that
-contradicts what the model declares is a usage error.
-"""
+"""Keras workloads: built inside the active dtype policy, last layer kept in float32."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Inputs that fit a bare Keras model: what its first layers say it expects, and what was fed.
-
-A standard-normal batch is right for a model whose input is already normalised, and wrong for two
-kinds the audit and bench meet every day:
-
-* an integer input feeding an ``Embedding`` (``keras.Input(dtype="int32")``): N(0, 1) cast to int is
-  68% token 0 and negative ids; valid ids are ``[0, input_dim)`` of the smallest such Embedding;
-* a model with its preprocessing built in (keras.applications with ``include_preprocessing``:
-  EfficientNet's ``Rescaling(1/255)``, EfficientNetV2's ``Rescaling(1/127.5, offset=-1)``, ConvNeXt's
-  ``Normalization`` with ImageNet means of 123.7): pixels in ``[0, 255]``, as the documentation says.
-
-:func:`input_plan` reads it from the model once; :func:`make_inputs` draws a batch by it. The plan
-is the documents' ``"input"``: ``{"kind": "normal"|"token_ids"|"integers"|"pixels", "range": [lo, hi]
-or null, "why": str}``.
-"""
+"""Inputs that fit a bare Keras model: what its first layers say it expects, and what was fed."""
 
 from __future__ import annotations
 
@@ -43,7 +29,7 @@ def _first_after_input(model):
 
 
 def input_plan(model) -> dict:
-    """What to feed ``model`` (see the module docstring); a model with several inputs gets N(0, 1)."""
+    """What to feed ``model`` (see docs/internals.md); a model with several inputs gets N(0, 1)."""
     try:
         inputs = list(model.inputs or [])
     except (AttributeError, ValueError, RuntimeError):

@@ -10,8 +10,7 @@
   accelerator is never read in ``step()`` -- that would be a sync every step. Instead the clip gets
   ``torch.where(not NaN and > 0, X, inf)``: a NaN or <= 0 limit clips nothing (the gradients stay
   as they are, never NaN or reversed), and the step is counted on the device;
-  :meth:`MixedPrecision.health` reads that count (its one sync) and warns with the number of steps.
-"""
+  :meth:`MixedPrecision.health` reads that count (its one sync) and warns with the number of steps."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""The precision contract of mixed-precision training, checked: ``mp.verify(model, optimizer)``.
-
-Declared is not applied: a layer cast to half, optimizer state in bfloat16, a forward outside
-autocast, a loss in float16, an FSDP2 ``MixedPrecisionPolicy`` that a unit never got. Each check
-gives at most one finding per root cause and names the layer, parameters or unit:
-
-* **master weights**: every floating parameter float32 (one finding per layer, naming its parameters);
-* **gradients**: float32 (a parameter already reported is not reported again for its gradient);
-* **optimizer state**: float32 (``exp_avg``, ``momentum_buffer``...; step counters excluded), one
-  finding per optimizer and dtype naming the parameters;
-* **autocast**: the matmul/conv layers ran in the mode's compute dtype (from the forward the engine
-  recorded, :mod:`.watch`, or a probe on ``example_input``), one finding per cause naming the layers;
-* **loss**: float32 (a float16/bfloat16 loss loses the small differences the gradients are made of);
-* **FSDP2**: the policy a unit is meant to follow (its own, or the root's when it was given none) is
-  what its parameters show in the forward (``param_dtype``) and its gradients show (``reduce_dtype``).
-
-:func:`verify_torch` is the whole check as a function (the trainer callbacks call it too); importing
-this module has no side effects. A finding: ``{"where", "expected", "actual", "advice", "check"}``.
-"""
+"""The precision contract of mixed-precision training, checked: ``mp.verify(model, optimizer)``."""
 
 from __future__ import annotations
 

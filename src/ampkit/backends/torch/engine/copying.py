@@ -1,17 +1,4 @@
-"""``pickle`` and ``copy.deepcopy`` of an engine, the way ``torch.amp.GradScaler`` pickles.
-
-What travels: the mode, the device, the arguments, the loss scaling (GradScaler's ``state_dict``:
-scale, growth tracker, factors; the host mirror with its min/max), the step counters, the
-accumulation position and the loss-scale alarm (:mod:`.alarm`). The copy continues exactly where the
-original was: the same scale, skips and alarm, step after step.
-
-What does not: the model given to ``prepare`` and the optimizers the engine has followed, with the
-step post-hooks it put on them. They belong to the original: its hooks stay on its optimizers and keep
-working; the copy holds no model (``copy.prepare(model)`` gives it one, e.g. the model's own copy)
-and follows an optimizer afresh, with hooks of its own, the first time it steps it. Likewise
-``locate_overflows()`` is off in the copy and the contract watch (:mod:`.watch`) is not armed.
-Copying between ``unscale``/``step`` and the scale update is refused, as GradScaler refuses it.
-"""
+"""``pickle`` and ``copy.deepcopy`` of an engine, the way ``torch.amp.GradScaler`` pickles."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""DDP and FSDP for the engine: which models are sharded, the scaler they need, gradient sync, clipping.
-
-* FSDP (``FullyShardedDataParallel`` or FSDP2's ``fully_shard``) with loss scaling needs
-  ``ShardedGradScaler`` (:func:`scaling_for_model`).
-* Accumulation skips the gradient communication on all but the last micro-batch
-  (:func:`no_gradient_sync`): DDP and FSDP1 ``no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``.
-* Clipping an FSDP1 model takes the norm across shards (its own ``clip_grad_norm_``).
-"""
+"""DDP and FSDP for the engine: which models are sharded, the scaler they need, gradient sync, clipping."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The optimizers an engine has stepped, followed by identity (weak references), never by ``id()``.
-
-A new optimizer per training phase is followed even when Python hands it a freed optimizer's
-address, the engine keeps no optimizer alive, and an engine gone leaves no hook behind.
-"""
+"""The optimizers an engine has stepped, followed by identity (weak references), never by ``id()``."""
 
 from __future__ import annotations
 

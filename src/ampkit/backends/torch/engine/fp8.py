@@ -1,18 +1,4 @@
-"""fp8 training for ``ampkit.MixedPrecision("fp8")``: torchao's float8 training API, not a copy of it.
-
-``model = mp.prepare(model)`` swaps the model's eligible ``nn.Linear`` layers for torchao's
-``Float8Linear`` (``torchao.float8.convert_to_float8_training`` with
-``Float8LinearConfig.from_recipe_name(recipe)`` and a ``module_filter_fn``); everything else runs
-under bf16 autocast, as in torchao's README. Eligible: both dimensions multiples of 16 (the fp8
-matmul's requirement), and not the first or last Linear of the model unless asked (they carry
-the most sensitive numerics: the input embedding and the logits).
-
-Where the hardware has fp8 matmuls (an NVIDIA GPU with compute capability >= 8.9) the layers run
-torchao's real fp8 kernels; elsewhere (a CPU, an older GPU) they run torchao's own emulation
-(``Float8LinearConfig(emulate=True)``): the same casts and scales, fp8 numerics without fp8 speed.
-
-torchao is imported only here, and only when fp8 is asked for.
-"""
+"""fp8 training for ``ampkit.MixedPrecision("fp8")``: torchao's float8 training API, not a copy of it."""
 
 from __future__ import annotations
 

@@ -1,22 +1,8 @@
 """A precision plan on a PyTorch model: float32 islands and the Linear layers kept out of fp8.
 
-``MixedPrecision(mode, keep_fp32=[...])`` / ``MixedPrecision.from_plan(plan)``: at ``prepare(model)``
-each plan entry is resolved against ``model.named_modules()`` (a qualified name, a glob over names,
-or a class name; an entry matching nothing is one :class:`~ampkit.errors.UsageError` naming it), and
-each outermost module kept in ``fp32`` has its ``forward`` wrapped (an instance attribute,
-:class:`KeptForward`; ``remove`` deletes it): ``with torch.autocast(device, enabled=False)`` around
-the original, its floating inputs (positional and keyword, into tuples/lists/dicts) cast to float32,
-so its own matmuls -- those of its submodules and those its own ``forward`` computes, such as
-``q @ k^T`` -- run in float32 on its float32 master weights (parameters are never cast). A ``with``
-block (not a pair of hooks) so that an exception restores autocast and ``torch.compile`` traces it.
-
 Outputs are left in float32: the next op under autocast casts them back where it computes in the
 mode's dtype (a Linear, a conv, a matmul: autocast's cast list); ops that promote (an add with a
-float16 tensor) run in float32. Nothing is added to a step beyond one Python call per island (no sync).
-
-Under an ``fp8`` default, a Linear inside any plan entry (``fp32`` or ``bf16``) is not converted to
-torchao's Float8Linear: :meth:`Islands.fp8_verdict` is consulted by :mod:`.fp8`'s ``module_filter_fn``.
-"""
+float16 tensor) run in float32. Nothing is added to a step beyond one Python call per island (no sync)."""
 
 from __future__ import annotations
 

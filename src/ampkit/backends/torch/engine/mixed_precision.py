@@ -1,19 +1,9 @@
 """``ampkit.MixedPrecision``: the training engine for users' own PyTorch loops.
 
-One code path for every mode; the mode only changes which objects go into it (nanoGPT's way),
-all chosen once, in ``__init__``:
-
-* the forward region (:mod:`.regions`): TF32 forced off (fp32) or on (tf32), or ``torch.autocast``
-  in float16/bfloat16 (fp16, bf16), which leaves the TF32 flags alone;
-* the TF32 region around backward and the optimizer step (:func:`..tf32.tf32_math`);
-* the loss scaling (:mod:`.scaling`): ``torch.amp.GradScaler`` wrapped, not re-implemented (fp16),
-  or a scaling that does nothing (the others).
-
 DDP and FSDP are handled in :mod:`.distributed`, the schedulers in :mod:`.schedulers`, the
 optimizers the engine has seen in :mod:`.following`. Host-device syncs are listed in :mod:`.scaling`;
 the engine adds none to a step beyond those. ``StepResult.grad_norm`` is a device tensor until read
-(reading it syncs).
-"""
+(reading it syncs)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""``mp.autocast()``: the forward region of a mode.
-
-fp32 / tf32: only the TF32 flags change (a fresh TF32 scope per entry). fp16 / bf16: ``torch.autocast``,
-checked to be really on, and these modes leave the TF32 flags alone.
-
-One region per engine and thread is reused from step to step (its ``torch.autocast`` is built once:
-its argument checks cost about as much as entering it); entering a region that is already entered
-(nesting) stacks a fresh context, so any nesting stays exact.
-"""
+"""``mp.autocast()``: the forward region of a mode."""
 
 from __future__ import annotations
 

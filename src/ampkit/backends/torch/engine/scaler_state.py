@@ -5,8 +5,7 @@ and ``update`` (pytorch #67590): the per-optimizer ``stage`` and ``found_inf`` l
 ``_per_optimizer_states[id(optimizer)]``, and the current scale as a device tensor in ``_scale``
 (``get_scale()`` would sync). The engine (:mod:`.scaling`) and the trainer integrations
 (:mod:`..integrations`) read them through these functions only, so that a torch that changes its
-internals breaks one module. None of them syncs.
-"""
+internals breaks one module. None of them syncs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Loss scaling for the engine: ``torch.amp.GradScaler`` wrapped (fp16), or nothing at all (the others).
 
-:class:`LossScaling` and :class:`NoScaling` have one interface, so the engine's step reads the same in
-every mode (nanoGPT's "a scaler that is a no-op when disabled"). GradScaler's private state (there is
-no public accessor for a step's ``found_inf``, pytorch #67590) is read through :mod:`.scaler_state`.
-
 Host-device syncs, fp16 mode: the engine adds none to what GradScaler does for for-loop and
 foreach optimizers, and at most one per step for fused ones, however many there are:
 
@@ -20,12 +16,7 @@ foreach optimizers, and at most one per step for fused ones, however many there 
   keeps its step count, not how GradScaler decides to skip).
 * FSDP (``ShardedGradScaler``) with a fused optimizer: :class:`ShardedLossScaling` calls ``unscale_``
   itself before ``step`` (one extra unscale pass, no sync), because only ``unscale_`` all-reduces
-  ``found_inf`` across ranks; without it the ranks could disagree about the skip.
-
-From the skip flag the loss scale is mirrored on the host with GradScaler's exact float32 update
-rule (:class:`_ScaleMirror`), so ``StepResult.scale`` and ``stats`` are free to read and equal
-``get_scale()`` after every step.
-"""
+  ``found_inf`` across ranks; without it the ranks could disagree about the skip."""
 
 from __future__ import annotations
 

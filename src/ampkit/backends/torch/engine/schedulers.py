@@ -1,8 +1,4 @@
-"""LR schedulers stepped by the engine: only after an optimizer step that was taken.
-
-A step skipped for inf/NaN gradients leaves every scheduler where it was (the learning rate must
-follow the optimizer's real steps). ``ReduceLROnPlateau`` is stepped with the monitored value.
-"""
+"""LR schedulers stepped by the engine: only after an optimizer step that was taken."""
 
 from __future__ import annotations
 

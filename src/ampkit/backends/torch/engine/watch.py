@@ -1,14 +1,4 @@
-"""What the precision contract check (:mod:`.contract`) learns from a real training step, for free.
-
-:class:`ContractWatch` is armed by ``mp.prepare(model)`` and again by each ``mp.verify(model)``. Armed,
-it puts forward hooks on the model's matmul/conv layers (Linear, Conv, ConvTranspose, transformers'
-``Conv1D``) and on the model itself; the first forward records, per layer, the dtype of its output,
-whether autocast was on (and in which dtype) and the dtype of the weight it ran with, and at its end
-the hooks remove themselves. The first ``mp.step`` after that forward records the gradients the
-optimizers are about to use (their dtypes, host metadata; for FSDP2 units whose policy reduces in a
-lower precision, whether the gradients hold values that precision cannot: a device flag, read only
-by ``verify``). Nothing is recorded, and nothing costs anything, in the steps after.
-"""
+"""What the precision contract check (:mod:`.contract`) learns from a real training step, for free."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The loss scaler of a training engine, as the trainer callbacks read it.
-
-A torch ``GradScaler`` is the trainer's optimizer's ``scaler`` (accelerate's ``AcceleratedOptimizer``,
-Lightning's precision plugin). DeepSpeed keeps its own: its fp16 optimizers hold a
-``loss_scaler`` with ``cur_scale`` (the ZeRO optimizers, ``FP16_Optimizer``), or ``cur_scale``
-themselves, and accelerate wraps them in a ``DeepSpeedOptimizerWrapper``. That scale is a host
-float: :class:`HostScale` shows it to the watch in a GradScaler's shape (``is_enabled()``,
-``_init_scale`` read at each step), no device read. DeepSpeed steps inside ``backward`` (before the
-trainer's pre-optimizer event), so the scale a step ran with is the one read after the previous
-step (or at the start). Where an engine scales the loss where the
-callback cannot read it, one line says that the loss scale is not visible and what is still watched.
-
-DeepSpeed's dynamic scaler can skip a step without lowering its scale (``hysteresis`` > 1): a skip
-is counted where the scale went down, as for GradScaler.
-"""
+"""The loss scaler of a training engine, as the trainer callbacks read it."""
 
 from __future__ import annotations
 

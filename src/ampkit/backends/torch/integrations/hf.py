@@ -1,17 +1,4 @@
-"""``AmpkitCallback`` for the HuggingFace ``Trainer`` (public name: ``ampkit.integrations.transformers``).
-
-The Trainer steps through Accelerate: its optimizer is an ``AcceleratedOptimizer`` whose ``scaler``
-is the run's one GradScaler (None without fp16 on a GPU). The callback reads that scaler's scale
-tensor around each step (``on_pre_optimizer_step`` / ``on_optimizer_step``), the model's outputs
-through forward hooks, and the scheduler's counter; it makes no scaler of its own and reads the
-device only where :class:`~.watch.TorchWatch` says.
-
-The Trainer has no exception event, so importing this module wraps ``Trainer.train`` (once, at
-class level, like the Lightning module's precision note): it puts the callback before the
-reporting integrations (so its ``amp/`` values reach them in ``on_log``), tells it the checkpoint a
-run resumes from, and when anything ends the run — an exception, Ctrl-C, SystemExit — removes the
-hooks and writes what was recorded before the exception goes on. Otherwise ``train`` is unchanged.
-"""
+"""``AmpkitCallback`` for the HuggingFace ``Trainer`` (public name: ``ampkit.integrations.transformers``)."""
 
 from __future__ import annotations
 
@@ -150,7 +137,7 @@ def _scheduler_cause(optimizer) -> str:
 
 
 def _wrap_train(cls) -> None:
-    """``Trainer.train``, wrapped once: see the module's docstring."""
+    """``Trainer.train``, wrapped once: see docs/internals.md."""
     orig = cls.train
     if getattr(orig, "_ampkit", False):
         return

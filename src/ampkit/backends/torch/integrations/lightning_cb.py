@@ -1,24 +1,5 @@
 """``AmpkitCallback`` for Lightning (public name: ``ampkit.integrations.lightning``): the ``Trainer``'s
-callback, and the same object for Fabric (``Fabric(callbacks=[cb])``).
-
-The trainer's one scaler is its precision plugin's ``scaler`` (a real GradScaler with
-``precision="16-mixed"`` on a GPU, or the ``MixedPrecision("16-mixed", "cpu")`` plugin; None in bf16).
-Trainer: ``on_before_optimizer_step`` (gradients unscaled already, scheduler not yet stepped) reads
-the gradient norms and the scale used; ``on_train_batch_end`` the scale after the update.
-Fabric: ``fabric.setup(...)`` calls ``on_after_setup`` (the model is hooked), each
-``optimizer.step()`` calls ``on_after_optimizer_step``; schedulers are named with
-``cb.watch_schedulers(...)`` and the end of training is ``fabric.call("on_train_end")``.
-
-ampkit's own engine in a LightningModule (manual optimization: ``self.mp = ampkit.MixedPrecision(...)``,
-``self.mp.backward(loss)``, ``self.mp.step(self.optimizers())``): the callback finds it among the module's
-attributes and reads its GradScaler. Its skipped steps never reach Lightning's optimizer hooks
-(GradScaler does not call ``optimizer.step()`` on them, and Lightning's ``global_step`` does not count
-them): each engine step ends at ``on_train_batch_end``, numbered by the engine's own step count.
-
-What the user declared: Lightning replaces ``precision="16-mixed"`` by ``"bf16-mixed"`` on a CPU and
-keeps no trace of the original, so importing this module wraps the connectors' precision
-choice to note the flag as given (``_ampkit_declared``); it changes nothing else.
-"""
+callback, and the same object for Fabric (``Fabric(callbacks=[cb])``)."""
 
 from __future__ import annotations
 

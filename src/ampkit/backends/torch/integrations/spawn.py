@@ -1,12 +1,4 @@
-"""Lightning ``ddp_spawn``: the callback's record back in the launching process.
-
-Under ``strategy="ddp_spawn"`` the training runs in spawned copies of the callback; the launching
-process's callback object sees no event. Lightning's multiprocessing launcher sends rank 0's
-results back (``get_extra_results`` in the worker, ``update_main_process_results`` in the launching
-process); importing this module wraps both once, at class level, to carry each ``AmpkitCallback``'s
-summary and ledger along as a JSON string, so that ``cb.summary``, ``cb.ledger`` and ``cb.record``
-are there after ``trainer.fit``. Everything else the launcher does is unchanged.
-"""
+"""Lightning ``ddp_spawn``: the callback's record back in the launching process."""
 
 from __future__ import annotations
 

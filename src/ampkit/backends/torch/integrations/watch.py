@@ -10,18 +10,7 @@ exactly when the update lowered the scale: GradScaler's backoff factor is < 1). 
 in one ``tolist()`` every ``read_every`` steps (on a CPU, where reading costs no sync, every 4 steps; on a
 GPU at the trainer's own logging cadence, at most 32 steps) and at the end, and handed to the
 framework-neutral :class:`~ampkit.integrations.record.TrainRecord` in order. The ring holds
-``k + read_every`` rows, so the K steps before a failure are still there when it is read.
-
-Where the first failure is made (issues #34, #46): where a read of the device costs nothing each
-step -- a CPU, or a trainer that reads it every step anyway (a GradScaler's ``found_inf``, the HF
-Trainer's non-finite loss filter) -- :meth:`hold_steps` holds each step's outermost training
-forwards by reference (their inputs, autocast and random-number states; the trainer holds those
-inputs for the step anyway) until the step ends, and :meth:`grads`, before the optimizer applies
-anything, reads one flag: a step whose outputs went non-finite is replayed there, on its own
-inputs and weights, under the op-level trace (:func:`..numerics.origin.trace_calls`), once per
-run. Elsewhere (a GPU run without a per-step read) the trace is of the next training forward, as
-the document's ``traced`` says.
-"""
+``k + read_every`` rows, so the K steps before a failure are still there when it is read."""
 
 from __future__ import annotations
 
@@ -130,7 +119,7 @@ class TorchWatch:
             self._held = None
 
     def hold_steps(self, modules) -> None:
-        """Hold each step's outermost training forwards through ``modules`` (see the module docstring)."""
+        """Hold each step's outermost training forwards through ``modules`` (see docs/internals.md)."""
         from ..numerics.replay import StepCalls
 
         self._held = StepCalls(modules)
@@ -143,7 +132,7 @@ class TorchWatch:
             return
         n = self.n
         fin = torch.isfinite(row[:n + self.np_ + 1])   # forward amaxes | gradient norms | loss
-        if bool(fin[:n].all()):   # one read of the device: free here (see the module docstring)
+        if bool(fin[:n].all()):   # one read of the device, free here: a CPU, or a trainer that reads one every step anyway
             return
         if self._loss[self._r] and bool(fin[n:].all()):   # loss and gradients finite: it did not matter
             return

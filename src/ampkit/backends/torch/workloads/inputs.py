@@ -1,11 +1,4 @@
-"""The batch a bare model is fed: what its input layer takes, said in words for the documents.
-
-A model whose input goes into an embedding (a HuggingFace model built from its config, a custom
-model starting with ``nn.Embedding``) takes token ids: it gets ids drawn uniformly from
-``[0, num_embeddings)`` of that embedding, never N(0,1) floats (which an embedding refuses) or
-their integer cast (mostly 0, some negative). Any other model gets N(0,1) floats of
-``--input-shape``. :func:`input_description` is what the audit document's ``"input"`` says.
-"""
+"""The batch a bare model is fed: what its input layer takes, said in words for the documents."""
 
 from __future__ import annotations
 
