@@ -20,12 +20,12 @@ from ampkit.auto_cache import fingerprint
 from ampkit.backends.base import Backend
 from ampkit.bench.ops import BenchSession, Measured, ModelProbe
 from ampkit.compare import relative_error
-from ampkit.doctor.ops import Work
 from ampkit.environment import base_environment
 from ampkit.errors import ModeUnavailableError, UsageError
 from ampkit.formats import format_of, lost_below
 from ampkit.parity.ops import loader_order
 from ampkit.parity.report import RunRecord
+from ampkit.rounds import Work
 from ampkit.target import Target
 
 DTYPE = {"fp32": np.float32, "fp16": np.float16}

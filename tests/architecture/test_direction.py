@@ -165,3 +165,15 @@ def test_the_audit_session_is_chosen_in_one_table(framework, kinds):
     assert all(AuditSession in cls.__mro__ for cls in table.values()) and WhatIfSession in table["what_if"].__mro__
     assert [session_kind(AuditConfig(mode=m, what_if=w)) for m, w in (("fp16", False), ("bf16", False), ("fp8", False),
                                                                        ("fp16", True))] == ["plain", "plain", "fp8", "what_if"]
+
+
+def test_the_protocol_loads_at_most_twelve_ampkit_modules():
+    """``import ampkit.backends.base`` loads the protocols, their packages and ``ampkit`` itself and
+    nothing else (docs/architecture.md): a protocol module that imports a helper at module level for an
+    annotation (``doctor.ops`` took ``rounds.Work`` so) pulls its whole floor in."""
+    import subprocess
+
+    code = "import sys, ampkit.backends.base; print(sorted(m for m in sys.modules if m.startswith('ampkit')))"
+    loaded = ast.literal_eval(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert len(loaded) <= 12, loaded
+    assert not [m for m in loaded if m.split(".")[-1] not in ("ops", "base", "_callable") and m.count(".") > 1], loaded

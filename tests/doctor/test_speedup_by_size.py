@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from ampkit.doctor.ops import Work
 from ampkit.doctor.report import ModeReport
 from ampkit.doctor.sizes import measure_sizes, size_words
 from ampkit.doctor.verdicts import evaluate
+from ampkit.rounds import Work
 
 #: planted kernel speed of each mode relative to fp32, per size: bf16 loses at 64², gains at 1024²
 GAIN = {"fp32": {64: 1.0, 256: 1.0, 1024: 1.0}, "bf16": {64: 0.8, 256: 2.0, 1024: 4.0},

@@ -13,9 +13,8 @@ from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..rounds import Work
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the protocol names them only in annotations: importing it loads no rounds
+    from ..rounds import Work
     from ..target import Target
 
 

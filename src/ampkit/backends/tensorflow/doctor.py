@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ...doctor.ops import Work
 from ...errors import one_line
 from ...precision import get_precision
+from ...rounds import Work
 from . import doctor_work
 from .environment import grow_gpu_memory, import_tensorflow
 

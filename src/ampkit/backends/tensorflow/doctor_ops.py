@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ...doctor.ops import Work
+from ...rounds import Work
 from .tfimport import import_tensorflow
 
 #: the quick check's matmul: tens of milliseconds for an emulated bf16, well under one for a native one

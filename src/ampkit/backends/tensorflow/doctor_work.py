@@ -11,7 +11,7 @@ right on a GPU too.
 
 from __future__ import annotations
 
-from ...doctor.ops import Work
+from ...rounds import Work
 from .doctor_ops import conv_op, matmul_op
 from .environment import import_tensorflow
 

@@ -9,9 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.ops import Work
 from ...errors import one_line
 from ...precision import get_precision
+from ...rounds import Work
 from ...words import THRESHOLD as ACCEL_THRESHOLD
 from . import doctor_work, tf32_probe
 from .devices import auto_fingerprint, mode_support

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.ops import Work
 from ...precision import get_precision
+from ...rounds import Work
 from ...threads import DEFAULT_CPU
 from .tf32 import tf32_scope
 from .timing import clock_for

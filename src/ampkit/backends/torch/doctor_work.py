@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...doctor.ops import Work
+from ...rounds import Work
 from .doctor_ops import Block as _Block
 from .doctor_ops import PlainSGD, conv_op, matmul_op, measuring_threads, size_work
 from .doctor_ops import conv_net as _conv_net
