@@ -10,9 +10,11 @@ same load, and prints a table and PASS/FAIL per criterion:
 3. hand loop: the hand loop's speedup lies inside bench's interval, in at least RUNS-1 of RUNS runs.
 
 The hand loop builds the same model and batch (ampkit's workload builder: the same seeded weights,
-batch and loss) and trains it with torch alone (``torch.autocast``, ``torch.amp.GradScaler`` for
-fp16) in its own rounds: the modes in alternating order, a block of steps each, a round's time the
-fastest step of its block, the speedup the median of the per-round paired ratios.
+batch and loss), times with the clock bench's rows say they used (one thread's CPU time at one thread,
+else the wall clock; the wall-clock figure is printed beside it) and trains it with torch alone
+(``torch.autocast``, ``torch.amp.GradScaler`` for fp16) in its own rounds: the modes in alternating
+order, a block of steps each, a round's time the fastest step of its block, the speedup the median
+of the per-round paired ratios.
 
     python benchmarks/bench_stability.py                        # a small MLP written to a temp dir
     python benchmarks/bench_stability.py --workload cnn --steps 10
@@ -101,9 +103,10 @@ def bench_run(args, cwd: str, out: str) -> dict:
         return json.load(f)
 
 
-def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str]) -> dict[str, float]:
-    """The same model, batch and threads, trained by hand in interleaved rounds; per mode the median
-    of the per-round (fp32 round time / mode round time)."""
+def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str], clock: str = "wall") -> dict[str, float]:
+    """The same model, batch, threads and clock, trained by hand in interleaved rounds; per mode the
+    median of the per-round (fp32 round time / mode round time). ``clock``: what bench's rows say they
+    timed with (``thread_cpu``: ``time.thread_time``, one thread's CPU time; else ``time.perf_counter``)."""
     import torch
 
     sys.path.insert(0, cwd)
@@ -141,13 +144,14 @@ def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str]) -> dic
     rounds = min(args.steps // 2, 10) if args.steps >= 4 else args.steps
     block = max(1, args.steps // rounds)
     times = {m: [] for m in modes}
+    now = time.thread_time if clock == "thread_cpu" else time.perf_counter
     for r in range(rounds):
         for mode in (modes if r % 2 == 0 else modes[::-1]):
             ts = []
             for _ in range(block):
-                t = time.perf_counter()
+                t = now()
                 step(mode)
-                ts.append(time.perf_counter() - t)
+                ts.append(now() - t)
             times[mode].append(min(ts))
     out = {}
     for mode in modes:
@@ -189,8 +193,12 @@ def main() -> int:
             print(f"run {i + 1}: {time.perf_counter() - t0:.0f} s, {uptime()}", flush=True)
         threads = int(docs[0]["environment"].get("cpu", {}).get("threads") or 1)
         batch = next(r["batch_size"] for r in docs[0]["results"] if r["status"] == "ok")
-        hand = hand_loop(args, cwd, threads, batch, modes)
-    print(f"after: {uptime()}; bench threads {threads}, batch {batch}, pairing {docs[0].get('pairing')}")
+        clock = next((r.get("clock") for r in docs[0]["results"] if r.get("clock")), "wall")
+        hand = hand_loop(args, cwd, threads, batch, modes, clock)
+        wall = hand_loop(args, cwd, threads, batch, modes, "wall") if clock != "wall" else hand
+    print(f"after: {uptime()}; bench threads {threads}, batch {batch}, clock {clock}, pairing {docs[0].get('pairing')}")
+    print("hand loop (bench's clock): " + ", ".join(f"{m} {v:.3f}x" for m, v in hand.items() if m != "fp32")
+          + "; hand loop (wall clock, for reference): " + ", ".join(f"{m} {v:.3f}x" for m, v in wall.items() if m != "fp32"))
     what = args.model or args.workload
     print(f"\n{what}: {args.steps} steps after {args.warmup} warm-up, {args.runs} runs\n")
     print(f"{'run':>4} {'mode':>5} {'speedup':>8} {'interval':>16} {'verdict':>26}  load change")

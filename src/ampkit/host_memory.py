@@ -21,26 +21,12 @@ def rss_bytes() -> int:
 
 #: ``--batch-size auto``'s children: large allocations mmapped and returned on free, so the RSS falls
 #: after each trial and one trial's peak does not carry into the next (glibc's dynamic threshold would
-#: keep freed blocks on the heap). Only searching children get it: see :func:`heap_for_timing`.
+#: keep freed blocks on the heap). Only searching children get it: under it every large tensor of a
+#: timed step is a fresh mapping whose pages fault in again at every step (measured: a small MLP's
+#: fp32 step 5.5 ms of CPU instead of 3.0, 240,000 page faults a second), which slows every mode by
+#: the same few ms and pulls each speedup towards 1. A searching child keeps it for its timed steps:
+#: its peak must be the one the search measured (the default allocator's heap peak is larger).
 SEARCH_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _GLIBC_MMAP_MAX = -1, -3, 32 * 1024 * 1024
-
-
-def heap_for_timing() -> bool:
-    """After a search under :data:`SEARCH_ENV`: large blocks back on the heap, as in a training process
-    past its first steps (glibc raises its threshold to a freed block's size, up to 32 MiB, and keeps
-    twice that at the heap's top before trimming). Under the
-    search's setting every large tensor was a fresh mapping whose pages faulted in again at every step
-    (measured: a small MLP's fp32 step 5.5 ms of CPU instead of 3.0, 240,000 page faults a second),
-    which made every mode slower by the same few ms and pulled each speedup towards 1. True where set
-    (Linux/glibc), else False."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_MAX) and libc.mallopt(_M_TRIM_THRESHOLD, 2 * _GLIBC_MMAP_MAX))
-    except (OSError, AttributeError):
-        return False
 
 
 def is_oom(exc: BaseException) -> bool:

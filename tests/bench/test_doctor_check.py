@@ -71,7 +71,7 @@ def test_fp32_recommended_and_a_faster_mode_the_thread_counts_and_explain_catego
 def test_a_mode_the_doctor_calls_slower_measured_faster():
     (text,) = disagreements(DOCTOR, [FP32, _row("bf16", 1.5, [1.3, 1.7], "faster"), _row("fp16", 1.4, [1.2, 1.6], "faster")],
                             "gpt2")
-    assert text.startswith("the doctor calls fp16 slower (matmul/conv 0.02x, training step 0.31x fp32")
+    assert text.startswith("the doctor calls fp16 slower (matmul/conv 0.020x, training step 0.31x fp32")
 
 
 @pytest.fixture()

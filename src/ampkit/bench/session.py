@@ -21,7 +21,6 @@ import signal
 import time
 
 from ..breakdown import explain_steps
-from ..host_memory import heap_for_timing
 from ..isolation import die_with_parent, run_exit_hooks
 from .compiled import compiled_warmup
 from .ops import MeasureRequest
@@ -69,7 +68,6 @@ class SessionRun:
                 if batch is None:
                     self.failed = True
                     return False
-                heap_for_timing()  # the timed steps under the allocator a training process has, not the search's
             self.batch_size = batch
             s.begin(batch)
             return True

@@ -71,27 +71,37 @@ def _skipped(count, total) -> str:
 def caption(report) -> list[str]:
     """How the speedup and its interval were computed, in the table's words (printed under it)."""
     repeats = (report.config.get("repeats") or 1) > 1
+    from ..threads import footer
+
+    threads = footer(report.environment.get("cpu"), accelerator=str(report.device).startswith(("cuda", "GPU")))
+    tail = ([threads + "."] if threads else []) + _clock_words(report.results)
     if getattr(report, "pairing", None) == "interleaved":
         rounds = max((r.rounds or 0 for r in report.results), default=0)
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
                 "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round (a round: its fastest step).",
                 "95% interval: bootstrap over those paired rounds (a load change hits every mode of a round alike).",
                 f"vs fp32: faster/slower only when the interval's end clears {THRESHOLD:.2f}x (the doctor's rule); "
-                "no measurable difference when the interval holds 1."]
+                "no measurable difference when the interval holds 1."] + tail
     how = ("95% interval: bootstrap over the repeats, each resampled together with fp32's run of the same repeat."
            if repeats else
            "95% interval: bootstrap over this run's timed steps (step-to-step noise only; --repeats N adds what "
            "changes between runs).")
-    from ..threads import footer
-
-    threads = footer(report.environment.get("cpu"), accelerator=str(report.device).startswith(("cuda", "GPU")))
     return [f"speedup = samples/s ÷ fp32's samples/s = fp32's median step time ÷ this mode's "
             f"(samples/s = batch ÷ step ms p50{', medians over the repeats' if repeats else ''}).",
             how,
             f"vs fp32: faster = the interval's low end clears {THRESHOLD:.2f}x; slower = its high end is below "
             f"1/{THRESHOLD:.2f} (the doctor's rule); no measurable difference = the interval holds 1; small difference = "
             f"the interval excludes 1 but stays within {THRESHOLD:.2f}x; no interval = too few timed steps to tell; "
-            "see below = no speedup claimed (the flag is named below)."] + ([threads + "."] if threads else [])
+            "see below = no speedup claimed (the flag is named below)."] + tail
+
+
+def _clock_words(rows) -> list[str]:
+    """How the steps were timed, where a row says so: on one CPU thread its CPU clock (every op of the
+    step runs on it, so another job on a shared machine adds nothing to a step's time)."""
+    if any(getattr(r, "clock", None) == "thread_cpu" for r in rows):
+        return ["step times: the CPU time of the one thread every op of the step ran on (time.thread_time): "
+                "another job on this machine adds nothing to them; on an idle machine they equal the wall clock."]
+    return []
 
 
 def render(report, con) -> None:
