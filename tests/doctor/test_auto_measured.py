@@ -25,6 +25,7 @@ from ampkit.backends.torch import devices, doctor_ops
 from ampkit.cpu import cpu_emulation_note, cpu_mode_support
 from ampkit.doctor.verdicts import ACCEL_THRESHOLD, TRAINING_GAIN, evaluate
 from ampkit.rounds import Plan
+from ampkit.stats import ratio_text
 
 CPU = torch.device("cpu")
 SLOWER = {"bf16": {"verdict": "slower", "speedup": 0.55, "speedup_ci": [0.5, 0.6], "training_speedup": 0.7,
@@ -96,7 +97,7 @@ def test_the_doctor_writes_its_verdict_and_auto_follows_it(cache):
     assert entry["modes"]["bf16"]["speedup"] == bf16.speedup
     mp = ampkit.MixedPrecision("auto", device="cpu")
     assert mp.mode == report.recommended  # auto never contradicts the doctor
-    assert f"the doctor measured bf16 matmul/conv {bf16.speedup:.2f}x" in mp.reason
+    assert f"the doctor measured bf16 matmul/conv {ratio_text(bf16.speedup)}x" in mp.reason
     if bf16.verdict == "slower":
         assert mp.mode == "fp32"
 
@@ -165,7 +166,7 @@ def test_without_a_cache_auto_measures_here_caches_it_and_agrees_with_the_measur
     faster_matmul = bf16["speedup_ci"][0] >= ACCEL_THRESHOLD
     trains_faster = bf16.get("training_speedup") is not None and bf16["training_speedup"] >= TRAINING_GAIN
     assert mp.mode == ("bf16" if faster_matmul and trains_faster else "fp32"), entry
-    assert f"a quick check measured bf16 matmul {bf16['speedup']:.2f}x" in mp.reason and "just now" in mp.reason
+    assert f"a quick check measured bf16 matmul {ratio_text(bf16['speedup'])}x" in mp.reason and "just now" in mp.reason
     # and the machine agrees: a bf16 matmul this test itself sees clearly slower is never chosen
     ratio = _matmul_ratio()
     if ratio < 0.7:
