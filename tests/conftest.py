@@ -24,6 +24,11 @@ def _private_auto_cache() -> str:
 
 
 os.environ["AMPKIT_CACHE_DIR"] = _private_auto_cache()
+# One intra-op thread per torch process (the workers and every process they start inherit it): the suite
+# runs two xdist workers on a 2-core machine, and a process on two threads there waits at every op's
+# barrier for a descheduled thread (a default parity run took 191 s in the suite, 15 s alone). A test
+# that times at another count sets it itself (torch.set_num_threads, --threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _has_cuda() -> bool:

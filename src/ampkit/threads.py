@@ -75,3 +75,12 @@ def footer(cpu: dict | None, *, accelerator: bool = False) -> str | None:
     default = " (the default for doctor and bench; --threads N times at N)" if n == DEFAULT_CPU else \
         " (--threads; the default for doctor and bench is 1)"
     return f"timed on {words(n)} of the CPU{default}"
+
+
+def clock_words(rows) -> list[str]:
+    """How bench timed its steps, where a row says so: on one CPU thread its CPU clock (every op of the
+    step runs on it, so another job on a shared machine adds nothing to a step's time)."""
+    if any(getattr(r, "clock", None) == "thread_cpu" for r in rows):
+        return ["step times: the CPU time of the one thread every op of the step ran on (time.thread_time): "
+                "another job on this machine adds nothing to them; on an idle machine they equal the wall clock."]
+    return []

@@ -71,10 +71,10 @@ def _skipped(count, total) -> str:
 def caption(report) -> list[str]:
     """How the speedup and its interval were computed, in the table's words (printed under it)."""
     repeats = (report.config.get("repeats") or 1) > 1
-    from ..threads import footer
+    from ..threads import clock_words, footer
 
     threads = footer(report.environment.get("cpu"), accelerator=str(report.device).startswith(("cuda", "GPU")))
-    tail = ([threads + "."] if threads else []) + _clock_words(report.results)
+    tail = ([threads + "."] if threads else []) + clock_words(report.results)
     if getattr(report, "pairing", None) == "interleaved":
         rounds = max((r.rounds or 0 for r in report.results), default=0)
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
@@ -94,14 +94,6 @@ def caption(report) -> list[str]:
             f"the interval excludes 1 but stays within {THRESHOLD:.2f}x; no interval = too few timed steps to tell; "
             "see below = no speedup claimed (the flag is named below)."] + tail
 
-
-def _clock_words(rows) -> list[str]:
-    """How the steps were timed, where a row says so: on one CPU thread its CPU clock (every op of the
-    step runs on it, so another job on a shared machine adds nothing to a step's time)."""
-    if any(getattr(r, "clock", None) == "thread_cpu" for r in rows):
-        return ["step times: the CPU time of the one thread every op of the step ran on (time.thread_time): "
-                "another job on this machine adds nothing to them; on an idle machine they equal the wall clock."]
-    return []
 
 
 def render(report, con) -> None:
