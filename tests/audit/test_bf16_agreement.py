@@ -68,11 +68,14 @@ def test_the_bf16_audit_names_the_attention_of_the_scaled_gpt2(scaled):
     # measured: c_proj receives ~16% (findings from 12.5%), c_attn gives ~4%: the softmax between amplifies it
     assert errs[ATTN + ".c_proj"] > 0.125 and errs[ATTN + ".c_attn"] * 2 < errs[ATTN + ".c_proj"]
     assert bf16.to_dict()["findings"][0]["severity"] == "note"
+    # a forward's error, not a verdict on training: parity measures that (on this case bf16 trains as fp32 does)
+    assert f.advice.endswith("whether it costs convergence: `ampkit parity --modes fp32,bf16`)")
 
 
 def test_the_what_if_keeps_it_in_float32_and_nothing_offers_plain_bf16(scaled):
     bf16 = scaled["what_if"].what_if["bf16"]
     assert bf16["verdict"] == "keep_in_fp32" and bf16["keep_in_fp32"] == [ATTN]
+    assert "grows to" in bf16["advice"] and "`ampkit parity --modes fp32,bf16`" in bf16["advice"]
     texts = _advice(scaled)
     assert not [t for t in texts if OFFERS_BF16.search(t.replace("not bf16", ""))], texts
 
