@@ -15,7 +15,7 @@ This file is both the user's factories and the script that compares the instrume
 
     python benchmarks/bf16_agreement.py [--steps 300] [--seeds 3] [--batch-size 16] [--tiny]
 
-The script runs the bf16 and fp16 audits, the what-if, the plan and parity (the CLI, JSON documents),
+The script runs the bf16 and fp16 audits, the what-if and parity (the CLI, JSON documents; `ampkit plan` takes the `workload` factory),
 and a plain hand loop (fp32 and bf16 autocast, the same seeds, initial weights and batches) as the
 referee, and prints each verdict with its figures. ``--tiny`` (and the ``tiny_model``/``tiny_data``
 factories): the suite's size (32 positions, width 64, fewer sequences).
