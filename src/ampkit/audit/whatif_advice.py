@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .core import Advice
+from .core import Advice, converges
 
 _LIST = 4  # modules named in one sentence before "and N more"
 
@@ -64,7 +64,8 @@ def bf16_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
     if rest:
         parts.append(f"bf16 rounds away what matters in {_names(rest)}: its rounding noise is over 1/16 of the "
                      "output's own spread in float32 (or the values underflow)")
-    return "; ".join(parts) + "; keep " + ("it" if len(flagged) == 1 else "them") + " in float32", _code(advice, flagged)
+    keep = "; keep " + ("it" if len(flagged) == 1 else "them") + " in float32"
+    return "; ".join(parts) + keep + (converges("bf16") if grown else ""), _code(advice, flagged)
 
 
 def fp8_advice(p: dict, advice: Advice) -> tuple[str, str | None]:
