@@ -289,7 +289,10 @@ def application(flavor: str = "keras") -> None:
         _policy(flavor, "float32")
     model.set_weights(weights)
     skipped, applied_at, bad = lso_walk(flavor, model, x, y, loss, 512.0)
-    assert skipped == [512.0, 256.0] and applied_at == 128.0 and bad == ["conv1_conv/kernel"], (skipped, applied_at, bad)
+    # how far it backs off is the CPU's (fp16's rounding of the forward moves that gradient by a few percent:
+    # 512, 256 then 128 on an AMX CPU; 512, 256, 128 then 64 on an AVX512 one): the audit must match the real run
+    assert len(skipped) >= 1 and skipped == [512.0 / 2**i for i in range(len(skipped))], skipped
+    assert applied_at == skipped[-1] / 2 and bad == ["conv1_conv/kernel"], (skipped, applied_at, bad)
     default, audit.KerasAuditSession.initial_scale = audit.KerasAuditSession.initial_scale, 512.0  # the walk's start
     try:
         rep = ampkit.audit(build, (x, y), loss, framework="tensorflow", mode="fp16")
@@ -300,7 +303,7 @@ def application(flavor: str = "keras") -> None:
     overflowed = {lay.name: lay.param_grad_overflow for lay in rep.layers if lay.param_grad_overflow}
     assert overflowed == {"conv1_conv": {"params": ["conv1_conv/kernel"], "loss_scale": 512.0}}, overflowed
     conv = next(lay for lay in rep.layers if lay.name == "conv1_conv")
-    assert 65504 / 256 < conv.param_grad_amax < 65504 / 128, conv.param_grad_amax  # float32's value says the same
+    assert conv.param_grad_amax > 65504 / 512, conv.param_grad_amax  # float32's value overflows at the start too
     assert max(lay.grad_amax for lay in rep.layers) * 512 < 65504  # no output gradient comes near
     head = [f for f in rep.findings if f.kind == "contract" and f.layer == "predictions"]
     assert head and "float16 compute" in head[0].advice and "dtype_policy = 'float32'" in head[0].code, head
