@@ -60,6 +60,27 @@ def resolve(value: int | None, accelerator: bool) -> int | None:
     return None if accelerator else DEFAULT_CPU
 
 
+def timing_cpus(threads: int | None) -> frozenset | None:
+    """The CPUs every mode's process of one bench times on: the last ``threads`` of those this process
+    may run on, the same for every mode (None: no count, e.g. a GPU, or as many as there are).
+
+    Left to the scheduler, each mode's process tends to stay on the CPU it last ran on (it wakes
+    where it slept), and on a shared machine one CPU is busier than another -- interrupts, another
+    job, a sibling hyperthread on the host -- for the whole run: measured on a 2-core VM under a
+    changing load, one mode's rounds ran 20-30% slower than the others' for a whole run, and the
+    speedup moved between runs by more than any interval of one run could show (#45). On the same
+    CPUs, what one CPU's neighbours do hits every mode alike, as it does a hand loop in one process."""
+    if threads is None:
+        return None
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if threads >= len(allowed):
+        return None
+    return frozenset(allowed[-threads:])
+
+
 def words(n) -> str:
     return f"{n} thread" + ("" if n == 1 else "s")
 
@@ -79,8 +100,16 @@ def footer(cpu: dict | None, *, accelerator: bool = False) -> str | None:
 
 def clock_words(rows) -> list[str]:
     """How bench timed its steps, where a row says so: on one CPU thread its CPU clock (every op of the
-    step runs on it, so another job on a shared machine adds nothing to a step's time)."""
+    step runs on it, so another job's time slices on a shared machine are not counted), and the CPUs
+    every mode ran on where bench pinned them (:func:`timing_cpus`)."""
+    out = []
+    cpus = {tuple(r.cpus) for r in rows if getattr(r, "cpus", None)}
+    counts = {getattr(r, "threads", None) for r in rows if getattr(r, "cpus", None)}
+    if len(cpus) == 1 and counts == {len(next(iter(cpus)))}:  # one CPU per thread, the same CPUs for every mode
+        (one,) = cpus
+        out.append(f"every mode's process ran on CPU{'s' if len(one) > 1 else ''} {', '.join(map(str, one))}, "
+                   "the same for all (a busier CPU would otherwise slow one mode for a whole run).")
     if any(getattr(r, "clock", None) == "thread_cpu" for r in rows):
-        return ["step times: the CPU time of the one thread every op of the step ran on (time.thread_time): "
-                "another job on this machine adds nothing to them; on an idle machine they equal the wall clock."]
-    return []
+        return out + ["step times: the CPU time of the one thread every op of the step ran on (time.thread_time): "
+                "another job's time slices are not counted; on an idle machine they equal the wall clock."]
+    return out

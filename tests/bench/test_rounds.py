@@ -12,7 +12,7 @@ from ampkit.bench.repeats import fold
 from ampkit.bench.report import BenchRow, derive_relative
 from ampkit.bench.rounds import load_change, paired_ratios, paired_speedup, plan_rounds, round_order, round_pace, split_rounds
 from ampkit.registry import _REGISTERED
-from ampkit.stats import ratio_estimate
+from ampkit.stats import median_interval, paired_estimate
 
 
 def test_the_steps_are_spread_over_at_most_ten_rounds_of_two_steps_or_more():
@@ -58,15 +58,16 @@ def test_a_load_that_comes_and_goes_cancels_in_the_paired_ratio():
     assert "rerun on an idle machine" in change["line"]
 
 
-def test_the_interval_is_the_doctors_bootstrap_of_the_per_round_ratios():
+def test_the_interval_is_the_order_statistics_of_the_per_round_ratios():
     fp32 = [100.0, 100.0, 100.0, 100.0, 100.0]
     bf16 = [100.0, 80.0, 110.0, 90.0, 100.0]
     ratios = [1.0, 1.25, 100 / 110, 100 / 90, 1.0]
     assert paired_ratios(fp32, bf16) == pytest.approx(ratios)
-    assert paired_speedup(fp32, bf16) == ratio_estimate(paired_ratios(fp32, bf16))
+    assert paired_speedup(fp32, bf16) == paired_estimate(paired_ratios(fp32, bf16))
     base, mode = _rows(fp32, bf16)
     derive_relative([base, mode])
-    est = ratio_estimate(ratios)
+    est = paired_estimate(ratios)
+    assert est.ci == [round(100 / 110, 4), 1.25]  # five rounds: the whole range
     assert mode.speedup_vs_fp32 == est.point == 1.0 and mode.speedup_ci == est.ci
     assert mode.speedup_verdict == "no measurable difference"
     assert load_change({"fp32": fp32, "bf16": bf16}) is None  # 1.10 / 0.91: within the spread allowed
@@ -119,3 +120,37 @@ def test_batch_size_auto_runs_the_modes_one_after_another_and_says_so(ordered):
     report = driver.run(BenchConfig(workload="small", modes="fp32,bf16", memory_budget=50_000, steps=2, warmup=0),
                         "order")
     assert report.pairing == "sequential" and all(r.round_ms == [] for r in report.results)
+
+
+def test_the_median_interval_is_the_binomial_order_statistics():
+    """The order statistics x(k), x(n+1-k): the whole range below six values, x(1)..x(6) at six (P=1/64
+    each side), x(2)..x(9) at ten, x(6)..x(15) at twenty (P(B<6)=2.1% <= 2.5% < P(B<7)=5.8%);
+    unsorted input; one value: none."""
+    assert median_interval([5.0]) is None
+    assert median_interval([3.0, 1.0]) == (1.0, 3.0)
+    assert median_interval([5.0, 1.0, 4.0, 2.0, 3.0]) == (1.0, 5.0)
+    assert median_interval(range(1, 7)) == (1.0, 6.0)
+    assert median_interval(list(range(10, 0, -1))) == (2.0, 9.0)
+    assert median_interval(range(1, 21)) == (6.0, 15.0)
+    assert median_interval(range(1, 21), confidence=0.5) == (8.0, 13.0)  # P(B<8)=13.2% <= 25% < P(B<9)=25.2%
+
+
+def test_the_median_interval_holds_its_coverage_where_the_bootstrap_falls_short():
+    """Planted rounds from a skewed distribution whose median is known: over 400 seeded runs of ten
+    rounds, the order-statistic interval holds the true median at least 95% of the time (it is exact:
+    97.9% at n=10); the doctor's bootstrap of the same rounds holds it less often."""
+    import math
+    import random
+
+    from ampkit.stats import ratio_estimate
+
+    rng = random.Random(7)
+    true_median = math.exp(0.0)  # lognormal(0, 0.3) has median 1
+    held = boot = 0
+    for _ in range(400):
+        xs = [math.exp(rng.gauss(0.0, 0.3)) for _ in range(10)]
+        est = paired_estimate(xs)
+        held += est.low <= true_median <= est.high
+        b = ratio_estimate(xs, resamples=400)
+        boot += b.low <= true_median <= b.high
+    assert held / 400 >= 0.95 and held > boot, (held, boot)

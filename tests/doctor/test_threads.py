@@ -9,6 +9,8 @@ thread count), else ``recommended: null`` and "not measured"."""
 
 from __future__ import annotations
 
+import os
+
 import contextlib
 import json
 
@@ -164,3 +166,11 @@ def test_every_interleaved_mode_times_at_the_count_it_reports(n, tmp_path, monke
                           steps=4, warmup=1, framework="torch", device="cpu", threads=n)
     assert report.pairing == "interleaved" and report.environment["cpu"]["threads"] == n
     assert [(r.mode, r.status, r.threads) for r in report.results] == [("fp32", "ok", n), ("bf16", "ok", n)]
+    # every mode's process on the same CPUs, read in each: the last n this process may use (#45: left to
+    # the scheduler one mode stayed on a busier CPU for a whole run); all of them at every CPU; this
+    # process's own set as it was
+    allowed = sorted(os.sched_getaffinity(0))
+    assert [r.cpus for r in report.results] == [allowed[-n:]] * 2
+    assert sorted(os.sched_getaffinity(0)) == allowed
+    cpus = ", ".join(map(str, allowed[-n:]))
+    assert f"every mode's process ran on CPU{'s' if n > 1 else ''} {cpus}, the same for all" in threads.clock_words(report.results)[0]

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from ..isolation import describe_exit, stop
+from ..threads import timing_cpus
 from .ops import MeasureRequest
 from .report import BenchRow
 from .rounds import round_order
@@ -31,9 +32,9 @@ _FINISH_AFTER_STOP_S = 30.0
 class _Child:
     """One mode's live child and what the parent knows of it."""
 
-    def __init__(self, request: MeasureRequest, spec: str):
+    def __init__(self, request: MeasureRequest, spec: str, cpus: frozenset | None = None):
         self.mode, self.timeout = request.mode, request.config.timeout
-        self.proc, self.conn = spawn(serve_session, (spec, request), duplex=True)
+        self.proc, self.conn = spawn(serve_session, (spec, request), duplex=True, cpus=cpus)
         self.row: BenchRow | None = None  # set once the child sent its row (or died, or ran past --timeout)
         self.busy_s = 0.0                 # time spent answering: --timeout is per mode
         self.rounds = 0
@@ -102,11 +103,12 @@ def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int]
     def alive() -> list[_Child]:
         return [c for c in children.values() if c.row is None]
 
+    cpus = None if not requests or requests[0].target.accelerator else timing_cpus(requests[0].config.threads)
     try:
         for req in requests:
             if progress:
                 progress({"mode": req.mode, "kind": "start", "steps": req.config.steps, "interleaved": True})
-            children[req.mode] = _Child(req, spec)
+            children[req.mode] = _Child(req, spec, cpus)  # every mode on the same CPUs (ampkit.threads)
         for c in alive():  # built side by side, each in its own process
             ask(c, None)
         for c in alive():  # the warm-up, in turn

@@ -16,7 +16,7 @@ ROW_CHOICES = {"status": STATUSES}
 SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, paired by round where the modes ran "
                       "interleaved (pairing: interleaved): the median over the rounds of the mode's samples/s over "
                       "fp32's in the same round (a round's time: the fastest step of its block), speedup_ci the "
-                      "95% bootstrap interval of that median over the rounds (all repeats pooled); run one after "
+                      "95% distribution-free interval of that median (order statistics of the rounds, all repeats pooled); run one after "
                       "another (pairing: sequential, --batch-size auto or under a launcher): the ratio of the rows' "
                       "samples_per_s, speedup_ci over the timed steps (--repeats: over the repeats, paired); "
                       "samples_per_s = batch_size / median step time; null with flags when the loss diverged from "
@@ -73,6 +73,7 @@ class BenchRow:
     round_ms: list = field(default_factory=list)  # interleaved: each round's fastest step (ms; null: not run)
     threads: int | None = None          # CPU threads the timed steps ran on, read in the mode's process (null: a GPU)
     clock: str | None = None            # how a step was timed: "thread_cpu" (a CPU at one thread), "wall", "cuda_events"
+    cpus: list | None = None            # the CPUs the mode's process could run on, read there (null: a GPU); every mode the same
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -195,7 +196,7 @@ def derive_relative(rows: list[BenchRow], runs: dict[str, list[BenchRow]] | None
             r.speedup_ci = [min(est.ci[0], round(r.speedup_vs_fp32, 4)), max(est.ci[1], round(r.speedup_vs_fp32, 4))]
             r.speedup_verdict = judge.words(est)
             r.speedup_note = (f"median of the samples/s ratios of {est.n} interleaved rounds, each paired with fp32's; "
-                              "95% bootstrap interval over the rounds" if paired is not None
+                              "95% interval: order statistics of the rounds" if paired is not None
                               else f"samples/s ratio; 95% interval from {est.n} paired repeats" if runs and r.repeats > 1
                               else f"samples/s ratio; 95% interval from this run's timed steps "
                                    f"({len(base.step_times_ms)} fp32, {len(r.step_times_ms)} {r.mode})")

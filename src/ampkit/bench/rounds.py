@@ -12,8 +12,9 @@ more where ``--steps`` allows), as the doctor keeps the fastest rep of a round: 
 ever adds time, and a step it hit is not the step the mode takes. Its **paired ratio** is fp32's
 round time over the mode's, times the batch ratio: both were timed next to each other, so what the
 machine did in that round (another job starting or stopping) cancels. The speedup is the median
-of those ratios and its interval their seeded bootstrap (:func:`ampkit.stats.ratio_estimate`, the
-doctor's); ``--repeats`` adds whole runs, whose rounds pool.
+of those ratios and its interval the distribution-free one of a median (:func:`ampkit.stats.median_interval`:
+order statistics, which with ten rounds or fewer hold their 95% where a bootstrap of the median is
+too narrow and missed the next run's median); ``--repeats`` adds whole runs, whose rounds pool.
 
 **Load check** (:func:`load_change`): per round, the machine's pace is the geometric mean over
 the modes of the round's time over that mode's median round time; when the slowest round's pace
@@ -28,7 +29,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from ..stats import Estimate, ratio_estimate
+from ..stats import Estimate, paired_estimate
 
 #: at most this many rounds (more steps make longer blocks)
 MAX_ROUNDS = 10
@@ -84,9 +85,10 @@ def paired_ratios(base: Sequence[float | None], mode: Sequence[float | None], ba
 
 def paired_speedup(base: Sequence[float | None], mode: Sequence[float | None], base_batch: int = 1,
                    mode_batch: int = 1) -> Estimate | None:
-    """The median of the paired ratios and its bootstrap interval (None: no round in common)."""
+    """The median of the paired ratios and its distribution-free interval
+    (:func:`ampkit.stats.paired_estimate`; None: no round in common)."""
     ratios = paired_ratios(base, mode, base_batch, mode_batch)
-    return ratio_estimate(ratios) if ratios else None
+    return paired_estimate(ratios) if ratios else None
 
 
 def round_pace(rounds: dict[str, Sequence[float | None]]) -> list[float | None]:

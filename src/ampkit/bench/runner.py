@@ -10,6 +10,7 @@ and the ``--batch-size auto`` search around the backend's trial are computed her
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -20,6 +21,7 @@ from dataclasses import replace
 from ..errors import one_line
 from ..host_memory import SEARCH_ENV
 from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
+from ..threads import timing_cpus
 from .ops import MeasureRequest
 from .report import BenchRow, derive_relative
 from .rows import search_batch
@@ -101,11 +103,27 @@ def mode_progress(progress, mode: str):
     return lambda kind, done, total: progress({"mode": mode, "kind": kind, "done": done, "total": total})
 
 
-def spawn(target, args: tuple, duplex: bool = False, search: bool = False):
+@contextlib.contextmanager
+def pinned(cpus: frozenset | None):
+    """The calling thread on ``cpus`` while a child starts (a new process inherits its starter's CPU
+    set), then back on its own; None or a platform without affinity: nothing changes."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def spawn(target, args: tuple, duplex: bool = False, search: bool = False, cpus: frozenset | None = None):
     """A started spawned child running ``target(conn, *args)`` -> (process, the parent's end of the
     pipe). Started with SIGINT blocked and without re-running the caller's script; a child that
     searches ``--batch-size auto`` (``search``) under the search's allocator setting
-    (:data:`ampkit.host_memory.SEARCH_ENV`), every other one under the allocator's own."""
+    (:data:`ampkit.host_memory.SEARCH_ENV`), every other one under the allocator's own; ``cpus``: the
+    child may run on those CPUs only (:func:`ampkit.threads.timing_cpus`), the caller's own set untouched."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=duplex)
     proc = ctx.Process(target=target, args=(send, *args), daemon=True)
@@ -113,7 +131,7 @@ def spawn(target, args: tuple, duplex: bool = False, search: bool = False):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        with sigint_blocked(), main_not_rerun():  # a script calling ampkit.bench at its top level is not re-run
+        with sigint_blocked(), main_not_rerun(), pinned(cpus):  # a script calling ampkit.bench at its top level is not re-run
             proc.start()
     finally:
         for k, v in saved.items():
@@ -131,7 +149,8 @@ def run_child(spec: str, request: MeasureRequest, progress=None, search: bool = 
     sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
     row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
     mode, timeout = request.mode, request.config.timeout
-    proc, recv = spawn(serve_mode, (spec, request), search=search or request.config.batch_size == "auto")
+    cpus = None if request.target.accelerator else timing_cpus(request.config.threads)  # every mode the same CPUs
+    proc, recv = spawn(serve_mode, (spec, request), search=search or request.config.batch_size == "auto", cpus=cpus)
     row = None
     deadline = time.monotonic() + timeout if timeout else None
     try:

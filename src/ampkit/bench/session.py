@@ -108,6 +108,8 @@ class SessionRun:
             fill_measured(self.row, self.request, self.batch_size, self.step_s, self.warmup, measured,
                           self.session.facts, compile_s=self.compile_s)
             self.row.steps = len(self.step_s)
+            if not self.request.target.accelerator and hasattr(os, "sched_getaffinity"):
+                self.row.cpus = sorted(os.sched_getaffinity(0))  # where it timed (ampkit.threads.timing_cpus)
             if len(self.blocks) > 1:
                 self.row.round_ms = [round(t * 1e3, 6) for t in split_rounds(self.step_s, self.blocks)]
                 self.row.rounds = len(self.blocks)

@@ -79,7 +79,8 @@ def caption(report) -> list[str]:
         rounds = max((r.rounds or 0 for r in report.results), default=0)
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
                 "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round (a round: its fastest step).",
-                "95% interval: bootstrap over those paired rounds (a load change hits every mode of a round alike).",
+                "95% interval: the order statistics of those paired ratios that hold the median 95% of the time "
+                "whatever their distribution (a load change hits every mode of a round alike).",
                 f"vs fp32: faster/slower only when the interval's end clears {THRESHOLD:.2f}x (the doctor's rule); "
                 "no measurable difference when the interval holds 1."] + tail
     how = ("95% interval: bootstrap over the repeats, each resampled together with fp32's run of the same repeat."

@@ -122,17 +122,24 @@ def test_bf16_has_no_scaler_and_scale_is_one():
 
 
 def test_fp32_forces_tf32_off_and_restores_flags():
+    """fp32 on CUDA: TF32 forced off for a call and a region, the flags restored (the CUDA engine's
+    own region: tests/backends/torch/test_gpu.py); on a CPU the CUDA flags change no math the engine
+    runs, and an fp32 engine leaves them alone (flipping them three times a step cost 0.2-0.6 ms)."""
     before = tf32.get_flags()
     tf32.set_flags(tf32.flags_for(True))
     try:
-        mp = MixedPrecision("fp32", "cpu")
+        math = tf32.tf32_math(False, "cuda")
         assert tf32.tf32_enabled()
-        with mp.autocast():
+        with math.region():
             assert not tf32.tf32_enabled()
             out = nn.Linear(3, 3)(torch.randn(1, 3))
         assert out.dtype == torch.float32
         assert tf32.tf32_enabled(), "flags not restored after the region"
-        assert tf32.get_flags() == tf32.flags_for(True)
+        assert math.run(tf32.tf32_enabled) is False and tf32.get_flags() == tf32.flags_for(True)
+        mp = MixedPrecision("fp32", "cpu")
+        with mp.autocast():
+            assert tf32.tf32_enabled()  # a CPU engine: CUDA's flags as the user left them
+        assert isinstance(tf32.tf32_math(False, "cpu"), type(tf32.tf32_math(None)))
     finally:
         tf32.set_flags(before)
     assert tf32.get_flags() == before

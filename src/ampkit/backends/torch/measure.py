@@ -120,7 +120,7 @@ class TrainingRun:
     def clock(self) -> str:
         """How a step is timed: ``cuda_events`` on a GPU; ``thread_cpu`` on a CPU at one thread (every
         op of the step runs on this thread, so its CPU clock is the step's compute time, to which
-        another job on a shared machine adds nothing); ``wall`` on several threads (a thread's clock
+        another job's time slices are not counted); ``wall`` on several threads (a thread's clock
         would miss the others' work)."""
         if self.device.type == "cuda":
             return "cuda_events"

@@ -113,7 +113,7 @@ class MixedPrecision(PrecisionFront, PlanFront):
         self._scaling = scaling_for(self.precision.loss_scaling, device.type, init_scale=init_scale,
                                     growth_factor=growth_factor, backoff_factor=backoff_factor,
                                     growth_interval=growth_interval, health=self._health)
-        self._math = tf32_math(self.precision.tf32)
+        self._math = tf32_math(self.precision.tf32, device.type)
         self._new_region = region_maker(FP8_REGION if self._fp8 else self.precision, device.type, self._math.region)
         self._steps = 0
         self._skipped = 0
