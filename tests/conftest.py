@@ -46,6 +46,14 @@ def _has_tensorflow() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
+def pytest_configure(config):
+    # xdist's --dist loadfile hands out files in the order collected (see the sort below), not sorted
+    # by how many tests they hold: by default it put the files of few but slow tests last, and one
+    # worker ran them alone at the end of the suite
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     no_cuda = pytest.mark.skip(reason="needs a CUDA device")
     no_tf = pytest.mark.skip(reason="needs TensorFlow (pip install 'ampkit[tensorflow]')")
@@ -55,3 +63,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_cuda)
         if "tensorflow" in item.keywords and not tf:
             item.add_marker(no_tf)
+    # the slowest files first (seconds per file from a full run, tests/durations.json; a file not
+    # listed counts as quick), so that two workers end together: longest first is what keeps the last
+    # file small. A stable sort: each file's tests stay together and in their order.
+    seconds = _file_seconds()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0))
+
+
+def _file_seconds() -> dict:
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(__file__).parent / "durations.json").read_text())
+    except (OSError, ValueError):
+        return {}
