@@ -60,14 +60,23 @@ USER_MODELS = textwrap.dedent('''
         return FailsInBf16()
 
 
+    _FP16_FORWARDS = [0]
+
+
     class SleepsInFp16(nn.Module):
-        """Fast in fp32; each forward under fp16 autocast sleeps 4 s: a Ctrl-C lands in fp16's child."""
+        """Fast in fp32 and in fp16's warm-up step (its process's first fp16 forward); each later forward
+        under fp16 autocast notes itself in fp16_timed.log (in the working directory: a test can follow
+        the run) and sleeps 4 s: a Ctrl-C lands in fp16's child."""
         def __init__(self):
             super().__init__()
             self.lin = nn.Linear(16, 4)
         def forward(self, x):
             if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16:
-                time.sleep(4)
+                _FP16_FORWARDS[0] += 1
+                if _FP16_FORWARDS[0] > 1:
+                    with open("fp16_timed.log", "a") as f:
+                        f.write("fp16 timed forward\\n")
+                    time.sleep(4)
             return self.lin(x)
 
 
@@ -268,7 +277,11 @@ def test_ctrl_c_keeps_finished_rows(user_dir, tmp_path):
         if "fp16: warm-up done" in line or "fp16: step 1/21 done" in line or not line:
             break
     assert "fp16: " in seen, seen
-    time.sleep(3)  # the rounds: fp32's first block is done, fp16 sleeps in its own
+    # the rounds: fp16's first timed step starts once fp32's first block is done; it sleeps in its own
+    timed = user_dir / "fp16_timed.log"
+    while time.time() < deadline and not timed.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    assert timed.exists() and proc.poll() is None, proc.stderr.read()
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     out_text, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ampkit.errors import UsageError
-from ampkit.factory import load_factory, split_spec
+from ampkit.factory import SLOW_IMPORT_S, load_factory, split_spec
 from ampkit.suggest import nearest
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -171,7 +171,8 @@ def test_a_slow_import_is_named_once_before_the_modes_and_imported_once_per_proc
     (tmp_path / "slowtrain.py").write_text(TRAIN)
     log = tmp_path / "imports.log"
     r = _ampkit(["bench", "--model", "slowtrain:Net", "--input-shape", "12", "--num-classes", "3", "--modes", "fp32,bf16", "--steps", "2",
-                 "--warmup", "0"], tmp_path, FACTORY_IMPORT_SLEEP="5", FACTORY_IMPORT_LOG=str(log))
+                 "--warmup", "0"], tmp_path, FACTORY_IMPORT_SLEEP=str(SLOW_IMPORT_S + 0.3),  # just over the threshold
+                 FACTORY_IMPORT_LOG=str(log))
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
     named = [i for i, line in enumerate(lines) if line.startswith("ampkit: importing slowtrain (for --model slowtrain:Net) took")]

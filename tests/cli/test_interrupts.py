@@ -38,8 +38,9 @@ def _start(argv, cwd, **extra_env) -> subprocess.Popen:
                          ids=["sigterm-to-ampkit", "ctrl-c-to-group"])
 def test_bench_interrupted_keeps_finished_rows(tmp_path, sig, to_group, code):
     """fp32's steps are fast; bf16 sleeps 4 s a step (the 'sleepy' model): the signal lands in bf16's
-    block of the first interleaved round, after fp32 finished its own -- fp32's round is kept (its
-    idle child is asked for its row), bf16, cut in its block, has no round and no row."""
+    block of the first interleaved round (as soon as bf16's first step has started), after fp32
+    finished its own -- fp32's round is kept (its idle child is asked for its row), bf16, cut in its
+    block, has no round and no row."""
     write_user_files(tmp_path)
     out = tmp_path / "partial.json"
     proc = _start(["bench", "--device", "cpu", "--model", "tmodels:sleepy", "--input-shape", "8", "--num-classes",
@@ -52,7 +53,10 @@ def test_bench_interrupted_keeps_finished_rows(tmp_path, sig, to_group, code):
         if "fp32: step 1/20 done" in line or not line:
             break
     assert "fp32: step 1/20 done" in seen, seen
-    time.sleep(2)  # fp32's block of round 1 is done (milliseconds); bf16's child is in its block now
+    started = tmp_path / "sleepy_started.log"  # bf16's first step: fp32's block of round 1 is done
+    while time.time() < deadline and not started.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    assert started.exists() and proc.poll() is None, proc.stderr.read()
     if to_group:
         os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches every process of the group
     else:

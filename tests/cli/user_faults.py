@@ -44,7 +44,8 @@ def meta():
 
 
 class _Sleepy(nn.Module):
-    """Fast in fp32, 4 s per step under autocast (SLEEPY_SECONDS): a bench interrupted in its second mode."""
+    """Fast in fp32, 4 s per step under autocast (SLEEPY_SECONDS): a bench interrupted in its second mode.
+    Each autocast forward notes its start in sleepy_started.log and its end in sleepy_calls.log."""
 
     def __init__(self):
         super().__init__()
@@ -52,6 +53,8 @@ class _Sleepy(nn.Module):
 
     def forward(self, x):
         if torch.is_autocast_enabled("cpu"):
+            with open("sleepy_started.log", "a") as f:
+                f.write("autocast forward\\n")
             time.sleep(float(os.environ.get("SLEEPY_SECONDS", "4")))
             with open("sleepy_calls.log", "a") as f:  # in the working directory: a test can follow the run
                 f.write("autocast forward\\n")
