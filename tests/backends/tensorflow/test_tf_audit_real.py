@@ -1,7 +1,8 @@
 """The Keras audit right on real models (Keras 3 and tf_keras): training=True with matched random
 draws, norm-based relative errors checked against an independent computation, advice as code that
 works, the loss and shapes read from the model. Bodies in tf_real_cases.py, in fresh interpreters
-(one per test and flavor for the cases that share one)."""
+(one per flavor for the cases of the tests that share one: the MobileNetV2 audits, the Keras audit
+cases and the bench of a keras.applications model)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,11 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 FLAVORS = ["keras", "tf_keras"]
 
 
-def _case(name: str, *args: str) -> str:
-    call = f"tf_real_cases.{name}({', '.join(map(repr, args))})"
-    r = subprocess.run([sys.executable, "-c", f"import tf_real_cases; {call}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"{call} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    return r.stdout
-
-
-# The selected cases of one flavor share one fresh interpreter (one TensorFlow import instead of one per
-# case: several seconds apiece on a 2-core CPU); each case seeds and sets its own policies, and its verdict
-# is its own (written after each case, so a crash names the case it happened in).
+# The selected cases of one flavor share one fresh interpreter, whichever of the tests below they belong to
+# (one TensorFlow import instead of one per test and flavor: several seconds apiece on a 2-core CPU); each
+# case seeds and sets its own policies, and its verdict is its own (written after each case, so a crash
+# names the case it happened in). The bench case runs first in its child, right after the import, as in a
+# child of its own.
 _SHARED_CHILD = textwrap.dedent('''
     import contextlib, io, json, sys, traceback
     import tf_real_cases
@@ -46,15 +41,32 @@ _SHARED_CHILD = textwrap.dedent('''
             json.dump(done, fh)
 ''')
 
+#: the tests whose cases share the children, in the order their cases run in a child: test -> its call from
+#: the test's parameters (a tf_real_cases function and its arguments, the flavor first)
+SHARED_TESTS = {
+    "test_bench_keras_application_without_shape_flags": lambda p: ["bench_application_without_flags", "keras"],
+    "test_keras_audit_case": lambda p: [p["case"], p["flavor"]],
+    "test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation":
+        lambda p: ["mobilenet_audit", p["flavor"], p["mode"]],
+}
 
-def _shared(request, tmp_path_factory, test: str, call) -> dict:
-    """Runs, one child per flavor, ``call(params)`` (a tf_real_cases function and its arguments) for each
-    selected case of ``test`` (all, or those -k chose): {flavor: ({case id: [traceback or None, stdout]}, r)}."""
+
+def _key(item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return f"{item.originalname}[{callspec.id}]" if callspec else item.originalname
+
+
+@pytest.fixture(scope="module")
+def shared_cases(request, tmp_path_factory) -> dict:
+    """Runs, one child per flavor, the case of each selected item (all, or those -k chose) of the
+    SHARED_TESTS: {flavor: ({item key: [traceback or None, stdout]}, r)}."""
     chosen = {}
-    for item in request.session.items:
-        if getattr(item, "module", None) is request.module and item.originalname == test:
-            params = item.callspec.params
-            chosen.setdefault(params["flavor"], {})[item.callspec.id] = call(params)
+    for test, call in SHARED_TESTS.items():
+        for item in request.session.items:
+            if getattr(item, "module", None) is request.module and item.originalname == test:
+                params = item.callspec.params if hasattr(item, "callspec") else {}
+                args = call(params)
+                chosen.setdefault(args[1], {})[_key(item)] = args
     results = {}
     for flavor, calls in chosen.items():
         out = tmp_path_factory.mktemp(f"tf_real_{flavor}") / "done.json"
@@ -64,26 +76,19 @@ def _shared(request, tmp_path_factory, test: str, call) -> dict:
     return results
 
 
-def _verdict(results: dict, flavor: str, key: str, call: str) -> str:
+def _verdict(results: dict, flavor: str, request, call: str) -> str:
     done, r = results[flavor]
+    key = _key(request.node)
     assert key in done, f"{call} never finished (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     error, printed = done[key]
     assert error is None, f"{call} failed:\n{error}\n{r.stderr[-2000:]}"
     return printed
 
 
-@pytest.fixture(scope="module")
-def mobilenet_audits(request, tmp_path_factory):
-    return _shared(request, tmp_path_factory, "test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation",
-                   lambda p: ["mobilenet_audit", p["flavor"], p["mode"]])
-
-
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(flavor, mode, mobilenet_audits,
-                                                                              request):
-    out = _verdict(mobilenet_audits, flavor, request.node.callspec.id,
-                   f"tf_real_cases.mobilenet_audit({flavor!r}, {mode!r})")
+def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(flavor, mode, shared_cases, request):
+    out = _verdict(shared_cases, flavor, request, f"tf_real_cases.mobilenet_audit({flavor!r}, {mode!r})")
     assert f"{mode} max rel_error" in out
 
 
@@ -97,15 +102,10 @@ KERAS_AUDIT_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def audit_cases(request, tmp_path_factory):
-    return _shared(request, tmp_path_factory, "test_keras_audit_case", lambda p: [p["case"], p["flavor"]])
-
-
 @pytest.mark.parametrize("case", list(KERAS_AUDIT_CASES))
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_keras_audit_case(flavor, case, audit_cases, request):
-    _verdict(audit_cases, flavor, request.node.callspec.id, f"tf_real_cases.{case}({flavor!r})")
+def test_keras_audit_case(flavor, case, shared_cases, request):
+    _verdict(shared_cases, flavor, request, f"tf_real_cases.{case}({flavor!r})")
 
 
 APPS = textwrap.dedent('''
@@ -120,11 +120,11 @@ def _cli(*args, cwd):
                           cwd=cwd)
 
 
-def test_bench_keras_application_without_shape_flags():
+def test_bench_keras_application_without_shape_flags(shared_cases, request):
     """bench (its probe and a mode's run, as the CLI's processes call them) of
     keras.applications.MobileNetV2(input_shape=(32,32,3), classes=10) needs no --input-shape or
-    --num-classes, and trains on its softmax outputs as probabilities."""
-    _case("bench_application_without_flags", "keras")
+    --num-classes, and trains on its softmax outputs as probabilities (first in the Keras 3 cases' child)."""
+    _verdict(shared_cases, "keras", request, "tf_real_cases.bench_application_without_flags('keras')")
 
 
 def test_cli_audit_keras_application_and_flags_contradicting_it(tmp_path):

@@ -34,7 +34,8 @@ def parity_digits():
     from ampkit.parity.config import ParityConfig
     from ampkit.parity.driver import run
 
-    rep = run(ParityConfig(dataset="digits", modes=["fp32", "bf16", "fp16"], seeds=2, epochs=4), "tensorflow")
+    # one seed of 5 epochs (about 0.94 in each mode here) instead of two of 4 (about 0.92): 15 epochs trained, not 24
+    rep = run(ParityConfig(dataset="digits", modes=["fp32", "bf16", "fp16"], seeds=1, epochs=5), "tensorflow")
     assert [r.mode for r in rep.results] == ["fp32", "bf16", "fp16"]
     for r in rep.results:
         assert r.metric["mean"] >= 0.9, (r.mode, r.metric)

@@ -1,5 +1,6 @@
 """The Keras audit on real models, the bodies run by test_tf_audit_real.py in fresh interpreters (those
-of one test and one Keras flavor one after another in one child, each seeding and setting its own policies).
+of one Keras flavor one after another in one child, whichever test they belong to, each seeding and
+setting its own policies).
 
 (TensorFlow never loads in the pytest process: see tf_cases.py.) Each body takes the Keras to use,
 ``"keras"`` (Keras 3) or ``"tf_keras"`` (Keras 2), as its one argument.
