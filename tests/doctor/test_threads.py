@@ -9,10 +9,9 @@ thread count), else ``recommended: null`` and "not measured"."""
 
 from __future__ import annotations
 
-import os
-
 import contextlib
 import json
+import os
 
 import pytest
 import torch
