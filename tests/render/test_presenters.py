@@ -63,3 +63,19 @@ def test_result_classes_import_no_presenter():
                 if path.name != "display.py" or node.col_offset == 0:  # the mixin asks at display time only
                     offenders.append(f"{path.relative_to(PKG)}:{node.lineno}")
     assert not offenders
+
+
+def test_a_doctor_that_recommends_nothing_has_a_one_line_repr_with_the_reasons_head():
+    """A --quick doctor with nothing cached: its reason is two sentences (words.NOT_MEASURED); the repr
+    keeps its first clause, one line under 200 characters, and the report keeps all of it (the
+    getting-started notebook's quick doctor read 300 characters when it ran before any doctor had)."""
+    from dataclasses import replace
+
+    from ampkit.words import NOT_MEASURED
+    from neutral_reports import doctor
+
+    quick = replace(doctor("torch"), recommended=None, reason=NOT_MEASURED, quick=True)
+    text = repr(quick)
+    assert "\n" not in text and len(text) < 200, text
+    assert text.startswith("<ampkit doctor torch on cuda:0: recommended none (not measured); "), text
+    assert quick.reason == NOT_MEASURED

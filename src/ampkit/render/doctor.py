@@ -167,8 +167,17 @@ def sections(result) -> list[tuple[str, object, str | None]]:
 
 def line(view: DoctorView) -> str:
     others = ", ".join(f"{r['mode']} {r['verdict']}" for r in view.rows if r["mode"] != view.recommended)
-    said = f"recommended {view.recommended}" if view.recommended else f"recommended none ({view.reason})"
+    said = f"recommended {view.recommended}" if view.recommended else f"recommended none ({_head(view.reason)})"
     return f"doctor {view.doc.framework} on {view.device}: {said}" + (f"; {others}" if others else "")
+
+
+def _head(reason: str | None, limit: int = 60) -> str:
+    """A reason's first clause for a one-line repr (the table and the report keep all of it):
+    ``not measured: --quick times nothing ...`` -> ``not measured``."""
+    head = str(reason or "no reason given")
+    for stop in (":", ";", " ("):
+        head = head.split(stop, 1)[0]
+    return head if len(head) <= limit else head[:limit].rsplit(" ", 1)[0] + "…"
 
 
 def rows(result, per: str | None = None) -> list[dict]:
