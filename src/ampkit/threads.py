@@ -61,15 +61,18 @@ def resolve(value: int | None, accelerator: bool) -> int | None:
 
 
 def timing_cpus(threads: int | None) -> frozenset | None:
-    """The CPUs every mode's process of one bench times on: the last ``threads`` of those this process
-    may run on, the same for every mode (None: no count, e.g. a GPU, or as many as there are).
+    """The CPUs every mode's process of one bench times on: ``threads`` of those this process may run
+    on, starting at the one it runs on now (then the next ones, in order, wrapping), the same for
+    every mode (None: no count, e.g. a GPU, or as many as there are).
 
     Left to the scheduler, each mode's process tends to stay on the CPU it last ran on (it wakes
     where it slept), and on a shared machine one CPU is busier than another -- interrupts, another
     job, a sibling hyperthread on the host -- for the whole run: measured on a 2-core VM under a
     changing load, one mode's rounds ran 20-30% slower than the others' for a whole run, and the
     speedup moved between runs by more than any interval of one run could show (#45). On the same
-    CPUs, what one CPU's neighbours do hits every mode alike, as it does a hand loop in one process."""
+    CPUs, what one CPU's neighbours do hits every mode alike, as it does a hand loop in one process.
+    Starting at this process's own CPU spreads two benches started side by side (the scheduler put
+    them on different CPUs) instead of stacking both on one fixed CPU."""
     if threads is None:
         return None
     try:
@@ -78,7 +81,18 @@ def timing_cpus(threads: int | None) -> frozenset | None:
         return None
     if threads >= len(allowed):
         return None
-    return frozenset(allowed[-threads:])
+    now = current_cpu()
+    start = allowed.index(now) if now in allowed else len(allowed) - threads
+    return frozenset(allowed[(start + i) % len(allowed)] for i in range(threads))
+
+
+def current_cpu() -> int | None:
+    """The CPU this thread runs on now (Linux: field 39 of /proc/thread-self/stat), else None."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def words(n) -> str:

@@ -165,11 +165,25 @@ def test_every_interleaved_mode_times_at_the_count_it_reports(n, tmp_path, monke
                           steps=4, warmup=1, framework="torch", device="cpu", threads=n)
     assert report.pairing == "interleaved" and report.environment["cpu"]["threads"] == n
     assert [(r.mode, r.status, r.threads) for r in report.results] == [("fp32", "ok", n), ("bf16", "ok", n)]
-    # every mode's process on the same CPUs, read in each: the last n this process may use (#45: left to
-    # the scheduler one mode stayed on a busier CPU for a whole run); all of them at every CPU; this
-    # process's own set as it was
+    # every mode's process on the same n CPUs, read in each (#45: left to the scheduler one mode stayed on
+    # a busier CPU for a whole run); all of them at every CPU; this process's own set as it was
     allowed = sorted(os.sched_getaffinity(0))
-    assert [r.cpus for r in report.results] == [allowed[-n:]] * 2
+    held = report.results[0].cpus
+    assert [r.cpus for r in report.results] == [held] * 2 and len(held) == n and set(held) <= set(allowed)
     assert sorted(os.sched_getaffinity(0)) == allowed
-    cpus = ", ".join(map(str, allowed[-n:]))
+    cpus = ", ".join(map(str, held))
     assert f"every mode's process ran on CPU{'s' if n > 1 else ''} {cpus}, the same for all" in threads.clock_words(report.results)[0]
+
+
+def test_the_timing_cpus_start_at_this_processes_own_and_wrap(monkeypatch):
+    """n CPUs from the one this process runs on, then the next allowed ones, wrapping: two benches
+    started side by side land where the scheduler put them, not both on one fixed CPU; none when n
+    covers every CPU or no count is given (a GPU); the last n when the current CPU is unknown."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 4, 6})
+    monkeypatch.setattr(threads, "current_cpu", lambda: 4)
+    assert threads.timing_cpus(1) == {4} and threads.timing_cpus(3) == {4, 6, 0}
+    assert threads.timing_cpus(4) is None and threads.timing_cpus(None) is None
+    monkeypatch.setattr(threads, "current_cpu", lambda: None)
+    assert threads.timing_cpus(2) == {4, 6}
+    monkeypatch.undo()
+    assert threads.current_cpu() in os.sched_getaffinity(0)
