@@ -7,88 +7,38 @@ cases and the bench of a keras.applications model)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from shared_child import run_selected, verdict
 
 pytestmark = pytest.mark.tensorflow
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
 FLAVORS = ["keras", "tf_keras"]
 
 
-# The selected cases of one flavor share one fresh interpreter, whichever of the tests below they belong to
-# (one TensorFlow import instead of one per test and flavor: several seconds apiece on a 2-core CPU); each
-# case seeds and sets its own policies, and its verdict is its own (written after each case, so a crash
-# names the case it happened in). The bench case runs first in its child, right after the import, as in a
-# child of its own.
-_SHARED_CHILD = textwrap.dedent('''
-    import contextlib, io, json, sys, traceback
-    import tf_real_cases
-    out, done = sys.argv[1], {}
-    for key, call in json.loads(sys.argv[2]).items():
-        printed = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(printed):
-                getattr(tf_real_cases, call[0])(*call[1:])
-            done[key] = [None, printed.getvalue()]
-        except BaseException:
-            done[key] = [traceback.format_exc(), printed.getvalue()]
-        with open(out, "w") as fh:
-            json.dump(done, fh)
-''')
-
-#: the tests whose cases share the children, in the order their cases run in a child: test -> its call from
-#: the test's parameters (a tf_real_cases function and its arguments, the flavor first)
+#: the tests whose cases share one child per flavor (shared_child.py), in the order their cases run in it:
+#: test -> (its flavor, its call of tf_real_cases) from the test's parameters. The bench case runs first in its
+#: child, right after the import, as in a child of its own.
 SHARED_TESTS = {
-    "test_bench_keras_application_without_shape_flags": lambda p: ["bench_application_without_flags", "keras"],
-    "test_keras_audit_case": lambda p: [p["case"], p["flavor"]],
+    "test_bench_keras_application_without_shape_flags": lambda p: ("keras", [["bench_application_without_flags", "keras"]]),
+    "test_keras_audit_case": lambda p: (p["flavor"], [[p["case"], p["flavor"]]]),
     "test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation":
-        lambda p: ["mobilenet_audit", p["flavor"], p["mode"]],
+        lambda p: (p["flavor"], [["mobilenet_audit", p["flavor"], p["mode"]]]),
 }
-
-
-def _key(item) -> str:
-    callspec = getattr(item, "callspec", None)
-    return f"{item.originalname}[{callspec.id}]" if callspec else item.originalname
 
 
 @pytest.fixture(scope="module")
 def shared_cases(request, tmp_path_factory) -> dict:
-    """Runs, one child per flavor, the case of each selected item (all, or those -k chose) of the
-    SHARED_TESTS: {flavor: ({item key: [traceback or None, stdout]}, r)}."""
-    chosen = {}
-    for test, call in SHARED_TESTS.items():
-        for item in request.session.items:
-            if getattr(item, "module", None) is request.module and item.originalname == test:
-                params = item.callspec.params if hasattr(item, "callspec") else {}
-                args = call(params)
-                chosen.setdefault(args[1], {})[_key(item)] = args
-    results = {}
-    for flavor, calls in chosen.items():
-        out = tmp_path_factory.mktemp(f"tf_real_{flavor}") / "done.json"
-        r = subprocess.run([sys.executable, "-c", _SHARED_CHILD, str(out), json.dumps(calls)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=900)
-        results[flavor] = (json.loads(out.read_text()) if out.exists() else {}, r)
-    return results
-
-
-def _verdict(results: dict, flavor: str, request, call: str) -> str:
-    done, r = results[flavor]
-    key = _key(request.node)
-    assert key in done, f"{call} never finished (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    error, printed = done[key]
-    assert error is None, f"{call} failed:\n{error}\n{r.stderr[-2000:]}"
-    return printed
+    return run_selected(request, tmp_path_factory, "tf_real_cases", SHARED_TESTS)
 
 
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_mobilenet_v2_audit_clean_and_errors_match_an_independent_computation(flavor, mode, shared_cases, request):
-    out = _verdict(shared_cases, flavor, request, f"tf_real_cases.mobilenet_audit({flavor!r}, {mode!r})")
+    out = verdict(shared_cases, flavor, request)
     assert f"{mode} max rel_error" in out
 
 
@@ -105,7 +55,7 @@ KERAS_AUDIT_CASES = {
 @pytest.mark.parametrize("case", list(KERAS_AUDIT_CASES))
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_keras_audit_case(flavor, case, shared_cases, request):
-    _verdict(shared_cases, flavor, request, f"tf_real_cases.{case}({flavor!r})")
+    verdict(shared_cases, flavor, request)
 
 
 APPS = textwrap.dedent('''
@@ -124,7 +74,7 @@ def test_bench_keras_application_without_shape_flags(shared_cases, request):
     """bench (its probe and a mode's run, as the CLI's processes call them) of
     keras.applications.MobileNetV2(input_shape=(32,32,3), classes=10) needs no --input-shape or
     --num-classes, and trains on its softmax outputs as probabilities (first in the Keras 3 cases' child)."""
-    _verdict(shared_cases, "keras", request, "tf_real_cases.bench_application_without_flags('keras')")
+    verdict(shared_cases, "keras", request)
 
 
 def test_cli_audit_keras_application_and_flags_contradicting_it(tmp_path):
