@@ -46,10 +46,7 @@ def ratio_text(v: float) -> str:
 def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                    seed: int = SEED) -> Estimate:
     """Median (log scale) of per-round ratios and its seeded bootstrap percentile interval."""
-    ratios = [float(r) for r in ratios]
-    if not ratios or any(not (r > 0 and math.isfinite(r)) for r in ratios):
-        raise ValueError(f"ratios must be positive and finite; received {ratios}")
-    logs = [math.log(r) for r in ratios]
+    logs = _logs(ratios)
     n = len(logs)
     point = math.exp(statistics.median(logs))
     if n < 2:
@@ -59,6 +56,14 @@ def ratio_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE, r
     low = math.exp(medians[int(math.floor(alpha * (resamples - 1)))])
     high = math.exp(medians[int(math.ceil((1 - alpha) * (resamples - 1)))])
     return Estimate(point, min(low, point), max(high, point), n)
+
+
+def _logs(ratios: Sequence[float]) -> list[float]:
+    """The ratios on the log scale; none, or one not positive and finite, is a ValueError."""
+    ratios = [float(r) for r in ratios]
+    if not ratios or any(not (r > 0 and math.isfinite(r)) for r in ratios):
+        raise ValueError(f"ratios must be positive and finite; received {ratios}")
+    return [math.log(r) for r in ratios]
 
 
 @functools.lru_cache(maxsize=32)
@@ -117,9 +122,7 @@ def paired_estimate(ratios: Sequence[float], *, confidence: float = CONFIDENCE) 
     """Median of per-round paired ratios (log scale) and its distribution-free interval
     (:func:`median_interval`): bench's rounds, ten at most per run, are too few for a bootstrap."""
     ratios = [float(r) for r in ratios]
-    if not ratios or any(not (r > 0 and math.isfinite(r)) for r in ratios):
-        raise ValueError(f"ratios must be positive and finite; received {ratios}")
-    point = math.exp(statistics.median([math.log(r) for r in ratios]))
+    point = math.exp(statistics.median(_logs(ratios)))
     ci = median_interval(ratios, confidence)
     if ci is None:
         return Estimate(point, None, None, len(ratios))

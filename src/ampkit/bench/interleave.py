@@ -18,11 +18,10 @@ import time
 from collections.abc import Callable
 
 from ..isolation import describe_exit, stop
-from ..threads import timing_cpus
 from .ops import MeasureRequest
 from .report import BenchRow
 from .rounds import round_order
-from .runner import spawn
+from .runner import child_cpus, spawn
 from .session import serve_session
 
 #: seconds an idle child has to send its row after Ctrl-C
@@ -103,7 +102,7 @@ def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int]
     def alive() -> list[_Child]:
         return [c for c in children.values() if c.row is None]
 
-    cpus = None if not requests or requests[0].target.accelerator else timing_cpus(requests[0].config.threads)
+    cpus = child_cpus(requests[0]) if requests else None  # chosen once: every mode on the same CPUs
     try:
         for req in requests:
             if progress:

@@ -118,6 +118,12 @@ def pinned(cpus: frozenset | None):
         os.sched_setaffinity(0, before)
 
 
+def child_cpus(request: MeasureRequest) -> frozenset | None:
+    """The CPUs a mode's child times on: every mode the same (:func:`ampkit.threads.timing_cpus`); None
+    on an accelerator (its host threads are left to the scheduler)."""
+    return None if request.target.accelerator else timing_cpus(request.config.threads)
+
+
 def spawn(target, args: tuple, duplex: bool = False, search: bool = False, cpus: frozenset | None = None):
     """A started spawned child running ``target(conn, *args)`` -> (process, the parent's end of the
     pipe). Started with SIGINT blocked and without re-running the caller's script; a child that
@@ -149,8 +155,8 @@ def run_child(spec: str, request: MeasureRequest, progress=None, search: bool = 
     sends JSON messages back (progress, then the row). A worker that dies yields an error row (an oom
     row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
     mode, timeout = request.mode, request.config.timeout
-    cpus = None if request.target.accelerator else timing_cpus(request.config.threads)  # every mode the same CPUs
-    proc, recv = spawn(serve_mode, (spec, request), search=search or request.config.batch_size == "auto", cpus=cpus)
+    proc, recv = spawn(serve_mode, (spec, request), search=search or request.config.batch_size == "auto",
+                       cpus=child_cpus(request))
     row = None
     deadline = time.monotonic() + timeout if timeout else None
     try:
