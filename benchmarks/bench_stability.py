@@ -96,6 +96,7 @@ def bench_run(args, cwd: str, out: str) -> dict:
         cmd += ["--input-shape", args.input_shape]
     if args.image_size:
         cmd += ["--image-size", str(args.image_size)]
+    cmd += args.bench_args.split()
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if r.returncode not in (0, 1):
         raise SystemExit(f"bench failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -172,6 +173,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--bench-args", default="", help="more flags for every bench run, e.g. '--repeats 2'")
     p.add_argument("--load-procs", type=int, default=1)
     p.add_argument("--load-on", type=float, default=3.0)
     p.add_argument("--load-off", type=float, default=3.0)

@@ -1,7 +1,8 @@
 """The plain bench backend (``plain_backend``) writing, for every block of steps it trains, one line
 ``mode timed n`` to the file ``$AMPKIT_TEST_ORDER`` (each child appends): the order the modes'
 processes ran in, as the parent scheduled them. bf16's steps fail from the step named by
-``$AMPKIT_TEST_FAIL_AT`` (a NaN loss is not needed: any exception is the mode's own failure)."""
+``$AMPKIT_TEST_FAIL_AT`` (a NaN loss is not needed: any exception is the mode's own failure). With
+``$AMPKIT_TEST_PIDS`` set, each mode's process appends ``mode pid`` to that file when it opens."""
 
 from __future__ import annotations
 
@@ -28,4 +29,7 @@ class OrderSession(PlainSession):
 class OrderBackend(PlainBackend):
     def bench_open(self, request):
         super().bench_open(request)  # the support check
+        if os.environ.get("AMPKIT_TEST_PIDS"):  # which process timed which mode
+            with open(os.environ["AMPKIT_TEST_PIDS"], "a") as f:
+                f.write(f"{request.mode} {os.getpid()}\n")
         return OrderSession(request)

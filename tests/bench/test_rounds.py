@@ -10,7 +10,17 @@ from ampkit.bench import driver
 from ampkit.bench.config import BenchConfig
 from ampkit.bench.repeats import fold
 from ampkit.bench.report import BenchRow, derive_relative
-from ampkit.bench.rounds import load_change, paired_ratios, paired_speedup, plan_rounds, round_order, round_pace, split_rounds
+from ampkit.bench.rounds import (
+    load_change,
+    paired_ratios,
+    paired_speedup,
+    plan_rounds,
+    process_sets,
+    round_order,
+    round_pace,
+    split_plan,
+    split_rounds,
+)
 from ampkit.registry import _REGISTERED
 from ampkit.stats import median_interval, paired_estimate
 
@@ -107,13 +117,55 @@ def test_the_driver_runs_every_mode_in_its_own_live_child_in_alternating_rounds(
 
 
 def test_a_mode_that_fails_mid_run_leaves_the_rounds_to_the_others(ordered, monkeypatch):
-    monkeypatch.setenv("AMPKIT_TEST_FAIL_AT", "5")  # bf16 fails in its fifth step: round 3 of 4 (warm-up 0)
-    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=8, warmup=0), "order")
+    """bf16 fails in its third step: round 2 of the first set of processes (4 rounds of 2 steps, two
+    sets, warm-up 0); the others finish all four rounds and bf16 is not started again in the second set."""
+    monkeypatch.setenv("AMPKIT_TEST_FAIL_AT", "3")
+    seen = []
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16,tf32", steps=8, warmup=0), "order",
+                        on_row=seen.append)
     rows = {r.mode: r for r in report.results}
-    assert rows["bf16"].status == "error" and "planted failure at step 5" in rows["bf16"].error
+    assert rows["bf16"].status == "error" and "planted failure at step 3" in rows["bf16"].error
     assert rows["fp32"].rounds == rows["tf32"].rounds == 4 and rows["tf32"].status == "ok"
+    assert rows["tf32"].processes == 2 and rows["bf16"].steps == 8
     timed = ordered.read_text().split("\n")[:-1]
-    assert timed.count("bf16 timed 2") == 2 and timed.count("tf32 timed 2") == 4
+    assert timed.count("bf16 timed 2") == 1 and timed.count("tf32 timed 2") == 4
+    assert sorted(r.mode for r in seen) == ["bf16", "fp32", "tf32"]  # each mode's row told once
+
+
+def test_on_a_cpu_the_rounds_are_split_over_two_sets_of_fresh_processes(ordered, monkeypatch, tmp_path):
+    """Issue #45: one process's rounds cannot see how much a fresh process of the same mode differs,
+    so a CPU run's rounds are split over two sets of processes, one after the other: every mode is
+    opened (and warmed up) in two processes, the second set's order reversed; the rows pool both sets'
+    rounds in order, each paired with fp32's round of the same set."""
+    pids = tmp_path / "pids.txt"
+    monkeypatch.setenv("AMPKIT_TEST_PIDS", str(pids))
+    starts = []
+    report = driver.run(BenchConfig(workload="tiny", modes="fp32,bf16", steps=10, warmup=1), "order",
+                        progress=lambda m: starts.append(m) if m.get("kind") == "start" else None)
+    lines = ordered.read_text().split("\n")[:-1]
+    first = lines[:2] + [f"{m} timed 2" for r in range(3) for m in round_order(["fp32", "bf16"], r)]
+    second = [f"{m} timed 2" for r in range(2) for m in round_order(["bf16", "fp32"], r)]
+    assert sorted(lines[:2]) == ["bf16 warmup 1", "fp32 warmup 1"] and lines[:8] == first
+    assert sorted(lines[8:10]) == ["bf16 warmup 1", "fp32 warmup 1"] and lines[10:] == second
+    opened = [ln.split() for ln in pids.read_text().split("\n")[:-1]]
+    assert len(opened) == 4 and len({pid for _, pid in opened}) == 4  # four processes, two per mode
+    assert [(m["mode"], m["set"], m["sets"], m["steps"]) for m in starts] == \
+        [("fp32", 1, 2, 6), ("bf16", 1, 2, 6), ("bf16", 2, 2, 4), ("fp32", 2, 2, 4)]
+    rows = {r.mode: r for r in report.results}
+    assert [(rows[m].rounds, rows[m].processes, rows[m].steps, len(rows[m].step_times_ms)) for m in rows] == \
+        [(5, 2, 10, 10)] * 2
+    assert rows["bf16"].round_ms == [min(rows["bf16"].step_times_ms[i:i + 2]) for i in range(0, 10, 2)]
+    assert rows["bf16"].speedup_vs_fp32 > 1 and report.config["steps"] == 10
+    assert process_sets(5, accelerator=False) == 2 and process_sets(5, accelerator=True) == 1
+    assert process_sets(3, accelerator=False) == 1 and process_sets(10, accelerator=False, repeats=2) == 1
+
+
+def test_the_plan_splits_into_consecutive_sets_the_longer_first():
+    assert split_plan([2] * 5, 2) == [[2, 2, 2], [2, 2]]
+    assert split_plan([3, 3, 2, 2], 2) == [[3, 3], [2, 2]]
+    assert split_plan([2] * 10, 1) == [[2] * 10]
+    assert split_plan([1], 2) == [[1]]  # never an empty set
+    assert sum(split_plan(plan_rounds(25), 2), []) == plan_rounds(25)
 
 
 def test_batch_size_auto_runs_the_modes_one_after_another_and_says_so(ordered):

@@ -38,8 +38,8 @@ from .config import AUTO_BATCH, BenchConfig
 from .ops import BenchGroup, MeasureRequest, ModelProbe, ProbeStepFailed
 from .repeats import AutoChoice, apply_auto, mark_auto
 from .report import BenchReport, BenchRow
-from .rounds import INTERLEAVED, SEQUENTIAL, load_change, plan_rounds
-from .runner import mode_progress, run_child, run_modes, search_in_children
+from .rounds import INTERLEAVED, SEQUENTIAL, load_change, plan_rounds, process_sets, split_plan
+from .runner import child_cpus, mode_progress, run_child, run_modes, search_in_children
 from .session import measure_mode
 
 __all__ = ["BenchGroup", "CPU_AUTO_BATCH", "document_config", "probe_model", "run"]
@@ -96,16 +96,31 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     pairing = SEQUENTIAL if group is not None or cfg.batch_size == AUTO_BATCH or cfg.steps < 2 else INTERLEAVED
 
     def interleaved(c: BenchConfig):
+        """The k-th interleaved run: its part of the plan (a set of fresh processes, .rounds.split_plan);
+        only a repeat's first set profiles --explain (its row is the one the repeats fold keeps)."""
         from .interleave import run_interleaved
 
-        return lambda modes: run_interleaved(
-            spec, [MeasureRequest(c, m, target, probe.flops_per_sample) for m in modes], plan_rounds(c.steps),
-            progress=progress, on_row=on_row)
+        parts = split_plan(plan_rounds(c.steps), sets(c))
+        where: list = []  # the CPUs, chosen by the first run: every set of a run on the same ones
+
+        def one(modes, k: int):
+            n = len(parts)
+            blocks = parts[k % n]
+            ck = replace(c, steps=sum(blocks), explain=c.explain and k % n == 0) if n > 1 else c
+            requests = [MeasureRequest(ck, m, target, probe.flops_per_sample) for m in modes]
+            if not where:
+                where.append(child_cpus(requests[0]))
+            return run_interleaved(spec, requests, blocks, progress=progress, on_row=on_row, cpus=where[0],
+                                   process_set={"set": k % n + 1, "sets": n} if n > 1 else None, last=k % n == n - 1)
+        return one
+
+    def sets(c: BenchConfig) -> int:
+        return process_sets(len(plan_rounds(c.steps)), target.accelerator, c.repeats) if pairing == INTERLEAVED else 1
 
     def run_group(c: BenchConfig):  # --compile both: eager, then compiled (.compiled)
         return run_modes(auto.modes, c.repeats, lambda mode: run_one(mode, c), steps=c.steps, progress=progress,
                          on_row=on_row if group is None or group.rank == 0 else None, fresh=group is None,
-                         interleaved=interleaved(c) if pairing == INTERLEAVED else None)
+                         interleaved=interleaved(c) if pairing == INTERLEAVED else None, sets=sets(c))
 
     rows, interrupted = run_variants(cfg, run_group)
     mark_auto(rows, auto)

@@ -84,9 +84,16 @@ class _Child:
 
 
 def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int], *, progress=None,
-                    on_row: Callable[[BenchRow], None] | None = None) -> tuple[dict[str, BenchRow], bool]:
+                    on_row: Callable[[BenchRow], None] | None = None,
+                    cpus: frozenset | None | bool = True, process_set: dict | None = None,
+                    last: bool = True) -> tuple[dict[str, BenchRow], bool]:
     """Every request's mode in its own live child, timed in the rounds ``blocks`` plans (steps per
-    round); returns each mode's row (its rounds in ``round_ms``) and whether Ctrl-C cut it short."""
+    round); returns each mode's row (its rounds in ``round_ms``) and whether Ctrl-C cut it short.
+    ``cpus``: where every child runs (True: chosen now, :func:`.runner.child_cpus`; a run's sets of
+    processes pass the same choice). ``process_set``: which set of processes this run is (``{"set": 1, "sets":
+    2}``), told in each mode's start message; ``on_row`` is called for its rows when it is the ``last``
+    set of its repeat, when Ctrl-C cut it short (the rows kept so far are final), and for a mode
+    that failed (a later set does not run it again)."""
     modes = [r.mode for r in requests]
     children: dict[str, _Child] = {}
     asking: list[_Child] = []  # the child a reply is awaited from (busy when Ctrl-C lands)
@@ -102,11 +109,13 @@ def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int]
     def alive() -> list[_Child]:
         return [c for c in children.values() if c.row is None]
 
-    cpus = child_cpus(requests[0]) if requests else None  # chosen once: every mode on the same CPUs
+    if cpus is True:  # chosen once: every mode on the same CPUs
+        cpus = child_cpus(requests[0]) if requests else None
     try:
         for req in requests:
             if progress:
-                progress({"mode": req.mode, "kind": "start", "steps": req.config.steps, "interleaved": True})
+                progress({"mode": req.mode, "kind": "start", "steps": req.config.steps, "interleaved": True,
+                          **(process_set or {})})
             children[req.mode] = _Child(req, spec, cpus)  # every mode on the same CPUs (ampkit.threads)
         for c in alive():  # built side by side, each in its own process
             ask(c, None)
@@ -138,6 +147,6 @@ def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int]
         if c is None or c.row is None:  # never started, or stopped by the interrupt before its row
             continue
         rows[mode] = c.row
-        if on_row:
+        if on_row and (last or interrupted or c.row.status != "ok"):  # a failed mode's row is final
             on_row(c.row)
     return rows, interrupted

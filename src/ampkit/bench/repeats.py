@@ -62,8 +62,10 @@ def _median(xs):
     return median(xs) if xs else None
 
 
-def fold(runs: dict[str, list[BenchRow]], modes, repeats: int) -> list[BenchRow]:
-    """One row per mode from its repeats (in ``modes`` order); paired speedups when N > 1."""
+def fold(runs: dict[str, list[BenchRow]], modes, repeats: int, sets: int = 1, steps: int | None = None) -> list[BenchRow]:
+    """One row per mode from its repeats (in ``modes`` order); paired speedups when N > 1. ``sets``:
+    each repeat's rounds were split over that many sets of processes (:func:`.rounds.process_sets`):
+    the row's steps are every set's together (a failed mode's: the ``steps`` asked for)."""
     rows = []
     for mode in modes:
         got = runs.get(mode, [])
@@ -77,6 +79,9 @@ def fold(runs: dict[str, list[BenchRow]], modes, repeats: int) -> list[BenchRow]
         if any(r.round_ms for r in got):  # interleaved runs: their rounds pool (an interrupted run is the last)
             row.round_ms = [t for r in got for t in (r.round_ms or [])]
             row.rounds = len(row.round_ms)
+            row.processes = len(got)
+        if sets > 1:
+            row.steps = sum(r.steps or 0 for r in got) // repeats if bad is None or steps is None else steps
         row.skipped_steps = max(r.skipped_steps or 0 for r in got)
         row.warmup_skipped_steps = max(r.warmup_skipped_steps or 0 for r in got)
         if bad is None and len(got) > 1:

@@ -16,7 +16,8 @@ ROW_CHOICES = {"status": STATUSES}
 SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, paired by round where the modes ran "
                       "interleaved (pairing: interleaved): the median over the rounds of the mode's samples/s over "
                       "fp32's in the same round (a round's time: the fastest step of its block), speedup_ci the "
-                      "95% distribution-free interval of that median (order statistics of the rounds, all repeats pooled); run one after "
+                      "95% distribution-free interval of that median (order statistics of the rounds, all repeats and process sets "
+                      "pooled: on a CPU the rounds are split over 2 sets of fresh processes, processes: 2); run one after "
                       "another (pairing: sequential, --batch-size auto or under a launcher): the ratio of the rows' "
                       "samples_per_s, speedup_ci over the timed steps (--repeats: over the repeats, paired); "
                       "samples_per_s = batch_size / median step time; null with flags when the loss diverged from "
@@ -45,7 +46,7 @@ class BenchRow:
     search: list = field(default_factory=list)  # (batch size, fits, peak bytes) tried by --batch-size auto
     repeats: int = 1                    # runs of this mode (--repeats), folded into this row
     speedup_ci: list | None = None      # 95% interval of speedup_vs_fp32 (one run: its steps; repeats: paired)
-    runs: list = field(default_factory=list)  # samples/s of each repeat
+    runs: list = field(default_factory=list)  # samples/s of each run (a repeat, or a set of processes: .rounds)
     resolved_from: str | None = None    # "auto" when auto chose this mode
     resolved_reason: str | None = None
     warmup: int | None = None           # warm-up steps run before the timed ones
@@ -71,6 +72,7 @@ class BenchRow:
     plan: dict | None = None            # mode "plan:<default>" (--plan): the precision plan it ran
     rounds: int | None = None           # interleaved: rounds timed (all repeats), each a block of steps
     round_ms: list = field(default_factory=list)  # interleaved: each round's fastest step (ms; null: not run)
+    processes: int | None = None        # interleaved: fresh processes that timed the mode's rounds (one per set and repeat)
     threads: int | None = None          # CPU threads the timed steps ran on, read in the mode's process (null: a GPU)
     clock: str | None = None            # how a step was timed: "thread_cpu" (a CPU at one thread), "wall", "cuda_events"
     cpus: list | None = None            # the CPUs the mode's process could run on, read there (null: a GPU); every mode the same

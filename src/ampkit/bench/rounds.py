@@ -16,6 +16,15 @@ of those ratios and its interval the distribution-free one of a median (:func:`a
 order statistics, which with ten rounds or fewer hold their 95% where a bootstrap of the median is
 too narrow and missed the next run's median); ``--repeats`` adds whole runs, whose rounds pool.
 
+**Process sets** (:func:`process_sets`, :func:`split_plan`): on a CPU a process is itself a draw --
+the same mode in two fresh processes on the same CPU can differ by 10-20% in every round (where its
+memory landed, what the allocator did), and rounds inside one process cannot see it: an interval
+from them alone missed the median of the next runs. So on a CPU, with :data:`MIN_SPLIT_ROUNDS`
+rounds or more and no ``--repeats``, the rounds are split over :data:`CPU_PROCESS_SETS` sets of
+processes, one set after the other, each set every mode in a fresh process; the sets' rounds pool, so
+the interval holds the difference between processes as well as between rounds. On an accelerator one
+set (its timing does not move with the host process, and a second CUDA context per mode is costly).
+
 **Load check** (:func:`load_change`): per round, the machine's pace is the geometric mean over
 the modes of the round's time over that mode's median round time; when the slowest round's pace
 is more than :data:`LOAD_SPREAD` times the fastest's, the load changed during the run, and the
@@ -38,6 +47,10 @@ MIN_BLOCK = 2
 #: the pace of the slowest round over the fastest's beyond which the load changed during the run
 LOAD_SPREAD = 1.25
 INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
+#: on a CPU, the rounds split over this many sets of fresh processes, one set after the other
+CPU_PROCESS_SETS = 2
+#: ... when the plan has this many rounds or more (fewer: one set, each process's rounds too few to split)
+MIN_SPLIT_ROUNDS = 4
 
 
 def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_BLOCK) -> list[int]:
@@ -49,6 +62,26 @@ def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_B
     rounds = min(steps // min_block if steps >= 2 * min_block else steps, max_rounds)
     base, extra = divmod(steps, rounds)
     return [base + (1 if r < extra else 0) for r in range(rounds)]
+
+
+def process_sets(rounds: int, accelerator: bool, repeats: int = 1) -> int:
+    """How many sets of fresh processes a run's ``rounds`` are split over: :data:`CPU_PROCESS_SETS` on a
+    CPU with :data:`MIN_SPLIT_ROUNDS` rounds or more and one repeat (``--repeats N`` already times every
+    repeat in fresh processes), else 1."""
+    return CPU_PROCESS_SETS if not accelerator and repeats == 1 and rounds >= MIN_SPLIT_ROUNDS else 1
+
+
+def split_plan(blocks: Sequence[int], sets: int) -> list[list[int]]:
+    """The plan's blocks in ``sets`` consecutive parts, the longer parts first
+    (``split_plan([2] * 5, 2) == [[2, 2, 2], [2, 2]]``); every part holds one block or more."""
+    sets = max(1, min(sets, len(blocks)))
+    base, extra = divmod(len(blocks), sets)
+    out, i = [], 0
+    for k in range(sets):
+        n = base + (1 if k < extra else 0)
+        out.append(list(blocks[i:i + n]))
+        i += n
+    return out
 
 
 def round_order(modes: Sequence[str], r: int) -> list[str]:

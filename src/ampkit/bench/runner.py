@@ -37,20 +37,27 @@ class TrialFailed(Exception):
 
 
 def run_modes(modes, repeats: int, run_one: Callable[[str], BenchRow], *, steps: int, progress=None, on_row=None,
-              fresh: bool = True, interleaved=None) -> tuple[list[BenchRow], bool]:
+              fresh: bool = True, interleaved=None, sets: int = 1) -> tuple[list[BenchRow], bool]:
     """Every mode, ``repeats`` times (:mod:`.repeats`); the repeats folded into one row per mode with
-    the relative figures. ``interleaved(modes)`` -> (rows by mode, interrupted): one interleaved run
-    of ``modes`` (:func:`.interleave.run_interleaved`), the order flipped every repeat; without it
-    each mode in turn by ``run_one(mode)``. Ctrl-C keeps the rows that finished (returns
-    ``interrupted``). ``fresh``: each run is a fresh process (the progress says so when a mode starts)."""
+    the relative figures. ``interleaved(modes, k)`` -> (rows by mode, interrupted): the ``k``-th
+    interleaved run of ``modes`` (:func:`.interleave.run_interleaved`), ``repeats * sets`` of them (a
+    repeat's rounds split over ``sets`` sets of processes, :func:`.rounds.process_sets`), the order
+    flipped every run; without it each mode in turn by ``run_one(mode)``. Ctrl-C keeps the rows that
+    finished (returns ``interrupted``). ``fresh``: each run is a fresh process (the progress says so
+    when a mode starts)."""
     from .repeats import fold, sequence
 
     runs: dict[str, list[BenchRow]] = {}
     interrupted = False
     try:
         if interleaved is not None:
-            for k in range(repeats):
-                got, interrupted = interleaved(list(modes) if k % 2 == 0 else list(reversed(modes)))
+            for k in range(repeats * sets):
+                order = list(modes) if k % 2 == 0 else list(reversed(modes))
+                if k % sets:  # a later set of the same repeat: a mode that failed in an earlier one has its row
+                    order = [m for m in order if runs.get(m) and runs[m][-1].status == "ok"]
+                    if not order:
+                        continue
+                got, interrupted = interleaved(order, k)
                 for mode in modes:
                     if mode in got:
                         runs.setdefault(mode, []).append(got[mode])
@@ -66,7 +73,7 @@ def run_modes(modes, repeats: int, run_one: Callable[[str], BenchRow], *, steps:
                     on_row(row)
     except KeyboardInterrupt:
         interrupted = True
-    rows = fold(runs, modes, repeats)
+    rows = fold(runs, modes, repeats, sets, steps)
     derive_relative(rows, runs if repeats > 1 else None)
     return rows, interrupted
 

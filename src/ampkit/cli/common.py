@@ -84,6 +84,8 @@ class ProgressLines:
         if kind == "start":
             self._state[mode] = {"t0": now, "last": now, "quarters": set()}
             repeat = f" (repeat {msg['repeat']} of {msg['repeats']})" if (msg.get("repeats") or 1) > 1 else ""
+            if (msg.get("sets") or 1) > 1:  # bench's rounds split over sets of processes (ampkit.bench.rounds)
+                repeat += f" (process set {msg['set']} of {msg['sets']})"
             steps = msg.get("steps")
             plan = f": {self.warmup} warm-up + {steps} timed steps" if steps is not None else ""
             inter = ", timed in rounds interleaved with the other modes" if msg.get("interleaved") else ""

@@ -77,8 +77,13 @@ def caption(report) -> list[str]:
     tail = ([threads + "."] if threads else []) + clock_words(report.results)
     if getattr(report, "pairing", None) == "interleaved":
         rounds = max((r.rounds or 0 for r in report.results), default=0)
+        procs = max((r.processes or 1 for r in report.results), default=1)
+        sets = ([f"The rounds were split over {procs} sets of fresh processes, one set after the other: the interval "
+                 "holds what changes from one process to the next, which one process's rounds cannot see."]
+                if procs > 1 and not repeats else [])
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
                 "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round (a round: its fastest step).",
+                *sets,
                 "95% interval: the order statistics of those paired ratios that hold the median 95% of the time "
                 "whatever their distribution (from 6 rounds; below, their range: 50% at 2 rounds, 94% at 5).",
                 f"vs fp32: faster/slower only when the interval's end clears {THRESHOLD:.2f}x (the doctor's rule); "
