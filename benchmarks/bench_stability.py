@@ -3,11 +3,13 @@
 Runs the same ``ampkit bench ... --modes fp32,bf16,fp16`` RUNS times (default 5) while a background
 load generator burns CPU in bursts (``--load-on`` seconds on, ``--load-off`` off, ``--load-procs``
 processes), then a hand-written interleaved loop of the same model, batch and thread count under the
-same load, and prints a table and PASS/FAIL per criterion:
+same load (``--hand-loops`` of them, default 3, each in a fresh process on the CPUs bench's modes ran on:
+one process is itself a draw, as bench's process sets are), and prints a table and PASS/FAIL per criterion:
 
 1. verdicts: each mode gets the same verdict word in at least RUNS-1 of RUNS runs;
 2. intervals: each run's interval holds the median of the RUNS runs' speedups (per mode);
-3. hand loop: the hand loop's speedup lies inside bench's interval, in at least RUNS-1 of RUNS runs.
+3. hand loop: the hand loops' median speedup lies inside bench's interval, in at least RUNS-1 of RUNS
+   runs (each hand loop's count is printed too).
 
 The hand loop builds the same model and batch (ampkit's workload builder: the same seeded weights,
 batch and loss), times with the clock bench's rows say they used (one thread's CPU time at one thread,
@@ -161,7 +163,32 @@ def hand_loop(args, cwd: str, threads: int, batch: int, modes: list[str], clock:
     return out
 
 
+def hand_child(args, cwd: str, threads: int, batch: int, modes: list[str], clock: str, cpus) -> dict[str, float]:
+    """:func:`hand_loop` in a fresh process on ``cpus`` (bench's modes' CPUs): per mode its speedup on
+    bench's clock, and on the wall clock under ``mode + ':wall'`` (a second loop in the same process)."""
+    job = json.dumps({"args": vars(args), "cwd": cwd, "threads": threads, "batch": batch, "modes": modes,
+                      "clock": clock, "cpus": cpus})
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--hand-loop-child", job], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"hand loop failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _hand_loop_main(job: str) -> int:
+    j = json.loads(job)
+    if j["cpus"] and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, j["cpus"])
+    args = argparse.Namespace(**j["args"])
+    got = hand_loop(args, j["cwd"], j["threads"], j["batch"], j["modes"], j["clock"])
+    wall = hand_loop(args, j["cwd"], j["threads"], j["batch"], j["modes"], "wall") if j["clock"] != "wall" else got
+    print(json.dumps({**got, **{m + ":wall": v for m, v in wall.items()}}))
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--hand-loop-child":
+        return _hand_loop_main(sys.argv[2])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="MODULE:FACTORY (default: the script's small MLP)")
     p.add_argument("--workload", default=None, help="a built-in workload instead (mlp, cnn)")
@@ -173,6 +200,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--hand-loops", type=int, default=3, help="hand loops, each in a fresh process (default 3)")
     p.add_argument("--bench-args", default="", help="more flags for every bench run, e.g. '--repeats 2'")
     p.add_argument("--load-procs", type=int, default=1)
     p.add_argument("--load-on", type=float, default=3.0)
@@ -196,11 +224,17 @@ def main() -> int:
         threads = int(docs[0]["environment"].get("cpu", {}).get("threads") or 1)
         batch = next(r["batch_size"] for r in docs[0]["results"] if r["status"] == "ok")
         clock = next((r.get("clock") for r in docs[0]["results"] if r.get("clock")), "wall")
-        hand = hand_loop(args, cwd, threads, batch, modes, clock)
-        wall = hand_loop(args, cwd, threads, batch, modes, "wall") if clock != "wall" else hand
-    print(f"after: {uptime()}; bench threads {threads}, batch {batch}, clock {clock}, pairing {docs[0].get('pairing')}")
-    print("hand loop (bench's clock): " + ", ".join(f"{m} {v:.3f}x" for m, v in hand.items() if m != "fp32")
-          + "; hand loop (wall clock, for reference): " + ", ".join(f"{m} {v:.3f}x" for m, v in wall.items() if m != "fp32"))
+        cpus = next((r.get("cpus") for r in docs[0]["results"] if r.get("cpus")), None)
+        loops = [hand_child(args, cwd, threads, batch, modes, clock, cpus) for _ in range(args.hand_loops)]
+    hand = {m: statistics.median(h[m] for h in loops) for m in modes}
+    print(f"after: {uptime()}; bench threads {threads}, batch {batch}, clock {clock}, pairing {docs[0].get('pairing')}, "
+          f"processes per mode {next((r.get('processes') for r in docs[0]['results'] if r.get('processes')), 1)}")
+    for m in modes:
+        if m != "fp32":
+            own = ", ".join(f"{h[m]:.3f}x" for h in loops)
+            wall = ", ".join(f"{h[m + ':wall']:.3f}x" for h in loops)
+            print(f"hand loop {m}: {own} in {len(loops)} fresh processes on CPUs {cpus} (bench's clock; "
+                  f"wall clock: {wall}); median {hand[m]:.3f}x")
     what = args.model or args.workload
     print(f"\n{what}: {args.steps} steps after {args.warmup} warm-up, {args.runs} runs\n")
     print(f"{'run':>4} {'mode':>5} {'speedup':>8} {'interval':>16} {'verdict':>26}  load change")
@@ -230,10 +264,14 @@ def main() -> int:
                  for r in rs]
         h = hand.get(mode)
         inside = [bool(r.get("speedup_ci") and r["speedup_ci"][0] <= h <= r["speedup_ci"][1]) for r in rs]
+        each = [sum(bool(r.get("speedup_ci") and r["speedup_ci"][0] <= x[mode] <= r["speedup_ci"][1]) for r in rs)
+                for x in loops]
+        print(f"{mode:>5}: each hand loop inside {', '.join(map(str, each))} of {len(rs)} intervals")
         checks = [(f"verdict '{top}' in {words.count(top)} of {len(words)} runs", words.count(top) >= need),
                   (f"{sum(holds)} of {len(rs)} intervals hold the median speedup {med:.3f}" if med else "no speedup",
                    all(holds) and med is not None),
-                  (f"hand loop {h:.3f}x inside {sum(inside)} of {len(rs)} intervals", sum(inside) >= need)]
+                  (f"hand loop (median of {len(loops)}) {h:.3f}x inside {sum(inside)} of {len(rs)} intervals",
+                   sum(inside) >= need)]
         for text, ok in checks:
             ok_all &= ok
             print(f"{mode:>5}: {'PASS' if ok else 'FAIL'}  {text}")
