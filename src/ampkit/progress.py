@@ -52,6 +52,8 @@ class NotebookProgress:
         mode, kind = str(msg.get("mode")), msg.get("kind")
         if kind == "start":
             repeat = f" (repeat {msg['repeat']}/{msg['repeats']})" if (msg.get("repeats") or 1) > 1 else ""
+            if (msg.get("sets") or 1) > 1:  # bench's rounds split over sets of processes (ampkit.bench.rounds)
+                repeat += f" (process set {msg['set']}/{msg['sets']})"
             self.set(mode, f"starting{repeat}", 0, msg.get("steps"), force=True)
         elif kind == "search":
             self.set(mode, f"trying batch {msg.get('done')}", None, None)

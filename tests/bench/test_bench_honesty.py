@@ -234,6 +234,10 @@ def test_progress_lines_are_grouped(monkeypatch):
     now[0] += 31  # a slow step still says where it is
     lines({"mode": "fp16", "kind": "step", "done": 3, "total": 105})
     assert out.getvalue().splitlines()[-1].startswith("ampkit bench: fp16: step 3/105")
+    # a CPU run's rounds split over two sets of processes (ampkit.bench.rounds.process_sets): each start says which
+    lines({"mode": "bf16", "kind": "start", "steps": 6, "interleaved": True, "set": 2, "sets": 2})
+    assert out.getvalue().splitlines()[-1] == ("ampkit bench: bf16 (process set 2 of 2): starting in a fresh process: "
+                                               "5 warm-up + 6 timed steps, timed in rounds interleaved with the other modes")
 
 
 # ---------------------------------------------------------------- Keras: every timed step skipped

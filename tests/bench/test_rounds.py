@@ -157,11 +157,13 @@ def test_on_a_cpu_the_rounds_are_split_over_two_sets_of_fresh_processes(ordered,
     assert rows["bf16"].round_ms == [min(rows["bf16"].step_times_ms[i:i + 2]) for i in range(0, 10, 2)]
     assert rows["bf16"].speedup_vs_fp32 > 1 and report.config["steps"] == 10
     assert process_sets(5, accelerator=False) == 2 and process_sets(5, accelerator=True) == 1
+    assert process_sets(6, accelerator=False) == process_sets(10, accelerator=False) == 3
     assert process_sets(3, accelerator=False) == 1 and process_sets(10, accelerator=False, repeats=2) == 1
 
 
 def test_the_plan_splits_into_consecutive_sets_the_longer_first():
     assert split_plan([2] * 5, 2) == [[2, 2, 2], [2, 2]]
+    assert split_plan([2] * 10, 3) == [[2] * 4, [2] * 3, [2] * 3]
     assert split_plan([3, 3, 2, 2], 2) == [[3, 3], [2, 2]]
     assert split_plan([2] * 10, 1) == [[2] * 10]
     assert split_plan([1], 2) == [[1]]  # never an empty set

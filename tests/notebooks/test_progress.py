@@ -60,6 +60,12 @@ def test_thirty_steps_are_one_display_updated_in_place_and_throttled(shown):
     assert '<progress value="30" max="30"' in last._repr_html_() and "<script" not in last._repr_html_()
 
 
+def test_a_second_set_of_bench_processes_says_which_set_it_is(shown):
+    live = prog.NotebookProgress("bench mlp", clock=Clock())
+    live.bench({"mode": "bf16", "kind": "start", "steps": 4, "interleaved": True, "set": 2, "sets": 2})
+    assert repr(shown[-1][1]).endswith("bf16 starting (process set 2/2) 0/4")
+
+
 def test_parity_runs_show_one_line_per_mode_and_seed(shown):
     live = prog.NotebookProgress("parity digits", clock=Clock())
     for mode in ("fp32", "bf16"):

@@ -17,7 +17,7 @@ SPEEDUP_DEFINITION = ("speedup_vs_fp32 = samples_per_s / fp32's samples_per_s, p
                       "interleaved (pairing: interleaved): the median over the rounds of the mode's samples/s over "
                       "fp32's in the same round (a round's time: the fastest step of its block), speedup_ci the "
                       "95% distribution-free interval of that median (order statistics of the rounds, all repeats and process sets "
-                      "pooled: on a CPU the rounds are split over 2 sets of fresh processes, processes: 2); run one after "
+                      "pooled: on a CPU the rounds are split over 2 or 3 sets of fresh processes, processes); run one after "
                       "another (pairing: sequential, --batch-size auto or under a launcher): the ratio of the rows' "
                       "samples_per_s, speedup_ci over the timed steps (--repeats: over the repeats, paired); "
                       "samples_per_s = batch_size / median step time; null with flags when the loss diverged from "

@@ -19,10 +19,13 @@ too narrow and missed the next run's median); ``--repeats`` adds whole runs, who
 **Process sets** (:func:`process_sets`, :func:`split_plan`): on a CPU a process is itself a draw --
 the same mode in two fresh processes on the same CPU can differ by 10-20% in every round (where its
 memory landed, what the allocator did), and rounds inside one process cannot see it: an interval
-from them alone missed the median of the next runs. So on a CPU, with :data:`MIN_SPLIT_ROUNDS`
-rounds or more and no ``--repeats``, the rounds are split over :data:`CPU_PROCESS_SETS` sets of
-processes, one set after the other, each set every mode in a fresh process; the sets' rounds pool, so
-the interval holds the difference between processes as well as between rounds. On an accelerator one
+from them alone missed the median of the next runs. So on a CPU, with 4 rounds or more and no
+``--repeats``, the rounds are split over 2 or 3 sets of processes (:data:`CPU_PROCESS_SETS`, each
+set :data:`MIN_SET_ROUNDS` rounds at least), one set after the other, each set every mode in a fresh
+process; the sets' rounds pool, so the interval holds the difference between processes as well as
+between rounds. Measured on the built-in mlp under a bursting load (``benchmarks/bench_stability.py``):
+with two sets 4 of 5 runs' intervals held the five runs' median, with three 5 of 5 and every hand
+loop inside every interval. On an accelerator one
 set (its timing does not move with the host process, and a second CUDA context per mode is costly).
 
 **Load check** (:func:`load_change`): per round, the machine's pace is the geometric mean over
@@ -47,10 +50,10 @@ MIN_BLOCK = 2
 #: the pace of the slowest round over the fastest's beyond which the load changed during the run
 LOAD_SPREAD = 1.25
 INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
-#: on a CPU, the rounds split over this many sets of fresh processes, one set after the other
-CPU_PROCESS_SETS = 2
-#: ... when the plan has this many rounds or more (fewer: one set, each process's rounds too few to split)
-MIN_SPLIT_ROUNDS = 4
+#: on a CPU, the rounds split over at most this many sets of fresh processes, one set after the other
+CPU_PROCESS_SETS = 3
+#: ... each set this many rounds at least (fewer rounds than twice this: one set)
+MIN_SET_ROUNDS = 2
 
 
 def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_BLOCK) -> list[int]:
@@ -65,10 +68,13 @@ def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_B
 
 
 def process_sets(rounds: int, accelerator: bool, repeats: int = 1) -> int:
-    """How many sets of fresh processes a run's ``rounds`` are split over: :data:`CPU_PROCESS_SETS` on a
-    CPU with :data:`MIN_SPLIT_ROUNDS` rounds or more and one repeat (``--repeats N`` already times every
-    repeat in fresh processes), else 1."""
-    return CPU_PROCESS_SETS if not accelerator and repeats == 1 and rounds >= MIN_SPLIT_ROUNDS else 1
+    """How many sets of fresh processes a run's ``rounds`` are split over: on a CPU with one repeat
+    (``--repeats N`` already times every repeat in fresh processes), as many as give each set
+    :data:`MIN_SET_ROUNDS` rounds, at most :data:`CPU_PROCESS_SETS` (4-5 rounds: 2 sets; 6 or more,
+    the default 20 steps' 10 included: 3); else 1."""
+    if accelerator or repeats != 1:
+        return 1
+    return max(1, min(CPU_PROCESS_SETS, rounds // MIN_SET_ROUNDS))
 
 
 def split_plan(blocks: Sequence[int], sets: int) -> list[list[int]]:
