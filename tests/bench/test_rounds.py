@@ -159,6 +159,7 @@ def test_on_a_cpu_the_rounds_are_split_over_two_sets_of_fresh_processes(ordered,
     assert process_sets(5, accelerator=False) == 2 and process_sets(5, accelerator=True) == 1
     assert process_sets(6, accelerator=False) == process_sets(10, accelerator=False) == 3
     assert process_sets(3, accelerator=False) == 1 and process_sets(10, accelerator=False, repeats=2) == 1
+    assert process_sets(10, accelerator=False, modes=1) == 1  # no speedup to pair
 
 
 def test_the_plan_splits_into_consecutive_sets_the_longer_first():

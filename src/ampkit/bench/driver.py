@@ -115,7 +115,8 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
         return one
 
     def sets(c: BenchConfig) -> int:
-        return process_sets(len(plan_rounds(c.steps)), target.accelerator, c.repeats) if pairing == INTERLEAVED else 1
+        return (process_sets(len(plan_rounds(c.steps)), target.accelerator, c.repeats, len(auto.modes))
+                if pairing == INTERLEAVED else 1)
 
     def run_group(c: BenchConfig):  # --compile both: eager, then compiled (.compiled)
         return run_modes(auto.modes, c.repeats, lambda mode: run_one(mode, c), steps=c.steps, progress=progress,

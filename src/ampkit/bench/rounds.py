@@ -67,12 +67,12 @@ def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_B
     return [base + (1 if r < extra else 0) for r in range(rounds)]
 
 
-def process_sets(rounds: int, accelerator: bool, repeats: int = 1) -> int:
+def process_sets(rounds: int, accelerator: bool, repeats: int = 1, modes: int = 2) -> int:
     """How many sets of fresh processes a run's ``rounds`` are split over: on a CPU with one repeat
-    (``--repeats N`` already times every repeat in fresh processes), as many as give each set
-    :data:`MIN_SET_ROUNDS` rounds, at most :data:`CPU_PROCESS_SETS` (4-5 rounds: 2 sets; 6 or more,
-    the default 20 steps' 10 included: 3); else 1."""
-    if accelerator or repeats != 1:
+    (``--repeats N`` already times every repeat in fresh processes) and two modes or more (a speedup
+    to pair), as many as give each set :data:`MIN_SET_ROUNDS` rounds, at most :data:`CPU_PROCESS_SETS`
+    (4-5 rounds: 2 sets; 6 or more, the default 20 steps' 10 included: 3); else 1."""
+    if accelerator or repeats != 1 or modes < 2:
         return 1
     return max(1, min(CPU_PROCESS_SETS, rounds // MIN_SET_ROUNDS))
 
