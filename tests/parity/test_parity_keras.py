@@ -29,7 +29,7 @@ for args in json.loads(sys.argv[1]):
     results.append({"rc": rc, "stderr": err.getvalue()})
 if len(sys.argv) > 2:  # the library on tf.data pipelines given directly (issue #49), as the CLI's --data
     import ampkit, parity_keras_factories as f
-    rep = ampkit.parity(f.mlp, *f.ordered_datasets(), modes="fp32,bf16", seeds=2, epochs=1, framework="tensorflow",
+    rep = ampkit.parity(f.mlp, *f.ordered_datasets(), modes="fp32,bf16", seeds=1, epochs=1, framework="tensorflow",
                         device="cpu", progress=False)
     with open(sys.argv[2], "w") as out:
         out.write(rep.to_json())
@@ -51,8 +51,10 @@ def test_keras_model_and_data_factories(tmp_path):
     as tf.data pipelines (a training shuffle without a seed, rebuilt per run so every mode of a seed
     sees the same order: fp32 and bf16 start from the same loss). Acceptance 4 (Keras): a factory
     that returns no model, data that does not fit the model, an empty data set: one line, exit 2."""
+    # two seeds on arrays; one on the others (each a check of its own: tf.data, the library's match, chance)
     cases = [["--model", "parity_keras_factories:mlp", "--data", f"parity_keras_factories:{data}", "--modes",
-              "fp32,bf16", "--seeds", "2", "--epochs", "1", "--json", str(tmp_path / f"{data}.json")]
+              "fp32,bf16", "--seeds", "2" if data == "arrays" else "1", "--epochs", "1",
+              "--json", str(tmp_path / f"{data}.json")]
              for data in ("arrays", "datasets", "ordered_datasets", "noise")]
     cases += [["--model", f"parity_keras_factories:{m}", "--data", f"parity_keras_factories:{d}", "--seeds", "2"]
               for m, d, _ in BAD]

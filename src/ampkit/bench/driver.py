@@ -114,9 +114,9 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
                                    process_set={"set": k % n + 1, "sets": n} if n > 1 else None, last=k % n == n - 1)
         return one
 
-    def sets(c: BenchConfig) -> int:
+    def sets(c: BenchConfig) -> int:  # a compiled mode compiles in every process: one set (docs/commands/bench.md)
         return (process_sets(len(plan_rounds(c.steps)), target.accelerator, c.repeats, len(auto.modes))
-                if pairing == INTERLEAVED else 1)
+                if pairing == INTERLEAVED and c.compile != "on" else 1)
 
     def run_group(c: BenchConfig):  # --compile both: eager, then compiled (.compiled)
         return run_modes(auto.modes, c.repeats, lambda mode: run_one(mode, c), steps=c.steps, progress=progress,
