@@ -126,7 +126,7 @@ def test_a_mode_that_fails_mid_run_leaves_the_rounds_to_the_others(ordered, monk
     rows = {r.mode: r for r in report.results}
     assert rows["bf16"].status == "error" and "planted failure at step 3" in rows["bf16"].error
     assert rows["fp32"].rounds == rows["tf32"].rounds == 4 and rows["tf32"].status == "ok"
-    assert rows["tf32"].processes == 2 and rows["bf16"].steps == 8
+    assert rows["tf32"].processes == 2 and rows["bf16"].steps == 4  # the set it failed in: 2 rounds of 2
     timed = ordered.read_text().split("\n")[:-1]
     assert timed.count("bf16 timed 2") == 1 and timed.count("tf32 timed 2") == 4
     assert sorted(r.mode for r in seen) == ["bf16", "fp32", "tf32"]  # each mode's row told once
@@ -160,6 +160,61 @@ def test_on_a_cpu_the_rounds_are_split_over_two_sets_of_fresh_processes(ordered,
     assert process_sets(6, accelerator=False) == process_sets(10, accelerator=False) == 3
     assert process_sets(3, accelerator=False) == 1 and process_sets(10, accelerator=False, repeats=2) == 1
     assert process_sets(10, accelerator=False, modes=1) == 1  # no speedup to pair
+
+
+def test_sets_fold_their_steps_and_skips_and_the_load_check_stays_inside_each_set():
+    """Three sets of a CPU run (4, 3, 3 rounds): an ok row's timed and skipped steps are every set's
+    together, so fp16 whose loss scaler skipped every timed step of every set is flagged, not given a
+    speedup; a failed row keeps its own set's. The load check judges each set's rounds apart: the
+    second set's processes all 20% slower is no load change (a fresh process's own pace), a round 2.5x
+    slower inside the third set is, named by its number in the run."""
+    from ampkit.bench.driver import _load_change
+    from ampkit.bench.judge import ALL_SKIPPED
+
+    def run(mode, ms, skipped=0, status="ok"):
+        r = _rows(ms, ms)[0]
+        r.mode, r.skipped_steps, r.status = mode, skipped, status
+        r.steps, r.step_times_ms = 2 * len(ms), [t for t in ms for _ in (0, 1)]
+        return r
+
+    fp32 = [[10.0] * 4, [12.0] * 3, [10.0, 25.0, 10.0]]
+    fp16 = [[20.0] * 4, [24.0] * 3, [20.0, 50.0, 20.0]]
+    runs = {"fp32": [run("fp32", ms) for ms in fp32], "fp16": [run("fp16", ms, 2 * len(ms)) for ms in fp16]}
+    rows = fold(runs, ["fp32", "fp16"], 1, sets=3)
+    assert [(r.steps, r.skipped_steps, r.processes, r.rounds_per_process) for r in rows] == \
+        [(20, 0, 3, [4, 3, 3]), (20, 20, 3, [4, 3, 3])]
+    derive_relative(rows)
+    assert rows[1].flags == [ALL_SKIPPED] and rows[1].speedup_vs_fp32 is None
+    change = _load_change(rows)
+    assert (change["slowest_round"], change["fastest_round"], change["spread"]) == (9, 8, 2.5)
+    assert "round 9 ran 2.5x slower than round 8" in change["line"]
+    calm = fold({m: [run(m, [t] * 3) for t in ts] for m, ts in (("fp32", (10.0, 12.0, 10.0)), ("fp16", (20.0, 24.0, 20.0)))},
+                ["fp32", "fp16"], 1, sets=3)
+    assert _load_change(calm) is None  # 10, 12, 10 ms a round: the sets differ, no round inside one does
+    assert load_change({"fp32": calm[0].round_ms, "fp16": calm[1].round_ms}, spread=1.15) is not None  # pooled: a "change"
+    failed = fold({"fp16": [run("fp16", [20.0] * 4, 8, status="error")]}, ["fp16"], 1, sets=3)[0]
+    assert (failed.steps, failed.skipped_steps, failed.status) == (8, 8, "error")
+
+
+def test_a_later_set_runs_only_while_there_is_something_to_pair():
+    """fp32 fails in the first set: the later sets do not start bf16 again with nothing to pair it with."""
+    from ampkit.bench.runner import run_modes
+
+    calls = []
+
+    def interleaved(modes, k):
+        calls.append((k, list(modes)))
+        row = BenchRow(modes[0], status="ok", round_ms=[1.0, 1.0], rounds=2, steps=4)
+        return {m: (BenchRow(m, status="error", error="planted") if m == "fp32" else row) for m in modes}, False
+
+    run_modes(["fp32", "bf16"], 1, None, steps=12, interleaved=interleaved, sets=3)
+    assert calls == [(0, ["fp32", "bf16"])]
+    calls.clear()
+    run_modes(["fp32", "bf16", "fp16"], 1, None, steps=12, sets=3,
+              interleaved=lambda modes, k: calls.append(list(modes)) or (
+                  {m: BenchRow(m, status="error" if (m == "fp16" and k == 0) else "ok", round_ms=[1.0] * 2,
+                               rounds=2, steps=4) for m in modes}, False))
+    assert calls == [["fp32", "bf16", "fp16"], ["bf16", "fp32"], ["fp32", "bf16"]]
 
 
 def test_the_plan_splits_into_consecutive_sets_the_longer_first():

@@ -101,7 +101,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
         from .interleave import run_interleaved
 
         parts = split_plan(plan_rounds(c.steps), sets(c))
-        where: list = []  # the CPUs, chosen by the first run: every set of a run on the same ones
+        where: list = []  # the CPUs, chosen by the first run: every set and repeat of this bench on the same ones
 
         def one(modes, k: int):
             n = len(parts)
@@ -140,12 +140,23 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
 
 
 def _load_change(rows: list[BenchRow]) -> dict | None:
-    """The load check (:func:`.rounds.load_change`) over the ok rows' rounds of the first group."""
-    seen: dict[str, list] = {}
+    """The load check (:func:`.rounds.load_change`) over the ok rows' rounds of the first group, within
+    each process's rounds (a set or a repeat: between processes a mode's pace differs by itself, which
+    is no load); the largest change found, its round numbers counted over the run."""
+    seen: dict[str, BenchRow] = {}
     for r in rows:
         if r.status == "ok" and r.round_ms and r.mode not in seen:
-            seen[r.mode] = r.round_ms
-    return load_change(seen)
+            seen[r.mode] = r
+    if not seen:
+        return None
+    spans = next(iter(seen.values())).rounds_per_process or [max(len(r.round_ms) for r in seen.values())]
+    found, start = None, 0
+    for n in spans:
+        got = load_change({m: r.round_ms[start:start + n] for m, r in seen.items()}, first=start + 1)
+        if got is not None and (found is None or got["spread"] > found["spread"]):
+            found = got
+        start += n
+    return found
 
 
 def doctor_check(doctor: dict | None, rows: list[BenchRow], workload: str, threads: int | None,

@@ -62,10 +62,11 @@ def _median(xs):
     return median(xs) if xs else None
 
 
-def fold(runs: dict[str, list[BenchRow]], modes, repeats: int, sets: int = 1, steps: int | None = None) -> list[BenchRow]:
+def fold(runs: dict[str, list[BenchRow]], modes, repeats: int, sets: int = 1) -> list[BenchRow]:
     """One row per mode from its repeats (in ``modes`` order); paired speedups when N > 1. ``sets``:
-    each repeat's rounds were split over that many sets of processes (:func:`.rounds.process_sets`):
-    the row's steps are every set's together (a failed mode's: the ``steps`` asked for)."""
+    the rounds were split over that many sets of processes (:func:`.rounds.process_sets`, one repeat):
+    an ok row's timed and skipped steps are every set's together (so "every timed step skipped" is
+    judged over all of them), a failed row's those of the set it failed in."""
     rows = []
     for mode in modes:
         got = runs.get(mode, [])
@@ -80,9 +81,12 @@ def fold(runs: dict[str, list[BenchRow]], modes, repeats: int, sets: int = 1, st
             row.round_ms = [t for r in got for t in (r.round_ms or [])]
             row.rounds = len(row.round_ms)
             row.processes = len(got)
-        if sets > 1:
-            row.steps = sum(r.steps or 0 for r in got) // repeats if bad is None or steps is None else steps
-        row.skipped_steps = max(r.skipped_steps or 0 for r in got)
+            row.rounds_per_process = [len(r.round_ms or []) for r in got]
+        if sets > 1 and bad is None:
+            row.steps = sum(r.steps or 0 for r in got)
+            row.skipped_steps = sum(r.skipped_steps or 0 for r in got)
+        elif bad is None:  # repeats: each ran every step
+            row.skipped_steps = max(r.skipped_steps or 0 for r in got)
         row.warmup_skipped_steps = max(r.warmup_skipped_steps or 0 for r in got)
         if bad is None and len(got) > 1:
             row.samples_per_s = _median([r.samples_per_s for r in got])

@@ -73,6 +73,7 @@ class BenchRow:
     rounds: int | None = None           # interleaved: rounds timed (all repeats), each a block of steps
     round_ms: list = field(default_factory=list)  # interleaved: each round's fastest step (ms; null: not run)
     processes: int | None = None        # interleaved: fresh processes that timed the mode's rounds (one per set and repeat)
+    rounds_per_process: list = field(default_factory=list)  # interleaved: how many of round_ms each of them timed, in order
     threads: int | None = None          # CPU threads the timed steps ran on, read in the mode's process (null: a GPU)
     clock: str | None = None            # how a step was timed: "thread_cpu" (a CPU at one thread), "wall", "cuda_events"
     cpus: list | None = None            # the CPUs the mode's process could run on, read there (null: a GPU); every mode the same

@@ -143,9 +143,10 @@ def round_pace(rounds: dict[str, Sequence[float | None]]) -> list[float | None]:
     return pace
 
 
-def load_change(rounds: dict[str, Sequence[float | None]], spread: float = LOAD_SPREAD) -> dict | None:
+def load_change(rounds: dict[str, Sequence[float | None]], spread: float = LOAD_SPREAD, first: int = 1) -> dict | None:
     """``{"spread", "slowest_round", "fastest_round", "line"}`` when the machine's pace changed by more
-    than ``spread`` between rounds (fewer than 3 rounds: not judged), else None."""
+    than ``spread`` between rounds (fewer than 3 rounds: not judged), else None; ``first``: the run's
+    number of the first of ``rounds`` (a later set of processes' rounds)."""
     pace = round_pace(rounds)
     known = [(p, r) for r, p in enumerate(pace) if p is not None]
     if len(known) < 3:
@@ -154,8 +155,9 @@ def load_change(rounds: dict[str, Sequence[float | None]], spread: float = LOAD_
     ratio = hi / lo
     if ratio <= spread:
         return None
-    line = (f"the machine's load changed during the run: round {slow + 1} ran {ratio:.1f}x slower than round "
-            f"{fast + 1} for every mode alike (another job); the speedups are paired per round and hold, the "
+    slow, fast = slow + first, fast + first
+    line = (f"the machine's load changed during the run: round {slow} ran {ratio:.1f}x slower than round "
+            f"{fast} for every mode alike (another job); the speedups are paired per round and hold, the "
             "samples/s and step times do not -- for throughput figures rerun on an idle machine "
             "(or add --repeats 3)")
-    return {"spread": round(ratio, 4), "slowest_round": slow + 1, "fastest_round": fast + 1, "line": line}
+    return {"spread": round(ratio, 4), "slowest_round": slow, "fastest_round": fast, "line": line}

@@ -78,8 +78,11 @@ def caption(report) -> list[str]:
     if getattr(report, "pairing", None) == "interleaved":
         rounds = max((r.rounds or 0 for r in report.results), default=0)
         procs = max((r.processes or 1 for r in report.results), default=1)
-        sets = ([f"The rounds were split over {procs} sets of fresh processes, one set after the other: the interval "
-                 "holds what changes from one process to the next, which one process's rounds cannot see."]
+        one = " (a compiled row's in one: it would compile again in each)" if any(
+            r.compiled and (r.processes or 1) == 1 for r in report.results) else ""
+        sets = ([f"The rounds were split over {procs} sets of fresh processes, one set after the other{one}: the "
+                 "interval holds what changes from one process to the next, which one process's rounds cannot see; "
+                 "each process trains from the same seed for its warm-up and its share of the steps."]
                 if procs > 1 and not repeats else [])
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
                 "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round (a round: its fastest step).",
