@@ -77,6 +77,18 @@ def process_sets(rounds: int, accelerator: bool, repeats: int = 1, modes: int = 
     return max(1, min(CPU_PROCESS_SETS, rounds // MIN_SET_ROUNDS))
 
 
+def sets_line(rows) -> str | None:
+    """The footer's sentence for rows whose rounds were split over sets of processes (None: one set)."""
+    procs = max((r.processes or 1 for r in rows), default=1)
+    if procs < 2:
+        return None
+    one = (" (a compiled row's in one: it would compile again in each)"
+           if any(r.compiled and (r.processes or 1) == 1 for r in rows) else "")
+    return (f"The rounds were split over {procs} sets of fresh processes, one set after the other{one}: the "
+            "interval holds what changes from one process to the next, which one process's rounds cannot see; "
+            "each process trains from the same seed for its warm-up and its share of the steps.")
+
+
 def split_plan(blocks: Sequence[int], sets: int) -> list[list[int]]:
     """The plan's blocks in ``sets`` consecutive parts, the longer parts first
     (``split_plan([2] * 5, 2) == [[2, 2, 2], [2, 2]]``); every part holds one block or more."""

@@ -77,13 +77,9 @@ def caption(report) -> list[str]:
     tail = ([threads + "."] if threads else []) + clock_words(report.results)
     if getattr(report, "pairing", None) == "interleaved":
         rounds = max((r.rounds or 0 for r in report.results), default=0)
-        procs = max((r.processes or 1 for r in report.results), default=1)
-        one = " (a compiled row's in one: it would compile again in each)" if any(
-            r.compiled and (r.processes or 1) == 1 for r in report.results) else ""
-        sets = ([f"The rounds were split over {procs} sets of fresh processes, one set after the other{one}: the "
-                 "interval holds what changes from one process to the next, which one process's rounds cannot see; "
-                 "each process trains from the same seed for its warm-up and its share of the steps."]
-                if procs > 1 and not repeats else [])
+        from ..bench.rounds import sets_line
+
+        sets = [] if repeats else [line for line in [sets_line(report.results)] if line]
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
                 "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round (a round: its fastest step).",
                 *sets,
@@ -102,7 +98,6 @@ def caption(report) -> list[str]:
             f"1/{THRESHOLD:.2f} (the doctor's rule); no measurable difference = the interval holds 1; small difference = "
             f"the interval excludes 1 but stays within {THRESHOLD:.2f}x; no interval = too few timed steps to tell; "
             "see below = no speedup claimed (the flag is named below)."] + tail
-
 
 
 def render(report, con) -> None:
