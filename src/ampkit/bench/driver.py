@@ -101,16 +101,13 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
         from .interleave import run_interleaved
 
         parts = split_plan(plan_rounds(c.steps), sets(c))
-        where: list = []  # the CPUs, chosen by the first run: every set and repeat of this bench on the same ones
+        cpus = child_cpus(target, c.threads)  # every set and repeat of this bench on the same CPUs
 
         def one(modes, k: int):
-            n = len(parts)
-            blocks = parts[k % n]
-            ck = replace(c, steps=sum(blocks), explain=c.explain and k % n == 0) if n > 1 else c
+            n, blocks = len(parts), parts[k % len(parts)]
+            ck = replace(c, steps=sum(blocks), explain=c.explain and k % n == 0)  # one set: c as it was
             requests = [MeasureRequest(ck, m, target, probe.flops_per_sample) for m in modes]
-            if not where:
-                where.append(child_cpus(requests[0]))
-            return run_interleaved(spec, requests, blocks, progress=progress, on_row=on_row, cpus=where[0],
+            return run_interleaved(spec, requests, blocks, progress=progress, on_row=on_row, cpus=cpus,
                                    process_set={"set": k % n + 1, "sets": n} if n > 1 else None, last=k % n == n - 1)
         return one
 

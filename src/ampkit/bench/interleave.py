@@ -21,7 +21,7 @@ from ..isolation import describe_exit, stop
 from .ops import MeasureRequest
 from .report import BenchRow
 from .rounds import round_order
-from .runner import child_cpus, spawn
+from .runner import spawn
 from .session import serve_session
 
 #: seconds an idle child has to send its row after Ctrl-C
@@ -84,13 +84,12 @@ class _Child:
 
 
 def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int], *, progress=None,
-                    on_row: Callable[[BenchRow], None] | None = None,
-                    cpus: frozenset | None | bool = True, process_set: dict | None = None,
-                    last: bool = True) -> tuple[dict[str, BenchRow], bool]:
+                    on_row: Callable[[BenchRow], None] | None = None, cpus: frozenset | None = None,
+                    process_set: dict | None = None, last: bool = True) -> tuple[dict[str, BenchRow], bool]:
     """Every request's mode in its own live child, timed in the rounds ``blocks`` plans (steps per
     round); returns each mode's row (its rounds in ``round_ms``) and whether Ctrl-C cut it short.
-    ``cpus``: where every child runs (True: chosen now, :func:`.runner.child_cpus`; a run's sets of
-    processes pass the same choice). ``process_set``: which set of processes this run is (``{"set": 1, "sets":
+    ``cpus``: where every child runs (:func:`.runner.child_cpus`, chosen once by the caller for every
+    set and repeat; None: where the scheduler puts them). ``process_set``: which set of processes this run is (``{"set": 1, "sets":
     2}``), told in each mode's start message; ``on_row`` is called for its rows when it is the ``last``
     set of its repeat, when Ctrl-C cut it short (the rows kept so far are final), and for a mode
     that failed (a later set does not run it again)."""
@@ -109,8 +108,6 @@ def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int]
     def alive() -> list[_Child]:
         return [c for c in children.values() if c.row is None]
 
-    if cpus is True:  # chosen once: every mode on the same CPUs
-        cpus = child_cpus(requests[0]) if requests else None
     try:
         for req in requests:
             if progress:

@@ -17,16 +17,15 @@ order statistics, which with ten rounds or fewer hold their 95% where a bootstra
 too narrow and missed the next run's median); ``--repeats`` adds whole runs, whose rounds pool.
 
 **Process sets** (:func:`process_sets`, :func:`split_plan`): on a CPU a process is itself a draw --
-the same mode in two fresh processes on the same CPU can differ by 10-20% in every round (where its
-memory landed, what the allocator did), and rounds inside one process cannot see it: an interval
-from them alone missed the median of the next runs. So on a CPU, with 4 rounds or more and no
+the same mode in two fresh processes on the same CPU can differ by 10-20% in every round (not by
+its address layout: with ASLR off the spread stayed), and rounds inside one process cannot see it:
+an interval from them alone missed the median of the next runs. So on a CPU, with 4 rounds or more and no
 ``--repeats``, the rounds are split over 2 or 3 sets of processes (:data:`CPU_PROCESS_SETS`, each
 set :data:`MIN_SET_ROUNDS` rounds at least), one set after the other, each set every mode in a fresh
 process; the sets' rounds pool, so the interval holds the difference between processes as well as
 between rounds. Measured on the built-in mlp under a bursting load (``benchmarks/bench_stability.py``):
 with two sets 4 of 5 runs' intervals held the five runs' median, with three 5 of 5 and every hand
-loop inside every interval. On an accelerator one
-set (its timing does not move with the host process, and a second CUDA context per mode is costly).
+loop inside every interval. On an accelerator one set (a second CUDA context per mode is costly).
 
 **Load check** (:func:`load_change`): per round, the machine's pace is the geometric mean over
 the modes of the round's time over that mode's median round time; when the slowest round's pace
@@ -62,9 +61,13 @@ def plan_rounds(steps: int, max_rounds: int = MAX_ROUNDS, min_block: int = MIN_B
     first (``plan_rounds(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]``)."""
     if steps < 1:
         return []
-    rounds = min(steps // min_block if steps >= 2 * min_block else steps, max_rounds)
-    base, extra = divmod(steps, rounds)
-    return [base + (1 if r < extra else 0) for r in range(rounds)]
+    return _parts(steps, min(steps // min_block if steps >= 2 * min_block else steps, max_rounds))
+
+
+def _parts(n: int, k: int) -> list[int]:
+    """``n`` spread over ``k`` parts as evenly as it goes, the longer parts first (``_parts(7, 3) == [3, 2, 2]``)."""
+    base, extra = divmod(n, k)
+    return [base + (1 if r < extra else 0) for r in range(k)]
 
 
 def process_sets(rounds: int, accelerator: bool, repeats: int = 1, modes: int = 2) -> int:
@@ -92,11 +95,8 @@ def sets_line(rows) -> str | None:
 def split_plan(blocks: Sequence[int], sets: int) -> list[list[int]]:
     """The plan's blocks in ``sets`` consecutive parts, the longer parts first
     (``split_plan([2] * 5, 2) == [[2, 2, 2], [2, 2]]``); every part holds one block or more."""
-    sets = max(1, min(sets, len(blocks)))
-    base, extra = divmod(len(blocks), sets)
     out, i = [], 0
-    for k in range(sets):
-        n = base + (1 if k < extra else 0)
+    for n in _parts(len(blocks), max(1, min(sets, len(blocks)))):
         out.append(list(blocks[i:i + n]))
         i += n
     return out

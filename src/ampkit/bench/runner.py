@@ -125,10 +125,10 @@ def pinned(cpus: frozenset | None):
         os.sched_setaffinity(0, before)
 
 
-def child_cpus(request: MeasureRequest) -> frozenset | None:
+def child_cpus(target, threads: int | None) -> frozenset | None:
     """The CPUs a mode's child times on: every mode the same (:func:`ampkit.threads.timing_cpus`); None
     on an accelerator (its host threads are left to the scheduler)."""
-    return None if request.target.accelerator else timing_cpus(request.config.threads)
+    return None if target.accelerator else timing_cpus(threads)
 
 
 def spawn(target, args: tuple, duplex: bool = False, search: bool = False, cpus: frozenset | None = None):
@@ -163,7 +163,7 @@ def run_child(spec: str, request: MeasureRequest, progress=None, search: bool = 
     row when it was SIGKILLed, the out-of-memory killer's signal); one past ``--timeout`` is stopped."""
     mode, timeout = request.mode, request.config.timeout
     proc, recv = spawn(serve_mode, (spec, request), search=search or request.config.batch_size == "auto",
-                       cpus=child_cpus(request))
+                       cpus=child_cpus(request.target, request.config.threads))
     row = None
     deadline = time.monotonic() + timeout if timeout else None
     try:
