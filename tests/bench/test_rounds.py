@@ -196,19 +196,21 @@ def test_sets_fold_their_steps_and_skips_and_the_load_check_stays_inside_each_se
     assert (failed.steps, failed.skipped_steps, failed.status) == (8, 8, "error")
 
 
-def test_a_later_set_runs_only_while_there_is_something_to_pair():
-    """fp32 fails in the first set: the later sets do not start bf16 again with nothing to pair it with."""
+def test_a_later_set_runs_the_modes_still_ok_so_each_times_the_steps_asked():
+    """fp32 fails in the first set: bf16 still runs the later sets (its row times every step asked for,
+    not a third of them); a mode that failed is not started again."""
     from ampkit.bench.runner import run_modes
 
     calls = []
 
     def interleaved(modes, k):
         calls.append((k, list(modes)))
-        row = BenchRow(modes[0], status="ok", round_ms=[1.0, 1.0], rounds=2, steps=4)
-        return {m: (BenchRow(m, status="error", error="planted") if m == "fp32" else row) for m in modes}, False
+        return {m: (BenchRow(m, status="error", error="planted") if m == "fp32"
+                    else BenchRow(m, status="ok", round_ms=[1.0, 1.0], rounds=2, steps=4)) for m in modes}, False
 
-    run_modes(["fp32", "bf16"], 1, None, steps=12, interleaved=interleaved, sets=3)
-    assert calls == [(0, ["fp32", "bf16"])]
+    rows, _ = run_modes(["fp32", "bf16"], 1, None, steps=12, interleaved=interleaved, sets=3)
+    assert calls == [(0, ["fp32", "bf16"]), (1, ["bf16"]), (2, ["bf16"])]
+    assert [(r.mode, r.status, r.steps) for r in rows] == [("fp32", "error", None), ("bf16", "ok", 12)]
     calls.clear()
     run_modes(["fp32", "bf16", "fp16"], 1, None, steps=12, sets=3,
               interleaved=lambda modes, k: calls.append(list(modes)) or (

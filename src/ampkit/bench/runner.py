@@ -55,8 +55,8 @@ def run_modes(modes, repeats: int, run_one: Callable[[str], BenchRow], *, steps:
                 order = list(modes) if k % 2 == 0 else list(reversed(modes))
                 if k % sets:  # a later set of the same repeat: a mode that failed in an earlier one has its row
                     order = [m for m in order if runs.get(m) and runs[m][-1].status == "ok"]
-                    if len(order) < 2 or ("fp32" in modes and "fp32" not in order):
-                        continue  # nothing left to pair: the sets are for the paired speedups
+                    if not order:  # the modes still ok run their sets: each times the --steps asked
+                        continue
                 got, interrupted = interleaved(order, k)
                 for mode in modes:
                     if mode in got:
