@@ -39,3 +39,32 @@ def test_a_freed_allocation_inside_the_region_is_its_peak(kernel, monkeypatch):
         _transient(150, hold_s=0.05)  # the poller samples every 10 ms
     assert peak._kernel is kernel
     assert 140 * MB <= peak.peak <= 260 * MB, peak.peak / MB
+
+
+def test_tensor_bytes_counts_each_storage_once():
+    import torch
+
+    from ampkit.backends.torch.measure import tensor_bytes
+
+    model = torch.nn.Linear(100, 10)  # 1010 float32 parameters
+    x = torch.zeros(50, 4)
+    assert tensor_bytes(model) == 1010 * 4
+    model.weight.grad = torch.ones_like(model.weight)
+    assert tensor_bytes(model) == 2000 * 4 + 10 * 4  # a gradient counts, once
+    assert tensor_bytes(model, model, [x, x[1:], {"again": x.view(200)}]) == 2010 * 4 + 200 * 4  # views share
+
+
+def test_a_cpu_peak_is_never_below_the_tensors_the_run_held():
+    """A process whose heap already has freed room (a long-lived worker: CI once read 0 bytes here)
+    can grow its RSS by less than what the run made; the row's peak is at least its weights,
+    AdamW state and batch. Planted: a baseline far above the RSS, so the RSS says 0."""
+    import torch
+
+    from ampkit.backends.torch.measure import measure, tensor_bytes
+    from ampkit.backends.torch.workloads import build_workload
+
+    workload = build_workload("mlp", None, None, 10, torch.device("cpu"))
+    params = tensor_bytes(workload.model)
+    m = measure(workload, "fp32", torch.device("cpu"), 8, steps=1, warmup=0, baseline_rss=rss_bytes() + (1 << 40))
+    assert m.peak_memory_bytes >= 3 * params  # weights, exp_avg, exp_avg_sq (gradients set to None by then)
+    assert "at least" in m.memory_source

@@ -18,20 +18,61 @@ from .engine import MixedPrecision
 from .timing import synchronize
 from .workloads import Workload
 
+#: How a CPU peak is measured (rows' ``memory_source``).
+HOST_SOURCE = f"{HostPeak.source}, at least the bytes of the weights, optimizer state and batch"
+
+
+def tensor_bytes(*trees) -> int:
+    """The bytes of the distinct storages among the tensors in ``trees`` (tensors, modules,
+    optimizers, and lists, tuples and dicts of them): a tensor seen twice, or two views of one
+    storage, count once."""
+    seen: dict[int, int] = {}
+
+    def visit(x):
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "meta" and not x.is_sparse:
+                st = x.untyped_storage()
+                seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+            if x.grad is not None:
+                visit(x.grad)
+        elif isinstance(x, torch.nn.Module):
+            for t in list(x.parameters()) + list(x.buffers()):
+                visit(t)
+        elif isinstance(x, torch.optim.Optimizer):
+            for state in x.state.values():
+                visit(state)
+        elif isinstance(x, dict):
+            for v in x.values():
+                visit(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                visit(v)
+    for tree in trees:
+        visit(tree)
+    seen.pop(0, None)  # empty storages
+    return sum(seen.values())
+
 
 class PeakMemory:
     """Peak memory over a region.
 
     CUDA: ``torch.cuda.max_memory_allocated`` after a reset (absolute: weights included).
-    CPU: the host poller (:class:`ampkit.host_memory.HostPeak`), above ``baseline``.
+    CPU: the process's peak RSS (:class:`ampkit.host_memory.HostPeak`) above ``baseline``, and never
+    below :meth:`hold`'s bytes: a process whose heap already had freed room (a long-lived one, or a
+    library call after other work) can grow its RSS by less than the tensors it made, down to 0.
     """
 
     def __init__(self, device: torch.device, baseline: int = 0):
         self.device = device
         self._host = None if device.type == "cuda" else HostPeak(baseline)
-        self.source = "torch.cuda.max_memory_allocated" if self._host is None else HostPeak.source
+        self.source = "torch.cuda.max_memory_allocated" if self._host is None else HOST_SOURCE
         self.peak = 0
+        self.held = 0
         self._done = False
+
+    def hold(self, nbytes: int) -> None:
+        """The bytes the region's tensors were seen to hold at once: the CPU peak's floor."""
+        self.held = max(self.held, int(nbytes))
 
     def __enter__(self) -> PeakMemory:
         if self._host is not None:
@@ -47,7 +88,7 @@ class PeakMemory:
         self._done = True
         if self._host is not None:
             self._host.__exit__(*exc)
-            self.peak = self._host.peak
+            self.peak = max(self._host.peak, self.held)
         else:
             synchronize(self.device)
             self.peak = int(torch.cuda.max_memory_allocated(self.device))
@@ -175,6 +216,8 @@ class TrainingRun:
 
     def end_peak(self) -> None:
         if self._entered:
+            if self.device.type != "cuda" and not self.mem._done:
+                self.mem.hold(tensor_bytes(self.workload.model, self.opt, self.batch))
             self.mem.__exit__(None, None, None)
 
     def profile(self, profile):
