@@ -268,3 +268,36 @@ def test_library_bench_reads_a_keras_models_classes_by_default():
     import ampkit
 
     assert inspect.signature(ampkit.bench).parameters["num_classes"].default is None
+
+
+# ---------------------------------------------------------------- the audit command for a mode that overflowed
+def _report(rows, framework="torch", **config):
+    from rich.console import Console
+
+    from ampkit.render import bench as render_bench
+
+    report = BenchReport(workload=config.get("model") or config.get("workload"), device="cpu", results=list(rows),
+                         environment={"framework": framework},
+                         config={"steps": 3, "warmup": 1, "repeats": 1, "device": "auto", **config})
+    buf = io.StringIO()
+    render_bench.render(report, Console(file=buf, width=400, color_system=None))
+    return [ln.strip() for ln in buf.getvalue().splitlines() if "to find where" in ln]
+
+
+def _failed(mode, error="loss is nan after 4 steps (3 of 3 timed steps skipped by the loss scaler)"):
+    return BenchRow(mode, status="error", error=error, steps=3)
+
+
+def test_a_mode_whose_loss_went_nan_ends_with_the_audit_command_on_the_same_model():
+    rows = [_row("fp32", [10, 10, 10]), _failed("fp16"), _failed("plan:fp16"), _failed("bf16", "boom: a RuntimeError")]
+    lines = _report(rows, model="my_models:net", input_shape=[6, 8], num_classes=4, workload="mlp", device="cpu")
+    # the plan's fp16 and plain fp16 are one audit; bf16 failed for another reason (no audit for it)
+    assert lines == ["to find where fp16 first overflows: ampkit audit --model my_models:net --input-shape 6,8 "
+                     "--num-classes 4 --device cpu --mode fp16"]
+    flagged = _row("fp16", [12, 12, 12])
+    flagged.flags = [judge.ALL_SKIPPED]
+    assert _report([_row("fp32", [10, 10, 10]), flagged], workload="bert-base", seq_len=64) == [
+        "to find where fp16 first overflows: ampkit audit --workload bert-base --seq-len 64 --mode fp16"]
+    assert _report([_row("fp32", [10, 10, 10]), _failed("fp16")], framework="tensorflow", model="k m:f") == [
+        "to find where fp16 first overflows: ampkit audit --framework tensorflow --model 'k m:f' --mode fp16"]
+    assert _report([_row("fp32", [10, 10, 10]), _row("fp16", [9, 9, 9])], workload="mlp") == []  # nothing failed

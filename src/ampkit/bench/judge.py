@@ -37,6 +37,7 @@ measured times:
 from __future__ import annotations
 
 import math
+import shlex
 
 from ..stats import CONFIDENCE, RESAMPLES, SEED, Estimate, classify
 from ..words import THRESHOLD
@@ -128,3 +129,28 @@ def divergence(mode_loss: float | None, base_loss: float | None, base_first: flo
     share = f"{gap / scale:.0%}" if scale > 0 else "an unbounded share"
     return (f"final loss {mode_loss:.4g} against fp32's {base_loss:.4g} (same weights, batch and steps): "
             f"differs by {share} of fp32's loss or progress, beyond the {DIVERGENCE_REL:.0%} bound")
+
+
+#: the audit's flags a bench run's own flags carry over to (bench flag -> its value in the config)
+_AUDIT_FLAGS = (("--workload", "workload"), ("--model", "model"), ("--data", "data"), ("--input-shape", "input_shape"),
+                ("--num-classes", "num_classes"), ("--seq-len", "seq_len"), ("--image-size", "image_size"),
+                ("--device", "device"))
+
+
+def audit_lines(report) -> list[str]:
+    """For each mode whose loss went inf/NaN (an error row) or whose loss scaler skipped every timed
+    step, the ``ampkit audit`` command that finds where it first overflows, on the same model and
+    data (bench's own flags carried over): bench tells *that* a mode failed, the audit *where*."""
+    cfg, out, framework = report.config or {}, [], report.framework or "torch"
+    failing = [r.mode for r in report.results
+               if (r.status == "error" and (r.error or "").startswith("loss is ")) or ALL_SKIPPED in (r.flags or [])]
+    for mode in dict.fromkeys(m.split(":", 1)[-1] for m in failing):
+        if mode == "fp32" or (mode == "fp8" and framework != "torch"):
+            continue
+        args = ["ampkit", "audit"] + (["--framework", framework] if framework != "torch" else [])
+        for flag, key in _AUDIT_FLAGS:
+            value = cfg.get(key)
+            if value is not None and not (key == "device" and value == "auto") and not (key == "workload" and cfg.get("model")):
+                args += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
+        out.append(f"  to find where {mode} first overflows: {' '.join(shlex.quote(a) for a in args + ['--mode', mode])}")
+    return out

@@ -78,7 +78,6 @@ def caption(report) -> list[str]:
     if getattr(report, "pairing", None) == "interleaved":
         rounds = max((r.rounds or 0 for r in report.results), default=0)
         from ..bench.rounds import sets_line
-
         sets = [] if repeats else [line for line in [sets_line(report.results)] if line]
         return [f"speedup = the median over {rounds} interleaved rounds (every mode's process alive, a block of steps "
                 "each, the order flipped every round) of the mode's samples/s ÷ fp32's in the same round (a round: its fastest step).",
@@ -147,7 +146,8 @@ def render(report, con) -> None:
     for cat in cats:  # --explain: the step by category, share (ms)
         line(f"  {cat}", lambda r, c=cat: (f"{r.breakdown.get(c, 0.0):.0%} ({(r.breakdown_ms or {}).get(c, 0.0):.2f} ms)"
                                            if r.breakdown else "—"))
-    errors = [f"  {r.mode}: {r.error}" for r in res if r.error]
+    from ..bench.judge import audit_lines  # the audit command for a mode that overflowed
+    errors = [f"  {r.mode}: {r.error}" for r in res if r.error] + audit_lines(report)
     print_keras_line(report, con)
     con.print(title, markup=False, highlight=False, style="bold")
     con.print(table)
