@@ -4,6 +4,8 @@ read from what each mode's child recorded."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from ampkit.bench import driver
@@ -149,8 +151,8 @@ def test_on_a_cpu_the_rounds_are_split_over_two_sets_of_fresh_processes(ordered,
     assert sorted(lines[8:10]) == ["bf16 warmup 1", "fp32 warmup 1"] and lines[10:] == second
     opened = [ln.split() for ln in pids.read_text().split("\n")[:-1]]
     assert len(opened) == 4 and len({pid for _, pid in opened}) == 4  # four processes, two per mode
-    assert [(m["mode"], m["set"], m["sets"], m["steps"]) for m in starts] == \
-        [("fp32", 1, 2, 6), ("bf16", 1, 2, 6), ("bf16", 2, 2, 4), ("fp32", 2, 2, 4)]
+    assert [(m["mode"], m["set"], m["sets"], m["steps"], m["interleaved"]) for m in starts] == \
+        [("fp32", 1, 2, 6, True), ("bf16", 1, 2, 6, True), ("bf16", 2, 2, 4, True), ("fp32", 2, 2, 4, True)]
     rows = {r.mode: r for r in report.results}
     assert [(rows[m].rounds, rows[m].processes, rows[m].steps, len(rows[m].step_times_ms)) for m in rows] == \
         [(5, 2, 10, 10)] * 2
@@ -160,6 +162,17 @@ def test_on_a_cpu_the_rounds_are_split_over_two_sets_of_fresh_processes(ordered,
     assert process_sets(6, accelerator=False) == process_sets(10, accelerator=False) == 3
     assert process_sets(3, accelerator=False) == 1 and process_sets(10, accelerator=False, repeats=2) == 1
     assert process_sets(10, accelerator=False, modes=1) == 1  # no speedup to pair
+
+
+def test_a_mode_alone_is_not_said_to_be_interleaved_with_other_modes(ordered):
+    from ampkit.cli.common import ProgressLines
+
+    out, starts = io.StringIO(), []
+    lines = ProgressLines("bench", warmup=1, stream=out)
+    driver.run(BenchConfig(workload="tiny", modes="fp32", steps=4, warmup=1), "order",
+               progress=lambda m: (starts.append(m), lines(m)) if m.get("kind") == "start" else None)
+    assert [m["interleaved"] for m in starts] == [False]
+    assert out.getvalue().splitlines() == ["ampkit bench: fp32: starting in a fresh process: 1 warm-up + 4 timed steps"]
 
 
 def test_sets_fold_their_steps_and_skips_and_the_load_check_stays_inside_each_set():

@@ -111,7 +111,7 @@ def run_interleaved(spec: str, requests: list[MeasureRequest], blocks: list[int]
     try:
         for req in requests:
             if progress:
-                progress({"mode": req.mode, "kind": "start", "steps": req.config.steps, "interleaved": True,
+                progress({"mode": req.mode, "kind": "start", "steps": req.config.steps, "interleaved": len(requests) > 1,
                           **(process_set or {})})
             children[req.mode] = _Child(req, spec, cpus)  # every mode on the same CPUs (ampkit.threads)
         for c in alive():  # built side by side, each in its own process
