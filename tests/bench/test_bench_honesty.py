@@ -271,7 +271,7 @@ def test_library_bench_reads_a_keras_models_classes_by_default():
 
 
 # ---------------------------------------------------------------- the audit command for a mode that overflowed
-def _report(rows, framework="torch", **config):
+def _report(rows, framework="torch", width=400, **config):
     from rich.console import Console
 
     from ampkit.render import bench as render_bench
@@ -280,8 +280,8 @@ def _report(rows, framework="torch", **config):
                          environment={"framework": framework},
                          config={"steps": 3, "warmup": 1, "repeats": 1, "device": "auto", **config})
     buf = io.StringIO()
-    render_bench.render(report, Console(file=buf, width=400, color_system=None))
-    return [ln.strip() for ln in buf.getvalue().splitlines() if "to find where" in ln]
+    render_bench.render(report, Console(file=buf, width=width, color_system=None))
+    return [ln.strip() for ln in buf.getvalue().splitlines() if "to find where" in ln or "fp32's loss" in ln]
 
 
 def _failed(mode, error="loss is nan after 4 steps (3 of 3 timed steps skipped by the loss scaler)"):
@@ -289,15 +289,25 @@ def _failed(mode, error="loss is nan after 4 steps (3 of 3 timed steps skipped b
 
 
 def test_a_mode_whose_loss_went_nan_ends_with_the_audit_command_on_the_same_model():
-    rows = [_row("fp32", [10, 10, 10]), _failed("fp16"), _failed("plan:fp16"), _failed("bf16", "boom: a RuntimeError")]
+    fp32 = _row("fp32", [10, 10, 10])
+    rows = [fp32, _failed("fp16"), _failed("plan:fp16"), _failed("bf16", "boom: a RuntimeError")]
     lines = _report(rows, model="my_models:net", input_shape=[6, 8], num_classes=4, workload="mlp", device="cpu")
-    # the plan's fp16 and plain fp16 are one audit; bf16 failed for another reason (no audit for it)
-    assert lines == ["to find where fp16 first overflows: ampkit audit --model my_models:net --input-shape 6,8 "
-                     "--num-classes 4 --device cpu --mode fp16"]
+    # plain fp16 only (the plan's mode would be audited without its plan); bf16 failed for another reason
+    command = ("ampkit audit --model my_models:net --input-shape 6,8 --num-classes 4 --device cpu --mode fp16")
+    assert lines == [f"to find where fp16 first overflows: {command}"]
+    # an 80-column terminal: the command is still one line (a wrapped one pastes as two commands)
+    assert _report(rows, width=80, model="my_models:net", input_shape=[6, 8], num_classes=4, device="cpu") == lines
     flagged = _row("fp16", [12, 12, 12])
     flagged.flags = [judge.ALL_SKIPPED]
-    assert _report([_row("fp32", [10, 10, 10]), flagged], workload="bert-base", seq_len=64) == [
+    assert _report([fp32, flagged], workload="bert-base", seq_len=64) == [
         "to find where fp16 first overflows: ampkit audit --workload bert-base --seq-len 64 --mode fp16"]
-    assert _report([_row("fp32", [10, 10, 10]), _failed("fp16")], framework="tensorflow", model="k m:f") == [
+    assert _report([fp32, _failed("fp16")], framework="tensorflow", model="k m:f") == [
         "to find where fp16 first overflows: ampkit audit --framework tensorflow --model 'k m:f' --mode fp16"]
-    assert _report([_row("fp32", [10, 10, 10]), _row("fp16", [9, 9, 9])], workload="mlp") == []  # nothing failed
+    assert _report([fp32, _row("fp16", [9, 9, 9])], workload="mlp") == []  # nothing failed
+    assert _report([fp32, _failed("plan:fp16")], workload="mlp") == []  # the plan's mode alone
+
+
+def test_when_fp32_went_nan_too_bench_blames_no_precision():
+    lines = _report([_failed("fp32", "loss is nan after 4 steps"), _failed("fp16"), _failed("bf16", "loss is nan after 4 steps")],
+                    workload="mlp")
+    assert lines == ["fp32's loss went inf/NaN too: the run diverges in float32 as well, which no precision mode mends"]

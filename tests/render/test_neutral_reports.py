@@ -105,3 +105,11 @@ def test_recommendation_needs_a_passed_self_test_and_never_picks_fp8():
     assert recommend(modes, quick=False)[0] == "fp32"
     modes["fp8"].selftest, modes["fp8"].accelerated, modes["fp8"].speedup = "pass", True, 9.0
     assert recommend(modes, quick=False)[0] == "fp32"
+
+
+def test_a_name_in_square_brackets_is_printed_not_read_as_markup():
+    """A user's model path or data set such as '/tmp/we$ird [x]/m.py:f' is shown whole in every title."""
+    audit, parity = planted.audit("torch"), planted.parity("torch")
+    audit.workload, parity.dataset = "/tmp/we$ird [x]/m-1.py:f", "[red]/d.py:data"
+    assert "/tmp/we$ird [x]/m-1.py:f (torch)" in _text(render_audit, audit)
+    assert "[red]/d.py:data (torch)" in _text(render_parity, parity)

@@ -140,13 +140,19 @@ _AUDIT_FLAGS = (("--workload", "workload"), ("--model", "model"), ("--data", "da
 def audit_lines(report) -> list[str]:
     """For each mode whose loss went inf/NaN (an error row) or whose loss scaler skipped every timed
     step, the ``ampkit audit`` command that finds where it first overflows, on the same model and
-    data (bench's own flags carried over): bench tells *that* a mode failed, the audit *where*."""
-    cfg, out, framework = report.config or {}, [], report.framework or "torch"
-    failing = [r.mode for r in report.results
-               if (r.status == "error" and (r.error or "").startswith("loss is ")) or ALL_SKIPPED in (r.flags or [])]
-    for mode in dict.fromkeys(m.split(":", 1)[-1] for m in failing):
-        if mode == "fp32" or (mode == "fp8" and framework != "torch"):
-            continue
+    data (bench's own flags carried over): bench tells *that* a mode failed, the audit *where*.
+    Nothing for a plan's mode (the audit of the plain mode would name what the plan already keeps
+    out); one line instead when fp32's loss went inf/NaN too (not a precision problem)."""
+    cfg, framework = report.config or {}, report.framework or "torch"
+
+    def overflowed(r) -> bool:
+        return (r.status == "error" and (r.error or "").startswith("loss is ")) or ALL_SKIPPED in (r.flags or [])
+    failing = [r.mode for r in report.results if overflowed(r) and r.mode != "fp32" and not r.mode.startswith("plan:")
+               and (r.mode != "fp8" or framework == "torch")]
+    if any(r.mode == "fp32" and overflowed(r) for r in report.results):
+        return ["  fp32's loss went inf/NaN too: the run diverges in float32 as well, which no precision mode mends"]
+    out = []
+    for mode in failing:
         args = ["ampkit", "audit"] + (["--framework", framework] if framework != "torch" else [])
         for flag, key in _AUDIT_FLAGS:
             value = cfg.get(key)

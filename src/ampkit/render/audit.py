@@ -8,6 +8,7 @@ import textwrap
 from collections import Counter
 from dataclasses import dataclass
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..formats import format_of, precision_threshold, rounding_unit
@@ -41,7 +42,7 @@ def render_whatif(report, con) -> None:
     title = (f"ampkit audit --what-if — {report.workload or 'model'} ({report.framework}) on {report.device}  ·  "
              f"float32, {_steps(report)}  ·  {len(report.layers)} modules  ·  fp16 shares at loss scale "
              f"{report.loss_scale:g}")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")  # a path with [x] in it is no markup
     for c in ("format", "verdict", "first overflow", "loss-scale range", "modules to keep out"):
         table.add_column(c, overflow="fold")
     for name, p in report.what_if.items():
@@ -80,7 +81,7 @@ def render(report, con) -> None:
     # that the format flushes to zero or subnormal (gradients at the loss scale)
     title = (f"ampkit audit — {report.workload or 'model'} ({report.framework}) in {report.mode} on {report.device}  ·  loss scale "
              f"{report.loss_scale:g}  ·  {_steps(report)}  ·  {len(report.layers)} modules")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     table.add_column("module", overflow="fold", min_width=12)
     # two-line headers keep the 11 fixed columns narrow enough for a 140-column log, so the module
     # names (the column that folds) keep their room

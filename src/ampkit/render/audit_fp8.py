@@ -4,6 +4,7 @@ fp8 or why not -- then the advice. The document (``--json``) has every figure, `
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -31,7 +32,7 @@ def render_fp8(report, con) -> None:
     converted = sum(bool((lay.fp8 or {}).get("converted")) for lay in report.layers)
     title = (f"ampkit audit — {report.workload or 'model'} ({report.framework}) in fp8 on {report.device}  ·  "
              f"{report.completed} step(s)  ·  {converted} of {len(report.layers)} Linear layers in fp8")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     table.add_column("layer", overflow="fold", min_width=8)
     for c in ("type", "out err\nfp8", "out err\nbf16", "wgrad err\nfp8", "wgrad err\nbf16", "flushed\nin/w/grad"):
         table.add_column(c, no_wrap=True, justify="left" if c == "type" else "right")

@@ -147,7 +147,7 @@ def render(report, con) -> None:
         line(f"  {cat}", lambda r, c=cat: (f"{r.breakdown.get(c, 0.0):.0%} ({(r.breakdown_ms or {}).get(c, 0.0):.2f} ms)"
                                            if r.breakdown else "—"))
     from ..bench.judge import audit_lines  # the audit command for a mode that overflowed
-    errors = [f"  {r.mode}: {r.error}" for r in res if r.error] + audit_lines(report)
+    errors = [(f"  {r.mode}: {r.error}", False) for r in res if r.error] + [(ln, True) for ln in audit_lines(report)]
     print_keras_line(report, con)
     con.print(title, markup=False, highlight=False, style="bold")
     con.print(table)
@@ -184,8 +184,8 @@ def render(report, con) -> None:
             con.print(f"why {bench_compile.label(r)}:", markup=False, highlight=False, style="bold")
             for sentence in r.explanation:
                 con.print(f"  - {sentence}", markup=False, highlight=False)
-    for err in errors:
-        con.print(err, markup=False, highlight=False)
+    for err, command in errors:  # a command stays one line however wide the terminal (soft wrap: copied whole)
+        con.print(err, markup=False, highlight=False, soft_wrap=command)
     if report.interrupted:
         con.print("[yellow]interrupted: the table holds the modes that finished[/]")
     for text in (getattr(report, "doctor_check", None) or {}).get("disagreements") or []:  # last: bench vs doctor

@@ -64,9 +64,9 @@ def render(report, con) -> None:
     metric = getattr(report, "metric", None) or "accuracy"
     length = f"{report.steps} steps" if getattr(report, "steps", None) else f"{report.epochs} epochs"
     margin = report.margin if getattr(report, "margin", None) is not None else report.tolerance
-    table = Table(title=f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x "
-                        f"{length}  ·  tolerance {report.tolerance:g} {metric}, margin ±{margin:g}, "
-                        f"alpha {report.alpha:g}{_grid_words(report)}", title_justify="left")
+    table = Table(title=escape(f"ampkit parity — {report.dataset} ({report.framework}) on {report.device}  ·  {n} seeds x "
+                               f"{length}  ·  tolerance {report.tolerance:g} {metric}, margin ±{margin:g}, "
+                               f"alpha {report.alpha:g}{_grid_words(report)}"), title_justify="left")
     for c in ("mode", f"{metric} ± std", "train loss ± std", "Δ vs fp32", "p-value", "skipped", "verdict",
               "equivalence"):
         table.add_column(c, no_wrap=True, justify="left" if c in ("mode", "verdict", "equivalence") else "right")

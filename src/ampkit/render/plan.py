@@ -37,8 +37,8 @@ def _tried(tried: list[dict]) -> list[dict]:
 
 
 def render(report, con) -> None:
-    table = Table(title=f"ampkit plan — {report.workload} ({report.framework or report.plan.framework}) on "
-                        f"{report.device}  ·  {STATUS_WORDS.get(report.status, report.status)}", title_justify="left")
+    table = Table(title=escape(f"ampkit plan — {report.workload} ({report.framework or report.plan.framework}) on "
+                               f"{report.device}  ·  {STATUS_WORDS.get(report.status, report.status)}"), title_justify="left")
     for c in ("mode", "kept apart", "speedup vs fp32", "95% interval", "bench verdict", "island price", "finite",
               "parity vs fp32", "chosen"):
         table.add_column(c, justify="left" if c in ("mode", "kept apart", "bench verdict", "parity vs fp32") else "right")
