@@ -180,6 +180,9 @@ def _alarm(keras):
             assert alarms == [] and mp.health()["status"] == "ok", (alarms, mp.health())
             continue
         assert len(alarms) == 1 and "collapsed at step 3" in alarms[0], (how, alarms)   # 1-based: the 3rd step
+        # the audit first, bf16 only once the audit shows it healthy (as the torch engine's alarm says it)
+        assert "Switch to bf16" not in alarms[0] and "--mode bf16` shows it healthy" in alarms[0], alarms[0]
+        assert alarms[0].index("--mode fp16") < alarms[0].index("MixedPrecision('bf16')"), alarms[0]
         assert mp.health()["status"] == "collapsed" and mp.stats["skipped"] == 4, (how, mp.health())
     print("alarm ok")
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":

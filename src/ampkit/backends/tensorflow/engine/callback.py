@@ -6,9 +6,12 @@ from ....errors import UsageError
 from ....health import LossScaleHealth
 from ..flavor import Flavor, flavor_of, keras3
 
-KERAS_ADVICE = ("Switch to bf16 where the device runs it (no loss scaling needed): ampkit.keras.MixedPrecision('bf16'). "
-                "Find the layer that overflows with `ampkit audit --framework tensorflow --model MODULE:FACTORY "
-                "--mode fp16` (add --input-shape for a bare model).")
+#: as the torch engine's alarm says it (issue #50): the audit first; bf16 only as something to check, never as
+#: the cure (its coarser precision may not train this model)
+KERAS_ADVICE = ("Find the layer that overflows with `ampkit audit --framework tensorflow --model MODULE:FACTORY "
+                "--mode fp16` (add --input-shape for a bare model). bf16 needs no loss scaling: consider "
+                "ampkit.keras.MixedPrecision('bf16') where the device runs it, once `ampkit audit --framework tensorflow "
+                "--model MODULE:FACTORY --mode bf16` shows it healthy on this model.")
 
 
 def keras_health(min_scale_warning: float = 1.0, consecutive_skip_warning: int = 10,
