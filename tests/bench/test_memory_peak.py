@@ -52,6 +52,8 @@ def test_tensor_bytes_counts_each_storage_once():
     model.weight.grad = torch.ones_like(model.weight)
     assert tensor_bytes(model) == 2000 * 4 + 10 * 4  # a gradient counts, once
     assert tensor_bytes(model, model, [x, x[1:], {"again": x.view(200)}]) == 2010 * 4 + 200 * 4  # views share
+    sparse = torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (4,), check_invariants=True)  # no plain storage: nothing
+    assert tensor_bytes(sparse, torch.empty(3, device="meta"), x) == 200 * 4
 
 
 def test_a_cpu_peak_is_never_below_the_tensors_the_run_held():

@@ -142,7 +142,7 @@ def audit_lines(report) -> list[str]:
     step, the ``ampkit audit`` command that finds where it first overflows, on the same model and
     data (bench's own flags carried over): bench tells *that* a mode failed, the audit *where*.
     Nothing for a plan's mode (the audit of the plain mode would name what the plan already keeps
-    out); one line instead when fp32's loss went inf/NaN too (not a precision problem)."""
+    out); one line instead when fp32's loss went inf/NaN (not a precision problem)."""
     cfg, framework = report.config or {}, report.framework or "torch"
 
     def overflowed(r) -> bool:
@@ -150,7 +150,7 @@ def audit_lines(report) -> list[str]:
     failing = [r.mode for r in report.results if overflowed(r) and r.mode != "fp32" and not r.mode.startswith("plan:")
                and (r.mode != "fp8" or framework == "torch")]
     if any(r.mode == "fp32" and overflowed(r) for r in report.results):
-        return ["  fp32's loss went inf/NaN too: the run diverges in float32 as well, which no precision mode mends"]
+        return ["  fp32's loss went inf/NaN: the run diverges in float32, which no precision mode mends"]
     out = []
     for mode in failing:
         args = ["ampkit", "audit"] + (["--framework", framework] if framework != "torch" else [])

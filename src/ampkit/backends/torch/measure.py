@@ -30,9 +30,11 @@ def tensor_bytes(*trees) -> int:
 
     def visit(x):
         if isinstance(x, torch.Tensor):
-            if x.device.type != "meta" and not x.is_sparse:
+            try:  # a tensor without a plain storage (sparse, meta, a subclass's wrapper) adds nothing
                 st = x.untyped_storage()
                 seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+            except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+                pass
             if x.grad is not None:
                 visit(x.grad)
         elif isinstance(x, torch.nn.Module):
