@@ -312,7 +312,7 @@ def _at_a_freed_address(name, freed_ids):
     cls = OPTIMIZERS[name][0]
     gc.collect()  # an optimizer kept by a cycle (its scheduler's) is freed now
     held = []
-    for _ in range(20_000):
+    for _ in range(200_000):  # a fragmented heap may hold many free blocks of this size ahead of it
         obj = cls.__new__(cls)
         if id(obj) in freed_ids or not freed_ids:
             return obj
