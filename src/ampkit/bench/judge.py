@@ -131,6 +131,10 @@ def divergence(mode_loss: float | None, base_loss: float | None, base_first: flo
             f"differs by {share} of fp32's loss or progress, beyond the {DIVERGENCE_REL:.0%} bound")
 
 
+#: how an error row whose loss went inf/NaN begins (:func:`ampkit.bench.rows.check_final_loss` writes it,
+#: :func:`audit_lines` reads it: a row from a child has its non-finite loss as null)
+NONFINITE_LOSS = "loss is "
+
 #: the audit's flags a bench run's own flags carry over to (bench flag -> its value in the config)
 _AUDIT_FLAGS = (("--workload", "workload"), ("--model", "model"), ("--data", "data"), ("--input-shape", "input_shape"),
                 ("--num-classes", "num_classes"), ("--seq-len", "seq_len"), ("--image-size", "image_size"),
@@ -146,11 +150,11 @@ def audit_lines(report) -> list[str]:
     cfg, framework = report.config or {}, report.framework or "torch"
 
     def overflowed(r) -> bool:
-        return (r.status == "error" and (r.error or "").startswith("loss is ")) or ALL_SKIPPED in (r.flags or [])
-    failing = [r.mode for r in report.results if overflowed(r) and r.mode != "fp32" and not r.mode.startswith("plan:")
-               and (r.mode != "fp8" or framework == "torch")]
+        return (r.status == "error" and (r.error or "").startswith(NONFINITE_LOSS)) or ALL_SKIPPED in (r.flags or [])
     if any(r.mode == "fp32" and overflowed(r) for r in report.results):
         return ["  fp32's loss went inf/NaN: the run diverges in float32, which no precision mode mends"]
+    failing = [r.mode for r in report.results if overflowed(r) and r.mode != "fp32" and not r.mode.startswith("plan:")
+               and (r.mode != "fp8" or framework == "torch")]
     out = []
     for mode in failing:
         args = ["ampkit", "audit"] + (["--framework", framework] if framework != "torch" else [])

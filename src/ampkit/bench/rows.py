@@ -13,6 +13,7 @@ from ..host_memory import is_oom
 from ..timing import step_ms_summary
 from .batch_search import largest_fitting
 from .config import BenchConfig
+from .judge import NONFINITE_LOSS
 from .ops import Measured, MeasureRequest
 from .peaks import peak_tflops
 from .report import BenchRow
@@ -97,7 +98,7 @@ def check_final_loss(row: BenchRow, loss: float, cfg: BenchConfig) -> None:
         row.status = "error"
         skipped = [f"{row.skipped_steps} of {cfg.steps} timed"] if row.skipped_steps else []
         skipped += [f"{row.warmup_skipped_steps} of {cfg.warmup} warm-up"] if row.warmup_skipped_steps else []
-        row.error = (f"loss is {loss} after {cfg.warmup + cfg.steps} steps"
+        row.error = (f"{NONFINITE_LOSS}{loss} after {cfg.warmup + cfg.steps} steps"
                      + (f" ({' and '.join(skipped)} steps skipped by the loss scaler)" if skipped else ""))
 
 
