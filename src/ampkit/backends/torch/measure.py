@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -60,21 +61,18 @@ class PeakMemory:
 
     CUDA: ``torch.cuda.max_memory_allocated`` after a reset (absolute: weights included).
     CPU: the process's peak RSS (:class:`ampkit.host_memory.HostPeak`) above ``baseline``, and never
-    below :meth:`hold`'s bytes: a process whose heap already had freed room (a long-lived one, or a
-    library call after other work) can grow its RSS by less than the tensors it made, down to 0.
+    below ``floor()``, the bytes the region's tensors hold at its end: a process whose heap already had
+    freed room (a long-lived one, or a library call after other work) can grow its RSS by less than
+    the tensors it made, down to 0.
     """
 
-    def __init__(self, device: torch.device, baseline: int = 0):
+    def __init__(self, device: torch.device, baseline: int = 0, floor: Callable[[], int] | None = None):
         self.device = device
         self._host = None if device.type == "cuda" else HostPeak(baseline)
         self.source = "torch.cuda.max_memory_allocated" if self._host is None else HOST_SOURCE
+        self.floor = floor
         self.peak = 0
-        self.held = 0
         self._done = False
-
-    def hold(self, nbytes: int) -> None:
-        """The bytes the region's tensors were seen to hold at once: the CPU peak's floor."""
-        self.held = max(self.held, int(nbytes))
 
     def __enter__(self) -> PeakMemory:
         if self._host is not None:
@@ -88,9 +86,10 @@ class PeakMemory:
         if self._done:  # ended early (before --explain's profiled steps): the first exit counts
             return False
         self._done = True
+        floor, self.floor = self.floor, None  # read once: the region's owner is no longer held through it
         if self._host is not None:
             self._host.__exit__(*exc)
-            self.peak = max(self._host.peak, self.held)
+            self.peak = max(self._host.peak, floor() if floor is not None else 0)
         else:
             synchronize(self.device)
             self.peak = int(torch.cuda.max_memory_allocated(self.device))
@@ -139,7 +138,8 @@ class TrainingRun:
                  baseline_rss: int = 0, mp: MixedPrecision | None = None):
         self.workload, self.device, self.batch_size, self.seed = workload, device, batch_size, seed
         self.mp = mp or MixedPrecision(mode, device, model=workload.model)
-        self.mem = PeakMemory(device, baseline=baseline_rss)
+        self.mem = PeakMemory(device, baseline=baseline_rss,
+                              floor=lambda: tensor_bytes(self.workload.model, self.opt, self.batch))
         self.skipped = self.warmup_skipped = 0
         self._loss = self._first = None
         self.batch = self.opt = None
@@ -218,8 +218,6 @@ class TrainingRun:
 
     def end_peak(self) -> None:
         if self._entered:
-            if self.device.type != "cuda" and not self.mem._done:
-                self.mem.hold(tensor_bytes(self.workload.model, self.opt, self.batch))
             self.mem.__exit__(None, None, None)
 
     def profile(self, profile):
