@@ -46,7 +46,27 @@ def _has_tensorflow() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
+def _compile_sources() -> None:
+    """The project's source (and the tests' helper modules that child processes import) compiled to
+    bytecode once, before the run. Where PYTHONDONTWRITEBYTECODE is set (this machine's and CI's
+    environment) no process writes a .pyc, so each of the suite's ~600 processes compiled every ampkit
+    module it imported from source: 0.1-0.3 s of CPU apiece, 7% of a bench file's CPU time. A .pyc is
+    only read when it matches its source (CPython checks the source's mtime and size), so an edit
+    during the run is still seen."""
+    import compileall
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for folder in (root / "src", root / "tests"):
+        try:
+            compileall.compile_dir(str(folder), quiet=2, workers=1)
+        except OSError:  # a read-only checkout: each process compiles what it imports, as before
+            pass
+
+
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the xdist workers (or runs alone)
+        _compile_sources()
     # xdist's --dist loadfile hands out files in the order collected (see the sort below), not sorted
     # by how many tests they hold: by default it put the files of few but slow tests last, and one
     # worker ran them alone at the end of the suite
