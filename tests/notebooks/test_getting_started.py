@@ -5,6 +5,7 @@ HTML (nbconvert) shows the bench table and chart in headless Chromium."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 
@@ -12,9 +13,10 @@ import pytest
 
 import chromium
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
+# nbformat (through jsonschema's format checkers) takes seconds to import: imported by the tests that
+# use it, not at collection, where every xdist worker would pay it for a file only one of them runs
+_MISSING = [name for name in ("nbformat", "nbclient", "ipykernel") if importlib.util.find_spec(name) is None]
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs {', '.join(_MISSING)}")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src")
@@ -26,6 +28,7 @@ NATIVE_LOG = re.compile(r"^([IWE]\d{4} [\d:. ]+\d+ \S+:\d+\]|WARNING: All log me
 
 def execute(nb, cwd, monkeypatch, **env):
     """Run every cell in a fresh kernel (it inherits this process's environment) in ``cwd``."""
+    import nbclient
     monkeypatch.setenv("PYTHONPATH", SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -72,6 +75,7 @@ def plain_results(c) -> list[str]:
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """The notebook run once as a PyTorch image runs it (the TensorFlow run is its own test)."""
+    import nbformat
     mp = pytest.MonkeyPatch()
     cwd = tmp_path_factory.mktemp("notebook")
     try:
@@ -169,6 +173,7 @@ r"""
 
 @pytest.mark.slow
 def test_a_30_step_bench_from_a_notebook_is_one_updating_display_not_30_lines(tmp_path, monkeypatch):
+    import nbformat
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(BENCH_30), nbformat.v4.new_code_cell(
         'quiet = ampkit.bench(workload="mlp", modes=["fp32"], steps=2, warmup=0, batch_size=8, device="cpu", progress=False)\n'
         'quiet')])
@@ -188,6 +193,7 @@ def test_a_30_step_bench_from_a_notebook_is_one_updating_display_not_30_lines(tm
                     reason="needs TensorFlow and Keras")
 def test_the_notebook_on_a_tensorflow_only_machine_runs_keras_throughout(tmp_path, monkeypatch):
     """As the TensorFlow image runs it: doctor, bench and parity on Keras, the keras.applications audit."""
+    import nbformat
     nb = execute(nbformat.read(NOTEBOOK, as_version=4), tmp_path, monkeypatch, AMPKIT_NOTEBOOK_QUICK="1",
                  AMPKIT_NOTEBOOK_FRAMEWORKS="tensorflow")
     assert problems(nb) == []
