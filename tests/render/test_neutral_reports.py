@@ -113,3 +113,32 @@ def test_a_name_in_square_brackets_is_printed_not_read_as_markup():
     audit.workload, parity.dataset = "/tmp/we$ird [x]/m-1.py:f", "[red]/d.py:data"
     assert "/tmp/we$ird [x]/m-1.py:f (torch)" in _text(render_audit, audit)
     assert "[red]/d.py:data (torch)" in _text(render_parity, parity)
+
+
+def test_module_names_in_square_brackets_are_printed_whole_in_every_audit_table():
+    """A module or layer name is the user's (a ModuleDict key, a Keras layer's name): 'blocks[attn]'
+    is shown whole in the layer table, a finding's line, the what-if table and the fp8 table, never
+    read as rich markup (which dropped '[attn]')."""
+    from ampkit.audit.report import Finding
+
+    odd = "blocks[attn].proj[red]"
+    rep = planted.audit("torch")
+    rep.layers[1].name, rep.first_nonfinite["name"] = odd, odd
+    rep.layers[1].type = "Scale[x]"
+    rep.findings = [Finding(odd, "nonfinite", "keep it in float32", severity=0)]
+    text = _text(render_audit, rep)
+    assert f"{odd} ← first inf/NaN (forward)" in text and "Scale[x]" in text
+    assert f"error nonfinite {odd}: keep it in float32" in text
+
+    whatif = planted.audit("torch")
+    whatif.what_if = {"fp16": {"verdict": "overflows", "first_overflow": odd, "loss_scale_range": None,
+                               "keep_in_fp32": [odd, "head[b]"], "advice": "keep them in float32"}}
+    text = _text(render_audit, whatif)
+    assert text.count(odd) >= 2 and "head[b]" in text
+
+    fp8 = planted.audit("torch")
+    fp8.mode, fp8.findings = "fp8", [Finding(odd, "precision", "keep it in bf16", severity=2)]
+    fp8.layers[1].name = odd
+    fp8.layers[1].fp8 = {"converted": False, "reason": "the first Linear layer: kept in bf16"}
+    text = _text(render_audit, fp8)
+    assert text.count(odd) == 2, text

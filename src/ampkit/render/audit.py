@@ -49,8 +49,8 @@ def render_whatif(report, con) -> None:
         rng = p.get("loss_scale_range")
         keep = p.get("keep_in_fp32") or []
         table.add_row(name, f"[{_VERDICT_STYLE.get(p['verdict'], 'white')}]{p['verdict']}[/]",
-                      p.get("first_overflow") or "—", f"[{rng[0]:g}, {rng[1]:g}]" if rng else "—",
-                      (", ".join(n or "(model)" for n in keep[:6]) + (f" (+{len(keep) - 6})" if len(keep) > 6 else ""))
+                      escape(p.get("first_overflow") or "—"), f"[{rng[0]:g}, {rng[1]:g}]" if rng else "—",
+                      (", ".join(escape(n) or "(model)" for n in keep[:6]) + (f" (+{len(keep) - 6})" if len(keep) > 6 else ""))
                       or "—")
     print_keras_line(report, con)
     if report.note:
@@ -97,7 +97,7 @@ def render(report, con) -> None:
         if origin and same_module(origin["name"], lay.name):
             mark = f" ← first inf/NaN ({origin['phase']})"
         found = ", ".join(f"[{_KIND_STYLE.get(k, 'white')}]{k}[/]" for k in dict.fromkeys(kinds.get(lay.name, [])))
-        table.add_row((lay.name or "(model)") + mark, lay.type, fmt(lay.fwd_amax, ".3g"), _hr(lay.fwd_headroom_log2),
+        table.add_row(escape(lay.name or "(model)") + mark, escape(lay.type), fmt(lay.fwd_amax, ".3g"), _hr(lay.fwd_headroom_log2),
                       f"{lay.fwd_underflow_frac:.1%}", str(lay.fwd_nonfinite), fmt(lay.grad_amax, ".3g"),
                       _hr(lay.grad_headroom_log2), f"{lay.grad_underflow_frac:.1%}", str(lay.grad_nonfinite),
                       fmt(lay.rel_error, ".2g"), found or "—")
@@ -129,7 +129,7 @@ def render(report, con) -> None:
         con.print(f"{len(report.findings)} finding(s): " + ", ".join(f"{n} {lvl}" for lvl, n in levels.items()),
                   markup=False, highlight=False)
     for f in report.findings:
-        con.print(f"[{_KIND_STYLE.get(f.kind, 'white')}]{f.level} {f.kind}[/] {f.layer or '(model)'}: ", end="")
+        con.print(f"[{_KIND_STYLE.get(f.kind, 'white')}]{f.level} {f.kind}[/] {escape(f.layer or '(model)')}: ", end="")
         con.print(f.advice, markup=False, highlight=False)
         if f.code:
             con.print(textwrap.indent(f.code, "    "), markup=False, highlight=False)

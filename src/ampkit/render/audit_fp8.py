@@ -41,8 +41,9 @@ def render_fp8(report, con) -> None:
     for lay in report.layers:
         e = lay.fp8 or {}
         out, wg = e.get("output") or {}, e.get("weight_grad") or {}
-        table.add_row(lay.name or "(model)", lay.type, _pct(out.get("fp8_vs_fp32")), _pct(out.get("bf16_vs_fp32")),
-                      _pct(wg.get("fp8_vs_fp32")), _pct(wg.get("bf16_vs_fp32")), _casts(e, "flushed_frac"), _why(e))
+        table.add_row(escape(lay.name or "(model)"), escape(lay.type), _pct(out.get("fp8_vs_fp32")),
+                      _pct(out.get("bf16_vs_fp32")), _pct(wg.get("fp8_vs_fp32")), _pct(wg.get("bf16_vs_fp32")),
+                      _casts(e, "flushed_frac"), _why(e))
         if any((c.get("saturated_frac") or 0) > 0 for c in (e.get("casts") or {}).values()):
             saturated.append(f"{lay.name}: {_casts(e, 'saturated_frac')}")
     if report.note:
@@ -53,10 +54,10 @@ def render_fp8(report, con) -> None:
               "saturated: " + ("; ".join(saturated) if saturated else "none (dynamic scaling)"),
               markup=False, highlight=False)
     if report.not_measured:
-        con.print(f"[yellow]not measured:[/] {report.not_measured}", highlight=False)
+        con.print(f"[yellow]not measured:[/] {escape(report.not_measured)}", highlight=False)
     elif not report.findings:
         con.print(f"[green]no findings: fp8 is numerically healthy for this model in the {report.completed} step(s) "
                   "audited[/]")
     for f in report.findings:
-        con.print(f"[magenta]{f.level} {f.kind}[/] {f.layer or '(model)'}: ", end="")
+        con.print(f"[magenta]{f.level} {f.kind}[/] {escape(f.layer or '(model)')}: ", end="")
         con.print(f.advice, markup=False, highlight=False)
