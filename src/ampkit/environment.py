@@ -44,11 +44,13 @@ def nvml_gpus() -> list[dict] | None:
 
 
 def base_environment(framework: str, framework_version: str) -> dict:
-    """The keys every environment section has, whichever framework ran."""
+    """The keys every environment section has, whichever framework ran. The version as a plain str:
+    ``torch.__version__`` is a ``TorchVersion``, which a child's pickled report would make its
+    parent import torch to read back."""
     return {
         "ampkit": __version__,
         "framework": framework,
-        "framework_version": framework_version,
+        "framework_version": str(framework_version),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cuda_runtime": None,

@@ -166,6 +166,30 @@ def backend_spec(backend) -> str:
     return f"{type(backend).__module__}:{type(backend).__qualname__}"
 
 
+def child_backend(framework: str | None = AUTO) -> str:
+    """What a child process loads (:func:`child_spec_backend`) for ``framework``, checked here without
+    importing it: the framework's name for torch, TensorFlow and ``auto`` (the child resolves and
+    imports it: a command whose work all runs in its child never loads torch in the parent), a
+    registered backend's ``module:Class``. A framework that is not installed is the usage line
+    :func:`get_backend` gives; one installed but broken is told by the child's :func:`get_backend`."""
+    framework = parse_framework(framework)
+    if framework in _REGISTERED:
+        return _REGISTERED[framework]
+    torch_found = importlib.util.find_spec("torch") is not None
+    if framework == "torch" and not torch_found:
+        raise UsageError(f"--framework torch needs PyTorch: {INSTALL['torch']}")
+    if framework in ("tensorflow", AUTO) and not _tensorflow_present() and not (framework == AUTO and torch_found):
+        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {INSTALL['tensorflow']}"
+                         if framework == "tensorflow" else
+                         f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+    return framework
+
+
+def child_spec_backend(spec: str):
+    """In the child: the backend :func:`child_backend` (or :func:`backend_spec`) named."""
+    return load_backend(spec) if ":" in spec else get_backend(spec)
+
+
 def get_backend(framework: str | None = AUTO):
     """The backend for ``framework`` (``auto`` resolved); a missing framework is a usage error."""
     framework = resolve_framework(framework)

@@ -186,11 +186,18 @@ def test_cli_json_and_exit_1_on_nonfinite(tmp_path):
     assert "first inf/NaN" in r.stderr
 
 
-def test_cli_default_workload_is_clean():
-    r = _cli("--mode", "bf16", "--json", "-")
-    assert r.returncode == 0, r.stderr
+def test_cli_default_workload_is_clean_and_the_command_never_loads_torch_itself():
+    """The audit runs in its child: the command's own process resolves ``auto`` without importing
+    torch (2 s of CPU a run), and reads the child's report back without it (the report's versions are
+    plain strings, not torch's TorchVersion)."""
+    code = ("import sys; from ampkit.cli.main import main; rc = main(sys.argv[1:]); "
+            "sys.stderr.write('RC=%s TORCH=%s\\n' % (rc, 'torch' in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, "audit", "--device", "cpu", "--mode", "bf16", "--json", "-"],
+                       capture_output=True, text=True, timeout=600)
+    assert "RC=0 TORCH=False" in r.stderr, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc["workload"] == "mlp" and doc["findings"] == []
+    assert doc["framework"] == "torch" and type(doc["environment"]["framework_version"]) is str
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..factory import class_count_hint
 from ..formats import format_of
 from ..isolation import PartialResult, TimedOut, run_isolated, stop_requested, tell_parent
-from ..registry import backend_spec, load_backend
+from ..registry import backend_spec, child_spec_backend
 from ..workload_sizes import size_kwargs
 from .config import AuditConfig
 from .core import audit_mode_for_auto, backoff_note, findings_for
@@ -42,10 +42,12 @@ def run(config: AuditConfig, backend, progress: bool = False) -> AuditReport:
     finished steps' report (marked interrupted) when Ctrl-C or SIGTERM stopped it. Past the timeout
     the child is asked to stop the same way and the report comes back marked ``interrupted`` with
     ``error`` saying why (a report of no step when the child did not answer: ``not_measured``).
-    ``progress``: a line per pass on stderr (:mod:`.progress`)."""
+    ``progress``: a line per pass on stderr (:mod:`.progress`). ``backend``: a Backend, or what
+    :func:`ampkit.registry.child_backend` names (the child then resolves and imports the framework)."""
     what = f"auditing {config.model or config.workload or 'the default workload'}"
     try:
-        return run_isolated(_in_child, backend_spec(backend), config, progress, what=what, timeout=config.timeout,
+        spec = backend if isinstance(backend, str) else backend_spec(backend)  # a str: registry.child_backend's
+        return run_isolated(_in_child, spec, config, progress, what=what, timeout=config.timeout,
                             keep_partial=STOP_GRACE_S)
     except PartialResult as stopped:
         stopped.result.interrupted = True  # stopped as its last step finished: still a stopped command
@@ -63,7 +65,7 @@ def _nothing_finished(config: AuditConfig) -> AuditReport:
 
 
 def _in_child(spec: str, config: AuditConfig, progress: bool = False) -> AuditReport:
-    return audit_here(config, load_backend(spec), progress=PassLines() if progress else None)
+    return audit_here(config, child_spec_backend(spec), progress=PassLines() if progress else None)
 
 
 def audit_here(config: AuditConfig, backend, live: LiveModel | None = None, progress=None) -> AuditReport:

@@ -49,7 +49,7 @@ def run(args) -> int:
     from ..factory import parse_shape
     from ..isolation import PartialResult
     from ..precision import parse_mode
-    from ..registry import get_backend, parse_framework
+    from ..registry import child_backend, parse_framework
     from ..render import audit as render_audit
     from ..render.output import console
     from . import validate as v
@@ -74,7 +74,9 @@ def run(args) -> int:
                       data=args.data)
     v.outputs(args, ("json", "JSON", "--json", True), ("plan", "plan", "--plan", False))
     con = console(json_to_stdout=args.json == "-")
-    backend = get_backend(framework)  # a missing framework: one line here, not from the child
+    # the audit runs in a child, which resolves and imports the framework (a missing one is one line
+    # here): this process never loads torch for it (2 s of CPU a run)
+    backend = child_backend(framework)
     cause = None
     try:
         report = driver.run(cfg, backend, progress=True)  # a line per pass on stderr (a long audit in a log)
