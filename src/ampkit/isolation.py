@@ -168,6 +168,8 @@ def _child(conn, target, args, term_is_request: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
     if STOP_SIGNAL is not None:
         signal.signal(STOP_SIGNAL, _on_stop_request)  # "stop early": only a flag, checked by the loops
+    if not term_is_request:  # a forked child inherits its parent's handler (SIGTERM -> stop the run): terminate
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if term_is_request:
         # a SIGTERM sent to the whole process group (timeout(1), a batch system's stop) reaches this
         # child too: like the parent's request it only asks for an early stop, so that what finished
@@ -231,7 +233,7 @@ def _said_in_child(note) -> bool:
 
 
 def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEOUT_S,
-                 keep_partial: float | None = None):
+                 keep_partial: float | None = None, start: str = "spawn"):
     """``target(*args)`` in a fresh process; its failures -> ``UsageError(f"{what}: ...")``.
 
     ``target`` must be a module-level function (spawn pickles it by name) and its arguments and
@@ -240,8 +242,11 @@ def run_isolated(target, *args, what: str, timeout: float | None = DEFAULT_TIMEO
     ``keep_partial``: on Ctrl-C or SIGTERM, ask the child to stop early and wait up to this many
     seconds for what finished; it comes back as :class:`PartialResult`. Without it (or without an
     answer in time, or on a second Ctrl-C) the child is stopped and the interrupt propagates.
+
+    ``start``: ``"spawn"`` (a fresh interpreter), or ``"fork"`` where the caller knows forking this
+    process is safe (one thread; see :meth:`ampkit.bench.ops.BenchOps.bench_probe_fork`).
     """
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(start)
     recv, send = ctx.Pipe(duplex=False)
     hard = bool(keep_partial)  # the child takes SIGTERM as a stop request: end it with SIGKILL
     proc = ctx.Process(target=_child, args=(send, target, args, hard), daemon=True)

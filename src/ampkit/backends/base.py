@@ -16,7 +16,8 @@ __all__ = ["OPTIONAL", "AuditOps", "Backend", "BenchOps", "DoctorOps", "Environm
 
 #: the protocol's optional operations: declared with a default ("unsupported, because ...", or none),
 #: which a backend deriving from :class:`Backend` inherits
-OPTIONAL = frozenset({"bench_strategies", "bench_size_work", "bench_threads", "bench_doctor_verdict", "parity_group", "audit_sessions"})
+OPTIONAL = frozenset({"bench_strategies", "bench_size_work", "bench_threads", "bench_doctor_verdict", "bench_probe_fork",
+                      "parity_group", "audit_sessions"})
 
 
 @runtime_checkable

@@ -76,7 +76,7 @@ def run(config: BenchConfig, backend="auto", *, progress: Callable[[dict], None]
     cfg = config if workload == config.workload else replace(config, workload=workload)
     threads = resolve_threads(cfg.threads, target.accelerator)  # the doctor's default (ampkit.threads)
     cfg = cfg if threads == cfg.threads else replace(cfg, threads=threads)
-    probe = probe_model(backend, cfg, target)
+    probe = probe_model(backend, cfg, target, fork=group is None)  # a launcher's rank has its group's threads
     with backend.bench_threads(target, threads):  # auto's reason compares the count it was measured at
         auto = apply_auto(cfg.modes, lambda: backend.resolve_auto(target))
         doctor = backend.bench_doctor_verdict(target)  # read once, beside auto: what this run is compared with
@@ -172,16 +172,17 @@ def doctor_check(doctor: dict | None, rows: list[BenchRow], workload: str, threa
             "disagreements": disagreements(doctor, table, workload, threads=threads, matmul_size=size)}
 
 
-def probe_model(backend, cfg: BenchConfig, target: Target) -> ModelProbe:
+def probe_model(backend, cfg: BenchConfig, target: Target, fork: bool = False) -> ModelProbe:
     """``bench_probe``: here for a built-in workload, in an isolated child for a user's ``--model``
-    (:func:`ampkit.isolation.run_isolated`: its crash, ``sys.exit`` or hang is one usage-error line)."""
+    (:func:`ampkit.isolation.run_isolated`: its crash, ``sys.exit`` or hang is one usage-error line).
+    ``fork``: the child may be forked where the backend says it is safe (``bench_probe_fork``)."""
     if not cfg.model:
         return _probe(backend, cfg, target)
     from ..isolation import run_isolated
     from ..registry import backend_spec
 
     return run_isolated(_probe_isolated, backend_spec(backend), cfg, target, what=f"probing --model {cfg.model}",
-                        timeout=cfg.timeout)
+                        timeout=cfg.timeout, start="fork" if fork and backend.bench_probe_fork(target) else "spawn")
 
 
 def _probe_isolated(spec: str, cfg: BenchConfig, target: Target) -> ModelProbe:

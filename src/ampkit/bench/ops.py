@@ -20,7 +20,8 @@ states one fact:
 
 Optional operations are declared here with a default that says what a backend without them gets
 (a class deriving from :class:`~ampkit.backends.base.Backend` inherits them): ``bench_strategies``
-(none: ``--strategy`` is refused with the reason), ``bench_size_work`` (None: ``--explain``
+(none: ``--strategy`` is refused with the reason), ``bench_probe_fork`` (False: the probe's child is
+spawned), ``bench_size_work`` (None: ``--explain``
 rows carry no size table), ``bench_threads`` (the thread count left as it is) and
 ``bench_doctor_verdict`` (None: nothing to reconcile with).
 """
@@ -190,6 +191,12 @@ class BenchOps(Protocol):
     # ---------------------------------------------------------------- optional, declared with their defaults
     #: ``--strategy`` names this backend distributes with in one process (tf.distribute's); none by default
     bench_strategies: tuple[str, ...] = ()
+
+    def bench_probe_fork(self, target: Target) -> bool:
+        """Whether the isolated child probing a ``--model`` may be forked from this process instead of
+        spawned: only where that is safe (one thread, no device runtime initialized here) and saves the
+        child the framework's import. The default: spawned, as every other child."""
+        return False
 
     def bench_threads(self, target: Target, threads: int | None) -> AbstractContextManager:
         """The scope a mode is measured in (in its child) with ``threads`` CPU threads

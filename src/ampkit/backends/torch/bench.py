@@ -257,6 +257,19 @@ class TorchBench:
     def bench_start(self, config: BenchConfig) -> BenchGroup | None:
         return join_group(config, self.target)
 
+    def bench_probe_fork(self, target) -> bool:
+        """The ampkit program probing a CPU target on Linux, with no Python thread but its own and CUDA
+        not initialized here: the probe's child forks from it with torch already imported (2 s of CPU
+        saved a run). No torch op has run in it yet, so no OpenMP pool is forked (numpy's OpenBLAS
+        threads are fork-safe). A library caller's process, a GPU target or another thread: spawned."""
+        import sys
+        import threading
+
+        from ...outputs import owns_process
+
+        return (sys.platform.startswith("linux") and owns_process() and not target.accelerator
+                and threading.active_count() == 1 and not torch.cuda.is_initialized())
+
     def bench_probe(self, config: BenchConfig, target) -> ModelProbe:
         return probe(config)
 
