@@ -170,7 +170,7 @@ def _child(conn, target, args, term_is_request: bool = False) -> None:
         signal.signal(STOP_SIGNAL, _on_stop_request)  # "stop early": only a flag, checked by the loops
     if not term_is_request:  # a forked child inherits its parent's handler (SIGTERM -> stop the run): terminate
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if term_is_request:
+    else:
         # a SIGTERM sent to the whole process group (timeout(1), a batch system's stop) reaches this
         # child too: like the parent's request it only asks for an early stop, so that what finished
         # can still come back; the parent ends this process with SIGKILL when it must

@@ -50,6 +50,17 @@ def _tensorflow_present() -> bool:
     return importlib.util.find_spec("tensorflow") is not None and importlib.util.find_spec("keras") is not None
 
 
+def _require(framework: str, torch_found: bool) -> None:
+    """The usage line for ``framework`` (torch, tensorflow or auto) where it is not installed, given
+    whether torch was found (imported, or only located where the import is left to a child)."""
+    if framework == "torch" and not torch_found:
+        raise UsageError(f"--framework torch needs PyTorch: {INSTALL['torch']}")
+    if framework == "tensorflow" and not _tensorflow_present():
+        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {INSTALL['tensorflow']}")
+    if framework == AUTO and not torch_found and not _tensorflow_present():
+        raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+
+
 def resolve_framework(name: str | None) -> str:
     """``auto`` -> torch when torch can be imported, else tensorflow when it is installed."""
     framework = parse_framework(name)
@@ -57,9 +68,8 @@ def resolve_framework(name: str | None) -> str:
         return framework
     if _torch_importable():
         return "torch"
-    if _tensorflow_present():
-        return "tensorflow"
-    raise UsageError(f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+    _require(AUTO, torch_found=False)
+    return "tensorflow"
 
 
 #: where a class is defined -> its framework (Keras first: a Keras 3 model on Keras's torch backend is a
@@ -175,13 +185,7 @@ def child_backend(framework: str | None = AUTO) -> str:
     framework = parse_framework(framework)
     if framework in _REGISTERED:
         return _REGISTERED[framework]
-    torch_found = importlib.util.find_spec("torch") is not None
-    if framework == "torch" and not torch_found:
-        raise UsageError(f"--framework torch needs PyTorch: {INSTALL['torch']}")
-    if framework in ("tensorflow", AUTO) and not _tensorflow_present() and not (framework == AUTO and torch_found):
-        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {INSTALL['tensorflow']}"
-                         if framework == "tensorflow" else
-                         f"neither PyTorch nor TensorFlow is installed: {INSTALL['torch']} or {INSTALL['tensorflow']}")
+    _require(framework, torch_found=importlib.util.find_spec("torch") is not None)
     return framework
 
 
@@ -195,8 +199,5 @@ def get_backend(framework: str | None = AUTO):
     framework = resolve_framework(framework)
     if framework in _REGISTERED:
         return load_backend(_REGISTERED[framework])
-    if framework == "torch" and not _torch_importable():
-        raise UsageError(f"--framework torch needs PyTorch: {INSTALL['torch']}")
-    if framework == "tensorflow" and not _tensorflow_present():
-        raise UsageError(f"--framework tensorflow needs TensorFlow and Keras 3: {INSTALL['tensorflow']}")
+    _require(framework, torch_found=framework != "torch" or _torch_importable())  # torch imported only when asked for
     return load_backend(_CLASSES[framework])
