@@ -12,6 +12,7 @@ import time
 import traceback
 
 from .errors import UsageError
+from .lean_imports import skip_unused_imports
 
 #: the default --timeout: long enough for a big model's probe or one mode's run on a slow machine
 DEFAULT_TIMEOUT_S = 1800.0
@@ -83,6 +84,13 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - best effort: the parent also terminates its children itself
         pass
+
+
+def child_starts() -> None:
+    """What every child ampkit starts does first: :func:`die_with_parent`, and as a process of
+    ampkit's own, import TensorFlow without what training never uses (:mod:`ampkit.lean_imports`)."""
+    die_with_parent()
+    skip_unused_imports()
 
 
 @contextlib.contextmanager
@@ -163,7 +171,7 @@ def tell_parent(note: str) -> None:
 def _child(conn, target, args, term_is_request: bool = False) -> None:
     global _parent_conn
     _parent_conn = conn
-    die_with_parent()
+    child_starts()
     os.dup2(2, 1)  # user prints go to stderr: stdout belongs to the JSON document
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
     if STOP_SIGNAL is not None:

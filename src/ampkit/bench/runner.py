@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from ..errors import one_line
 from ..host_memory import SEARCH_ENV
-from ..isolation import describe_exit, die_with_parent, main_not_rerun, run_exit_hooks, sigint_blocked, stop
+from ..isolation import child_starts, describe_exit, main_not_rerun, run_exit_hooks, sigint_blocked, stop
 from ..threads import timing_cpus
 from .ops import MeasureRequest
 from .report import BenchRow, derive_relative
@@ -211,7 +211,7 @@ def serve_mode(conn, spec: str, request: MeasureRequest) -> None:
 def serve_row(conn, mode: str, make_row) -> None:
     """In a bench child: ``make_row(progress)`` -> BenchRow, sent to the parent as JSON, with
     progress messages on the way. Any failure still sends a row."""
-    die_with_parent()
+    child_starts()
 
     def send(msg: dict) -> None:
         conn.send_bytes(json.dumps(msg).encode())

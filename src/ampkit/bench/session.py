@@ -21,7 +21,7 @@ import signal
 import time
 
 from ..breakdown import explain_steps
-from ..isolation import die_with_parent, run_exit_hooks
+from ..isolation import child_starts, run_exit_hooks
 from .compiled import compiled_warmup
 from .ops import MeasureRequest
 from .report import BenchRow
@@ -178,7 +178,7 @@ def serve_session(conn, spec: str, request: MeasureRequest) -> None:
     "times", "s": [...]}``) until ``{"cmd": "finish"}`` -> ``{"type": "result", "row": {...}}``. A failure
     at any point sends the row at once. Ctrl-C is the parent's to handle (it asks the idle children
     for their rows, then stops them)."""
-    die_with_parent()
+    child_starts()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def send(msg: dict) -> None:

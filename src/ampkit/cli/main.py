@@ -52,11 +52,12 @@ def error_exit(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import outputs, signals
+    from .. import lean_imports, outputs, signals
 
     if argv is None:  # the program itself (not a test calling main): SIGTERM keeps work like Ctrl-C,
         signals.install()  # and stdout may be reserved for the JSON document
         outputs.own_stdout()
+        lean_imports.skip_unused_imports()  # TensorFlow without its imports for what training never uses
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
