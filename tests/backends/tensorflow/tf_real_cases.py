@@ -90,13 +90,27 @@ def mobilenet_audit(flavor: str, mode: str) -> None:
     assert abs(float(loss(y, probs.astype("float32"))) - hand) < 1e-4 * max(1.0, hand), (float(loss(y, probs)), hand)
     assert abs(hand - float(work.flavor.sparse_ce_logits()(y, probs.astype("float32")))) > 0.05  # logits would differ
 
-    rep = ampkit.audit(lambda: _mobilenet(flavor), (x, y), loss, framework="tensorflow", mode=mode, steps=1)
+    from ampkit.audit import driver
+
+    backed_off, real_back_off = [], driver.back_off
+
+    def counting(session, step, s, outcome, max_finite, say=lambda s, o: None):
+        return real_back_off(session, step, s, outcome, max_finite, lambda s, o: (backed_off.append(s), say(s, o)))
+
+    driver.back_off = counting
+    try:
+        rep = ampkit.audit(lambda: _mobilenet(flavor), (x, y), loss, framework="tensorflow", mode=mode, steps=1)
+    finally:
+        driver.back_off = real_back_off
     bad = [(f.kind, f.layer, f.advice) for f in rep.findings if f.kind in ("overflow", "underflow", "nonfinite")]
     assert not bad and rep.first_nonfinite is None and not rep.reference_nonfinite, (mode, bad[:3])
     assert len(rep.layers) == 155 and all(lay.rel_error is not None for lay in rep.layers)
     if mode == "fp16":  # LossScaleOptimizer's start: 2**15 overflows the gradients, halved until they fit
         assert rep.initial_loss_scale == 2.0**15 and rep.skipped_steps >= 1, rep.to_dict()["note"]
         assert rep.loss_scale == 2.0**15 / 2**rep.skipped_steps and "LossScaleOptimizer" in rep.note
+        # predicted from the float32 gradients' amax, not stepped down: the scale above the one it settles
+        # at measured (it skips) and that one, a halving between them when the prediction is one short
+        assert backed_off[-2:] == [2 * rep.loss_scale, rep.loss_scale] and len(backed_off) <= 3, backed_off
     # the first layer is within a few rounding units of float32, not "100% underflow"
     assert rep.layers[0].rel_error < (0.01 if mode == "bf16" else 0.002), rep.layers[0]
     assert max(lay.fwd_lost_frac for lay in rep.layers) < 0.05

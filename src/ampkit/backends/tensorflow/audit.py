@@ -179,6 +179,15 @@ def _nonfinite(arrays) -> bool:
     return any(a is not None and not np.isfinite(a).all() for a in arrays)
 
 
+def _grad_amax(grads, reduced: np.ndarray) -> float | None:
+    """The largest float32 reference gradient, w.r.t. a layer's output or of a variable (``reduced``:
+    :meth:`.numerics.params.ParamGrads.reduce`'s rows, amax first): what the back-off predicts from."""
+    vals = [float(np.nanmax(np.abs(g))) for g in grads if g is not None and g.size]
+    if len(reduced):
+        vals.append(float(np.nanmax(reduced[:, 0])))
+    return max(vals, default=None)
+
+
 class KerasAuditSession(AuditSession):
     """:class:`ampkit.audit.ops.AuditSession` for a Keras model built twice by ``build_model``:
     under the float32 policy (the reference) and under the mode's, with the same weights."""
@@ -216,7 +225,7 @@ class KerasAuditSession(AuditSession):
         self.names = [lay.name for lay in aud_layers]
         self.stats = {n: LayerStats(n, type(lay).__name__) for n, lay in zip(self.names, aud_layers)}
         self.rng = MatchedRandomness()
-        self._step = None
+        self._step, self._ref_amax = None, None
 
     def _engine(self, scale: float):
         """The mode's engine at ``scale`` (a fresh one per scale keeps the loss scale where it was asked)."""
@@ -251,7 +260,7 @@ class KerasAuditSession(AuditSession):
             # the reference runs with TF32 off, as fp32 means
             self.flat_r, self.grads_r, _, self.vars_r = self._pass(self.ref_inter, self.mp_ref, step_seed, None,
                                                                    self.ref_params)
-            self._step = step
+            self._step, self._ref_amax = step, _grad_amax(self.grads_r, self.vars_r)
         before = _snapshot(self.aud)
         self.flat_a, self.grads_a, self.dtypes, self.vars_a = self._pass(self.aud_inter, self._engine(scale),
                                                                          step_seed, scale, self.params)
@@ -262,7 +271,7 @@ class KerasAuditSession(AuditSession):
         params_bad = bool((self.vars_a[:, 1] > 0).any()) if len(self.params) else False
         ref_bad = _nonfinite(self.flat_r) or _nonfinite(self.grads_r) or bool((self.vars_r[:, 1] > 0).any())
         return StepOutcome(_nonfinite(self.flat_a), _nonfinite(self.grads_a) or params_bad, ref_bad, first,
-                           params_nonfinite=params_bad)
+                           params_nonfinite=params_bad, grad_amax=self._ref_amax)
 
     def _first(self, step_seed: int) -> dict | None:
         """Where the audited pass first held inf/NaN (:mod:`.numerics.origin` looks inside a forward's layer)."""
